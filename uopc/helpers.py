@@ -1,0 +1,55 @@
+"""Small helpers every module uses: environment switches (DEBUG), prod, and a best-of-k timer."""
+from __future__ import annotations
+import contextlib, functools, math, operator, os, time
+from typing import Any, Callable, Iterable
+
+
+def getenv(key: str, default: Any = 0) -> Any:
+  """An environment variable, converted to the type of the default."""
+  return type(default)(os.environ.get(key, default))
+
+
+class ContextVar:
+  """A switch read once from the environment, that a `with Context(NAME=value):` block can override."""
+  _registry: dict[str, ContextVar] = {}
+
+  def __init__(self, key: str, default: int):
+    self.key, self.value = key, getenv(key, default)
+    ContextVar._registry[key] = self
+
+  def __bool__(self): return bool(self.value)
+  def __ge__(self, x): return self.value >= x
+  def __gt__(self, x): return self.value > x
+  def __lt__(self, x): return self.value < x
+  def __le__(self, x): return self.value <= x
+  def __eq__(self, x): return self.value == x
+  def __hash__(self): return hash(self.key)
+  def __repr__(self): return f"{self.key}={self.value}"
+
+
+DEBUG = ContextVar("DEBUG", 0)
+
+
+@contextlib.contextmanager
+def Context(**kwargs: int):
+  """with Context(DEBUG=2): ... -- set switches for a block, restore them after."""
+  unknown = [k for k in kwargs if k not in ContextVar._registry]
+  if unknown: raise KeyError(f"Context: unknown switch {unknown}, known are {sorted(ContextVar._registry)}")
+  old = {k: ContextVar._registry[k].value for k in kwargs}
+  try:
+    for k, v in kwargs.items(): ContextVar._registry[k].value = v
+    yield
+  finally:
+    for k, v in old.items(): ContextVar._registry[k].value = v
+
+
+def prod(xs: Iterable[int]) -> int: return functools.reduce(operator.mul, xs, 1)
+
+
+def best_of(fn: Callable[[], Any], k: int = 5, warmup: int = 1) -> float:
+  """Seconds of the fastest of k calls, after `warmup` untimed calls (the first call pays compiles and page faults)."""
+  for _ in range(warmup): fn()
+  best = math.inf
+  for _ in range(k):
+    t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
+  return best

@@ -1,0 +1,161 @@
+"""The runtime: C source -> system compiler -> shared object (cached on disk) -> cffi -> call with NumPy arrays.
+
+  prg = Program(src, "add")       # compiles, or loads the cached object for this exact source and compiler
+  prg(a, b, out)                  # arrays are passed by pointer, never copied; checked before any C runs
+"""
+from __future__ import annotations
+import hashlib, os, platform, re, shutil, subprocess, tempfile, threading, time
+from pathlib import Path
+import numpy as np
+import cffi
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+# what every rendered kernel may use (exp2f, INFINITY, bool); the renderer prints only the function
+PRELUDE = "#include <math.h>\n#include <stdbool.h>\n"
+
+# C parameter types a kernel may take, and what a caller must pass for each
+C_TO_NP = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64, "long long": np.int64,
+           "int32_t": np.int32, "int64_t": np.int64, "_Float16": np.float16, "unsigned char": np.uint8, "bool": np.bool_,
+           "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32}
+
+
+class CompileError(RuntimeError):
+  """The C compiler rejected a kernel: carries the compiler's message and the numbered source."""
+
+
+def numbered(src: str) -> str:
+  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
+
+
+def cache_dir() -> Path:
+  d = os.environ.get("UOPC_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "uopc")
+  return Path(d)
+
+
+def compiler() -> str: return os.environ.get("CC", "cc")
+
+
+_version_cache: dict[str, str] = {}
+def compiler_version(cc: str) -> str:
+  if cc not in _version_cache:
+    try: out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e: raise CompileError(f"C compiler {cc!r} cannot be run: {e}") from e
+    _version_cache[cc] = out.splitlines()[0] if out else cc
+  return _version_cache[cc]
+
+
+def machine_id() -> str:
+  """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
+  try: cpu = "\n".join(re.findall(r"^(?:model name|flags)\s*:.*$", Path("/proc/cpuinfo").read_text(), re.M)[:2])
+  except OSError: cpu = ""
+  return f"{platform.machine()}|{platform.system()}|{cpu}"
+
+
+def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
+  h = hashlib.sha256("\0".join([src, " ".join(flags), compiler_version(cc), machine_id()]).encode())
+  return h.hexdigest()[:32]
+
+
+def _parse_signature(src: str, name: str) -> list[tuple[str, bool, bool]]:
+  """The parameters of `void name(...)` as (C base type, is_pointer, is_const)."""
+  m = re.search(r"\bvoid\s+" + re.escape(name) + r"\s*\(([^)]*)\)", src)
+  if m is None: raise CompileError(f"no function `void {name}(...)` in the source:\n{numbered(src)}")
+  params = [p.strip() for p in m.group(1).split(",") if p.strip() and p.strip() != "void"]
+  out = []
+  for p in params:
+    p = re.sub(r"\b(restrict|__restrict|__restrict__)\b", "", p)
+    is_ptr, is_const = "*" in p, bool(re.search(r"\bconst\b", p))
+    words = re.sub(r"\bconst\b", "", p.replace("*", " ")).split()
+    base = " ".join(words[:-1])   # drop the parameter name
+    if base not in C_TO_NP: raise CompileError(f"{name}: parameter type {base!r} is not supported (in {p!r})")
+    out.append((base, is_ptr, is_const))
+  return out
+
+
+_build_lock = threading.Lock()
+
+
+def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
+  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers)."""
+  so_path.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
+    c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+    c_file.write_text(src)
+    r = subprocess.run([cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True)
+    if r.returncode != 0:
+      raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    os.replace(out, so_path)
+    sum_tmp = Path(tmp) / "kernel.sum"
+    sum_tmp.write_text(digest)
+    os.replace(sum_tmp, so_path.with_suffix(".sum"))
+
+
+def _intact(so_path: Path) -> bool:
+  """A cache entry is used only if its checksum matches: a truncated or corrupted object is rebuilt, never loaded."""
+  try: want = so_path.with_suffix(".sum").read_text().strip()
+  except OSError: return False
+  try: return hashlib.sha256(so_path.read_bytes()).hexdigest() == want
+  except OSError: return False
+
+
+class Program:
+  """A compiled C function, callable with NumPy arrays and Python scalars."""
+
+  def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
+    self.src, self.name = src, name
+    full = src if src.lstrip().startswith("#") else PRELUDE + src
+    self.flags = tuple(flags) if flags is not None else FLAGS
+    self.params = _parse_signature(src, name)
+    cc = compiler()
+    key = cache_key(full, cc, self.flags)
+    # the content hash is in the file name: a rebuilt object never reuses a path this process already loaded
+    self.path = cache_dir() / f"{name}-{key}.so"
+    t0 = time.perf_counter()
+    self.cached = _intact(self.path)
+    if not self.cached:
+      with _build_lock: _build(full, self.path, cc, self.flags)
+    self.compile_s = time.perf_counter() - t0
+    # one FFI per kernel: a second cdef of the same function name in one FFI would fail
+    self.ffi = cffi.FFI()
+    decl = ", ".join(f"{'const ' if c else ''}{t}{'*' if p else ''}" for t, p, c in self.params)
+    self.ffi.cdef(f"void {name}({decl});")
+    try: self.lib = self.ffi.dlopen(str(self.path))
+    except OSError:
+      # a damaged entry whose checksum file was damaged the same way: rebuild once under a fresh name
+      self.path = self.path.with_name(f"{name}-{key}-{os.getpid()}.so")
+      _build(full, self.path, cc, self.flags)
+      self.lib = self.ffi.dlopen(str(self.path))
+    self.fn = getattr(self.lib, name)
+
+  def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, {'cached' if self.cached else 'compiled'})"
+
+  def _convert(self, k: int, arg, param):
+    base, is_ptr, is_const = param
+    want = C_TO_NP[base]
+    if is_ptr:
+      if not isinstance(arg, np.ndarray):
+        raise TypeError(f"{self.name}: argument {k} must be a NumPy array of {np.dtype(want).name} ({base}*), got {type(arg).__name__}")
+      if arg.dtype != want:
+        raise TypeError(f"{self.name}: argument {k} has dtype {arg.dtype}, the kernel expects {np.dtype(want).name} ({base}*)")
+      if not arg.flags.c_contiguous:
+        raise ValueError(f"{self.name}: argument {k} (shape {arg.shape}, strides {arg.strides}) is not C-contiguous; "
+                         "pass np.ascontiguousarray(x)")
+      if not is_const and not arg.flags.writeable:
+        raise ValueError(f"{self.name}: argument {k} is read-only, but the kernel may write through {base}*; pass a copy")
+      return self.ffi.from_buffer(f"{base}[]", arg, require_writable=not is_const)
+    if isinstance(arg, np.ndarray) and arg.ndim != 0:
+      raise TypeError(f"{self.name}: argument {k} is a scalar {base}, got an array of shape {arg.shape}")
+    if np.issubdtype(want, np.integer):
+      if isinstance(arg, (float, np.floating)): raise TypeError(f"{self.name}: argument {k} is an integer ({base}), got {arg!r}")
+      return int(arg)
+    return float(arg)
+
+  def __call__(self, *args):
+    if len(args) != len(self.params):
+      raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
+    self.fn(*[self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
+
+
+def clear_cache() -> None:
+  shutil.rmtree(cache_dir(), ignore_errors=True)

@@ -1,0 +1,292 @@
+"""The UOp: one immutable, hash-consed node type for every level of the compiler.
+
+Tensor programs (BUFFER, RESHAPE, REDUCE, ...) and loop programs (RANGE, INDEX, LOAD, STORE, END, ...)
+are both graphs of UOps. Building the same node twice gives the same object, so identical
+subgraphs are shared for free and a dict keyed by UOp is a memo.
+"""
+from __future__ import annotations
+import math, weakref
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any, Callable, Iterable
+from uopc.dtype import DType, dtypes
+from uopc.helpers import prod
+
+
+class Ops(Enum):
+  # graph roots and leaves
+  SINK = auto(); CONST = auto(); BUFFER = auto()
+  # tensor level: movement, reductions, kernel boundaries
+  RESHAPE = auto(); EXPAND = auto(); PERMUTE = auto(); SHRINK = auto()
+  REDUCE = auto(); STAGE = auto(); STACK = auto(); DETACH = auto()
+  # loop level: memory and loops
+  ALLOC = auto(); INDEX = auto(); LOAD = auto(); STORE = auto(); AFTER = auto(); RANGE = auto(); END = auto()
+  # ALU, unary
+  EXP2 = auto(); LOG2 = auto(); SQRT = auto(); RECIP = auto(); SIN = auto(); CAST = auto()
+  # ALU, binary
+  ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto()
+  AND = auto(); OR = auto(); XOR = auto()
+  # ALU, ternary
+  WHERE = auto()
+
+  def __repr__(self): return f"Ops.{self.name}"
+
+
+UNARY = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIP, Ops.SIN, Ops.CAST}
+BINARY = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+ALU = UNARY | BINARY | {Ops.WHERE}
+MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+COMPARISON = {Ops.CMPLT, Ops.CMPNE}
+
+
+class AxisType(Enum):
+  LOOP = auto()      # a plain for loop
+  THREAD = auto()    # the loop OpenMP splits across threads
+  REDUCE = auto()    # a loop that feeds an accumulator
+  UPCAST = auto()    # an output axis unrolled into registers (never a loop)
+  UNROLL = auto()    # a reduce axis unrolled (never a loop)
+
+  def __repr__(self): return f"AxisType.{self.name}"
+
+
+@dataclass(frozen=True)
+class ParamArg:
+  """The arg of BUFFER (a kernel parameter, data{slot}) and ALLOC (local storage, acc{slot})."""
+  slot: int
+  dtype: DType
+  shape: tuple[int, ...]
+
+  @property
+  def size(self) -> int: return prod(self.shape)
+
+
+def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
+  if op in (Ops.BUFFER, Ops.ALLOC): return arg.dtype
+  if op is Ops.CONST: return dtypes.from_py(arg)
+  if op is Ops.RANGE: return dtypes.int
+  if op in (Ops.STORE, Ops.END, Ops.SINK): return dtypes.void
+  if op in COMPARISON: return dtypes.bool
+  if op is Ops.WHERE: return src[1].dtype
+  if op is Ops.CAST: raise TypeError("CAST needs an explicit dtype")
+  if op is Ops.STACK: return src[0].dtype
+  if not src: raise TypeError(f"cannot infer the dtype of {op} with no sources")
+  return src[0].dtype
+
+
+class _UOpMeta(type):
+  """Hash-consing: UOp(op, src, arg, dtype) returns the existing node when an identical one is alive."""
+  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+  def __call__(cls, op: Ops, src: Iterable[UOp] = (), arg: Any = None, dtype: DType | None = None):
+    src = tuple(src)
+    for s in src:
+      if not isinstance(s, UOp): raise TypeError(f"{op}: sources must be UOps, got {type(s).__name__} {s!r}")
+    if dtype is None: dtype = _infer_dtype(op, src, arg)
+    # 0.0 == -0.0 and nan != nan in Python: key floats by their repr so each constant is its own node
+    key = (op, dtype, src, ("float", repr(arg)) if isinstance(arg, float) else arg)
+    if (hit := _UOpMeta.cache.get(key)) is not None: return hit
+    u = super().__call__(op, src, arg, dtype)
+    _UOpMeta.cache[key] = u
+    return u
+
+
+def _const_like(x: UOp, v) -> UOp:
+  """A Python number as a constant of x's dtype, so that `i * 64` and `s * 0.125` need no explicit consts."""
+  if isinstance(v, UOp): return v
+  if x.dtype is dtypes.bool or isinstance(v, bool): return UOp.const(v)
+  if not x.dtype.is_float and isinstance(v, float) and not (v.is_integer() or is_inf(v)):
+    raise TypeError(f"{v!r} is not a whole number, but it meets an integer {x.op} ({x.dtype}); cast first")
+  return UOp.const(v, x.dtype)
+
+
+class UOp(metaclass=_UOpMeta):
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+  def __init__(self, op: Ops, src: tuple[UOp, ...], arg: Any, dtype: DType):
+    object.__setattr__(self, "op", op); object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg); object.__setattr__(self, "dtype", dtype)
+
+  def __setattr__(self, k, v): raise AttributeError(f"UOp is immutable (tried to set {k})")
+  def __reduce__(self): return UOp, (self.op, self.src, self.arg, self.dtype)
+
+  # ---- construction ----
+  @staticmethod
+  def const(v, dtype: DType | None = None) -> UOp:
+    dtype = dtype or dtypes.from_py(v)
+    if dtype.is_float: v = float(v)
+    elif dtype is dtypes.bool: v = bool(v)
+    else: v = int(v)
+    return UOp(Ops.CONST, (), v, dtype)
+
+  def replace(self, **kw) -> UOp:
+    args = {"op": self.op, "src": self.src, "arg": self.arg, "dtype": self.dtype} | kw
+    return UOp(args["op"], args["src"], args["arg"], args["dtype"])
+
+  def cast(self, dtype: DType) -> UOp: return self if dtype is self.dtype else UOp(Ops.CAST, (self,), None, dtype)
+
+  def toposort(self) -> list[UOp]:
+    """Every node reachable from self, sources before users (depth first, sources in order)."""
+    if "_topo" in self.__dict__: return self.__dict__["_topo"]
+    order, seen, stack = [], set(), [(self, False)]
+    while stack:
+      u, done = stack.pop()
+      if done: order.append(u); continue
+      if u in seen: continue
+      seen.add(u)
+      stack.append((u, True))
+      stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+    self.__dict__["_topo"] = order
+    return order
+
+  @staticmethod
+  def wrap(roots: list[UOp], todo: set[UOp], fn: Callable[[UOp], UOp]) -> list[UOp]:
+    """Rebuild roots with every node n in todo replaced by fn(n) (n's own sources rebuilt first)."""
+    memo: dict[UOp, UOp] = {}
+    def go(u: UOp) -> UOp:
+      if u in memo: return memo[u]
+      new = u.replace(src=tuple(go(s) for s in u.src)) if u.src else u
+      memo[u] = r = fn(new) if u in todo else new
+      return r
+    for u in UOp(Ops.SINK, tuple(roots)).toposort(): go(u)
+    return [memo[r] for r in roots]
+
+  # ---- ALU operators ----
+  def alu(self, op: Ops, *src) -> UOp: return UOp(op, (self, *(_const_like(self, s) for s in src)))
+  def __add__(self, x): return self.alu(Ops.ADD, x)
+  def __radd__(self, x): return _const_like(self, x).alu(Ops.ADD, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, x)
+  def __rmul__(self, x): return _const_like(self, x).alu(Ops.MUL, self)
+  def __neg__(self): return self * -1
+  def __sub__(self, x): return self + (-_const_like(self, x))          # a - b is a + b*-1: one fewer op to optimize
+  def __rsub__(self, x): return _const_like(self, x) + (-self)
+  def __truediv__(self, x): return self * _const_like(self, x).recip()
+  def __rtruediv__(self, x): return _const_like(self, x) * self.recip()
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, x)             # C semantics (truncation): use on indices >= 0
+  def __mod__(self, x): return self.alu(Ops.MOD, x)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, x)
+  def __gt__(self, x): return _const_like(self, x).alu(Ops.CMPLT, self)
+  def __and__(self, x): return self.alu(Ops.AND, x)
+  def __or__(self, x): return self.alu(Ops.OR, x)
+  def __xor__(self, x): return self.alu(Ops.XOR, x)
+  def ne(self, x) -> UOp: return self.alu(Ops.CMPNE, x)
+  def maximum(self, x) -> UOp: return self.alu(Ops.MAX, x)
+  def recip(self) -> UOp: return UOp(Ops.RECIP, (self,))
+  def exp2(self) -> UOp: return UOp(Ops.EXP2, (self,))
+  def log2(self) -> UOp: return UOp(Ops.LOG2, (self,))
+  def sqrt(self) -> UOp: return UOp(Ops.SQRT, (self,))
+  def where(self, a, b) -> UOp:
+    a = a if isinstance(a, UOp) else UOp.const(a, b.dtype if isinstance(b, UOp) else None)
+    return UOp(Ops.WHERE, (self, a, _const_like(a, b)))
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__   # identity: hash-consing makes structural equality and identity the same
+
+  # ---- loop-program builders ----
+  def after(self, *deps: UOp) -> UOp:
+    """self, placed inside the loops in deps and ordered after the stores in deps."""
+    return UOp(Ops.AFTER, (self, *deps), None, self.dtype)
+  def index(self, i) -> UOp: return UOp(Ops.INDEX, (self, i if isinstance(i, UOp) else UOp.const(i)), None, self.dtype)
+  def load(self) -> UOp:
+    if self.op is not Ops.INDEX: raise TypeError(f"load() needs an INDEX, got {self.op}")
+    return UOp(Ops.LOAD, (self,), None, self.dtype)
+  def store(self, v) -> UOp:
+    if self.op is not Ops.INDEX: raise TypeError(f"store() needs an INDEX, got {self.op}")
+    return UOp(Ops.STORE, (self, v if isinstance(v, UOp) else UOp.const(v, self.dtype)))
+  def end(self, *ranges: UOp) -> UOp:
+    """Close loops: the ranges' bodies end after self. One END may close several ranges (lowest id outermost)."""
+    for r in ranges:
+      if r.op is not Ops.RANGE: raise TypeError(f"end() takes RANGEs, got {r.op}")
+    return UOp(Ops.END, (self, *ranges)) if ranges else self
+
+  # ---- printing ----
+  def __repr__(self) -> str: return pretty(self)
+
+  def render(self, names: dict[UOp, str] | None = None) -> str:
+    """An infix form of an index or scalar expression, e.g. ((i*512)+j)."""
+    return render_expr(self, names or {})
+
+
+def range_(n: int | UOp, id: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
+  """A loop variable running 0 <= r < n; id names it (ridx{id}) and must be unique in a program."""
+  return UOp(Ops.RANGE, (n if isinstance(n, UOp) else UOp.const(n),), (id, axis_type), dtypes.int)
+
+
+def sink(*srcs: UOp) -> UOp: return UOp(Ops.SINK, srcs)
+
+
+# ---- printing as Python ----
+def pretty(u: UOp, indent: int = 0) -> str:
+  """A UOp as the Python that builds it. Nodes used more than once are still written out each time."""
+  pad = " " * indent
+  if u.op is Ops.CONST: return f"{pad}UOp.const({u.arg!r}, {u.dtype!r})"
+  if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: return f"{pad}range_({u.src[0].arg}, {u.arg[0]}, {u.arg[1]!r})"
+  head = f"{pad}UOp({u.op!r}"
+  arg = "" if u.arg is None else f", arg={u.arg!r}"
+  if not u.src: return f"{head}, (){arg})"
+  inner = ",\n".join(pretty(s, indent + 2) for s in u.src)
+  return f"{head}, (\n{inner},\n{pad}){arg}, dtype={u.dtype!r})"
+
+
+INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&",
+         Ops.OR: "|", Ops.XOR: "^"}
+
+
+def render_expr(u: UOp, names: dict[UOp, str]) -> str:
+  if u in names: return names[u]
+  if u.op is Ops.CONST: return repr(u.arg)
+  if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
+  if u.op in INFIX: return f"({render_expr(u.src[0], names)}{INFIX[u.op]}{render_expr(u.src[1], names)})"
+  if u.op is Ops.MAX: return f"max({render_expr(u.src[0], names)}, {render_expr(u.src[1], names)})"
+  if u.op is Ops.WHERE: return f"({render_expr(u.src[1], names)} if {render_expr(u.src[0], names)} else {render_expr(u.src[2], names)})"
+  return f"{u.op.name.lower()}({', '.join(render_expr(s, names) for s in u.src)})"
+
+
+# ---- rewriting ----
+class Pat:
+  """A pattern over UOps. Pat(Ops.ADD, (Pat.var("x"), Pat.cvar("c"))) matches x + c and binds x and c."""
+
+  def __init__(self, op: Ops | set[Ops] | None = None, src: tuple[Pat, ...] | None = None, name: str | None = None,
+               arg: Any = None, dtype_kind: str | None = None):
+    self.ops = None if op is None else ({op} if isinstance(op, Ops) else set(op))
+    self.src, self.name, self.arg, self.dtype_kind = src, name, arg, dtype_kind
+
+  @staticmethod
+  def var(name: str, dtype_kind: str | None = None) -> Pat: return Pat(name=name, dtype_kind=dtype_kind)
+  @staticmethod
+  def cvar(name: str, value: Any = None) -> Pat: return Pat(Ops.CONST, name=name, arg=value)
+
+  def match(self, u: UOp, env: dict[str, UOp]) -> bool:
+    if self.ops is not None and u.op not in self.ops: return False
+    if self.arg is not None and u.arg != self.arg: return False
+    if self.dtype_kind is not None and u.dtype.kind not in self.dtype_kind: return False
+    if self.name is not None:
+      if self.name in env and env[self.name] is not u: return False
+      env[self.name] = u
+    if self.src is None: return True
+    if len(self.src) != len(u.src): return False
+    return all(p.match(s, env) for p, s in zip(self.src, u.src))
+
+
+Rule = tuple[Pat, Callable[..., "UOp | None"]]
+
+
+def rewrite_once(u: UOp, rules: list[Rule]) -> UOp | None:
+  for pat, fn in rules:
+    env: dict[str, UOp] = {}
+    if pat.match(u, env) and (r := fn(**env)) is not None and r is not u: return r
+  return None
+
+
+def graph_rewrite(root: UOp, rules: list[Rule], memo: dict[UOp, UOp] | None = None) -> UOp:
+  """Rewrite bottom-up: sources first, then the node itself until no rule applies."""
+  memo = {} if memo is None else memo
+  for u in root.toposort():
+    if u in memo: continue
+    new = u.replace(src=tuple(memo[s] for s in u.src)) if u.src else u
+    # a rule's result may hold new nodes: rewrite it the same way (its result is then a fixed point)
+    if (r := rewrite_once(new, rules)) is not None: new = graph_rewrite(r, rules, memo)
+    memo[u] = new
+  return memo[root]
+
+
+def is_inf(x) -> bool: return isinstance(x, float) and math.isinf(x)
