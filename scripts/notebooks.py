@@ -1,0 +1,77 @@
+"""Build and check the course notebooks.
+
+Every notebook has a text source next to it: chapters/ch03_the_uop.py (jupytext percent format) is
+what authors edit; chapters/ch03_the_uop.ipynb is generated from it, executed, normalised and
+committed with its outputs, because nbval compares a notebook against its own stored outputs.
+
+  python scripts/notebooks.py build [files...]   # .py -> .ipynb, execute top to bottom, normalise
+  python scripts/notebooks.py check [files...]   # each .ipynb matches its .py and is executed and normalised
+"""
+from __future__ import annotations
+import os, subprocess, sys, time
+from pathlib import Path
+import jupytext, nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("chapters", "solutions")
+STRIP = ["--keep-output", "--keep-count"]
+# the same environment for building and for nbval, so tracebacks and warnings read the same
+KERNEL_ENV = {"IPYKERNEL_CELL_NAME": "<IPY-INPUT>", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
+def sources(args: list[str]) -> list[Path]:
+  if args: return [Path(a).resolve().with_suffix(".py") for a in args]
+  return sorted(p for f in FOLDERS for p in (ROOT / f).glob("*.py") if p.with_suffix(".ipynb").exists() or _is_notebook_source(p))
+
+
+def _is_notebook_source(p: Path) -> bool:
+  head = p.read_text().splitlines()[:8]
+  return any("jupytext" in line for line in head)
+
+
+def strip(ipynb: Path, verify: bool = False) -> bool:
+  """nbstripout --keep-output --keep-count: drop metadata that changes from run to run, keep outputs and counts."""
+  cmd = [sys.executable, "-m", "nbstripout", *STRIP, *(["--verify"] if verify else []), str(ipynb)]
+  return subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+
+
+def build(py: Path) -> None:
+  nb = jupytext.read(py)
+  nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+  os.environ.update(KERNEL_ENV)
+  t0 = time.perf_counter()
+  NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+  nb.metadata.pop("widgets", None)
+  out = py.with_suffix(".ipynb")
+  nbformat.write(nb, out)
+  if not strip(out): raise SystemExit(f"nbstripout failed on {out}")
+  print(f"built {out.relative_to(ROOT)} in {time.perf_counter() - t0:.1f} s")
+
+
+def cells(nb) -> list[tuple[str, str, list[str]]]:
+  return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def check(py: Path) -> list[str]:
+  ipynb, problems = py.with_suffix(".ipynb"), []
+  name = ipynb.relative_to(ROOT)
+  if not ipynb.exists(): return [f"{name}: missing (run `make notebooks`)"]
+  nb, src = nbformat.read(ipynb, as_version=4), jupytext.read(py)
+  if cells(nb) != cells(src): problems.append(f"{name}: cells differ from {py.name} (edit the .py, then `make notebooks`)")
+  for k, c in enumerate(nb.cells):
+    if c.cell_type == "code" and c.source.strip() and c.execution_count is None:
+      problems.append(f"{name}: code cell {k} was never executed (execution_count is null)")
+  if not strip(ipynb, verify=True): problems.append(f"{name}: not normalised (nbstripout {' '.join(STRIP)} would change it)")
+  return problems
+
+
+if __name__ == "__main__":
+  if len(sys.argv) < 2 or sys.argv[1] not in ("build", "check"): raise SystemExit(__doc__)
+  files = sources(sys.argv[2:])
+  if sys.argv[1] == "build":
+    for f in files: build(f)
+  else:
+    problems = [p for f in files for p in check(f)]
+    print("\n".join(problems) if problems else f"{len(files)} notebooks in sync, executed and normalised")
+    raise SystemExit(1 if problems else 0)
