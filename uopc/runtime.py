@@ -122,9 +122,10 @@ class Program:
     self.ffi.cdef(f"void {name}({decl});")
     try: self.lib = self.ffi.dlopen(str(self.path))
     except OSError:
-      # a damaged entry whose checksum file was damaged the same way: rebuild once under a fresh name
-      self.path = self.path.with_name(f"{name}-{key}-{os.getpid()}.so")
-      _build(full, self.path, cc, self.flags)
+      # a damaged entry whose checksum file was damaged the same way: rebuild it in place, once (dlopen failed,
+      # so this process has not mapped that path)
+      with _build_lock: _build(full, self.path, cc, self.flags)
+      self.cached = False
       self.lib = self.ffi.dlopen(str(self.path))
     self.fn = getattr(self.lib, name)
 

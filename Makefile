@@ -1,0 +1,65 @@
+# uopc: every target works from a fresh clone; `make setup` runs first where it is needed.
+#   make demo         set up, then run the book's main example
+#   make test         set up, then ruff, pytest, strict nbval, notebook format check, assignments check
+#   make notebooks    re-execute chapters/ and solutions/ in place (from their .py sources) and normalise them
+#   make outputs      rebuild outputs/ (scripts/outputs.py)
+#   make assignments  regenerate assignments/ from solutions/
+#   make grade NB=assignments/X.ipynb   grade a student's notebook (scripts/grade.py)
+#   make clean        remove the virtual environment, caches and build folders (never a committed file)
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# touched after a successful install: pip runs again only when pyproject.toml is newer
+STAMP := $(VENV)/.installed-stamp
+# nbval runs on the notebooks that exist; the sanitize file masks timings, addresses and per-process paths
+NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
+
+.PHONY: setup demo test notebooks outputs assignments grade clean
+
+setup: $(STAMP)
+	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
+	@$(PY) -c "import matplotlib.pyplot"
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	@if [ -f examples/flash_attention.py ]; then $(PY) examples/flash_attention.py 1024 64; \
+	else $(PY) examples/ch02_program.py; fi
+
+test: setup
+	$(VENV)/bin/ruff check .
+	@# libgomp is not fork-safe and two xdist workers share 2 cores: one OpenMP thread per test process
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider tests/
+	@if [ -n "$(NOTEBOOKS)" ]; then \
+	  echo "IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)"; \
+	  IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS); \
+	else echo "no notebooks in chapters/ or solutions/: nbval skipped"; fi
+	$(PY) scripts/notebooks.py check
+	$(PY) scripts/assignments.py --check
+
+notebooks: setup
+	$(PY) scripts/notebooks.py build
+
+outputs: setup
+	@if [ -f scripts/outputs.py ]; then $(PY) scripts/outputs.py; \
+	else echo "nothing to rebuild yet: scripts/outputs.py does not exist"; fi
+
+assignments: setup
+	$(PY) scripts/assignments.py
+
+grade: setup
+	@if [ ! -f scripts/grade.py ]; then echo "no grader yet: scripts/grade.py does not exist"; \
+	elif [ -z "$(NB)" ]; then echo "usage: make grade NB=assignments/<notebook>.ipynb"; exit 2; \
+	else $(PY) scripts/grade.py $(NB); fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints -o -name '*.egg-info' \) \
+	  -type d -prune -exec rm -rf {} +
