@@ -40,6 +40,16 @@ C_ALU = {
 
 def render_c(sink: UOp, name: str) -> str:
   """C source of `void name(data0, data1, ...)` computing the loop program under sink."""
+  return render(sink, name)[0]
+
+
+def count_flops(sink: UOp) -> int:
+  """Floating-point ALU ops the program executes: each op counted once per trip of the loop it is written in."""
+  return render(sink, "flops")[1]
+
+
+def render(sink: UOp, name: str) -> tuple[str, int]:
+  """The C source, and the float ops it executes (an inlined op runs where its user is written)."""
   lines = linearize(sink)
   topo = sink.toposort()
   uses: dict[UOp, int] = {}
@@ -62,6 +72,8 @@ def render_c(sink: UOp, name: str) -> str:
   params = ", ".join(f"{u.arg.dtype.c}* restrict data{s}" for s, u in buffers)
   out = [f"void {name}({params}) {{"]
   names: dict[UOp, str] = {}
+  ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
+  trips, flops = [1], 0
   depth, counter = 1, [0]
   def emit(text: str): out.append("  " * depth + text)
   def new_name(prefix: str) -> str:
@@ -85,9 +97,10 @@ def render_c(sink: UOp, name: str) -> str:
       if u.arg[1] is AxisType.THREAD: emit("#pragma omp parallel for")
       emit(f"for (int {names[u]} = 0; {names[u]} < {names[u.src[0]]}; {names[u]}++) {{")
       depth += 1
+      trips.append(trips[-1] * (u.src[0].arg if u.src[0].op is Ops.CONST else 1))
       continue
     if ln.kind == "close":
-      depth -= 1; emit("}")
+      depth -= 1; emit("}"); trips.pop()
       continue
     if u.op is Ops.ALLOC:
       if decl_at[u] is u: declare(u)
@@ -102,16 +115,19 @@ def render_c(sink: UOp, name: str) -> str:
       emit(f"{u.dtype.c} {names[u]} = {names[u.src[0]]};")
     elif u.op is Ops.STORE:
       emit(f"{names[u.src[0]]} = {names[u.src[1]]};")
+      flops += ops_in.get(u.src[1], 0) * trips[-1]
     elif u.op in ALU:
       expr = C_ALU[u.op](u.dtype, *[names[s] for s in u.src])
+      ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) + sum(ops_in.get(s, 0) for s in u.src)
       if uses.get(u, 0) > 1:
         names[u] = new_name("alu")
         emit(f"{u.dtype.c} {names[u]} = {expr};")
+        flops += ops_in.pop(u) * trips[-1]
       else: names[u] = expr
     elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
     else: raise NotImplementedError(f"render_c: {u.op} has no C form (is this a tensor-level op in a loop program?)")
   out.append("}")
-  return "\n".join(out)
+  return "\n".join(out), flops
 
 
 def base_alloc(u: UOp) -> UOp | None:

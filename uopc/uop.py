@@ -17,7 +17,7 @@ class Ops(Enum):
   # graph roots and leaves
   SINK = auto(); CONST = auto(); BUFFER = auto()
   # tensor level: movement, reductions, kernel boundaries
-  RESHAPE = auto(); EXPAND = auto(); PERMUTE = auto(); SHRINK = auto()
+  RESHAPE = auto(); EXPAND = auto(); PERMUTE = auto(); SHRINK = auto(); PAD = auto()
   REDUCE = auto(); STAGE = auto(); STACK = auto(); DETACH = auto()
   # loop level: memory and loops
   ALLOC = auto(); INDEX = auto(); LOAD = auto(); STORE = auto(); AFTER = auto(); RANGE = auto(); END = auto()
@@ -35,7 +35,7 @@ class Ops(Enum):
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIP, Ops.SIN, Ops.CAST}
 BINARY = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
 ALU = UNARY | BINARY | {Ops.WHERE}
-MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
+MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.PAD}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
 COMPARISON = {Ops.CMPLT, Ops.CMPNE}
 
@@ -114,6 +114,8 @@ class UOp(metaclass=_UOpMeta):
   @staticmethod
   def const(v, dtype: DType | None = None) -> UOp:
     dtype = dtype or dtypes.from_py(v)
+    if not dtype.is_float and isinstance(v, float) and not v.is_integer():
+      raise TypeError(f"the constant {v!r} is not a whole number, so it cannot be a {dtype}")
     if dtype.is_float: v = float(v)
     elif dtype is dtypes.bool: v = bool(v)
     else: v = int(v)
@@ -198,12 +200,34 @@ class UOp(metaclass=_UOpMeta):
       if r.op is not Ops.RANGE: raise TypeError(f"end() takes RANGEs, got {r.op}")
     return UOp(Ops.END, (self, *ranges)) if ranges else self
 
+  # ---- tensor-level shape ----
+  @property
+  def shape(self) -> tuple[int, ...]:
+    """The shape of a tensor-level node (loop-level nodes are scalars: ())."""
+    if "_shape" not in self.__dict__: self.__dict__["_shape"] = _shape(self)
+    return self.__dict__["_shape"]
+
   # ---- printing ----
   def __repr__(self) -> str: return pretty(self)
 
   def render(self, names: dict[UOp, str] | None = None) -> str:
     """An infix form of an index or scalar expression, e.g. ((i*512)+j)."""
     return render_expr(self, names or {})
+
+
+def _shape(u: UOp) -> tuple[int, ...]:
+  op = u.op
+  if op is Ops.BUFFER: return tuple(u.arg.shape)
+  if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
+  if op is Ops.PERMUTE: return tuple(u.src[0].shape[p] for p in u.arg)
+  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.PAD: return tuple(s + lo + hi for s, (lo, hi) in zip(u.src[0].shape, u.arg))
+  if op is Ops.REDUCE: return u.src[0].shape[:len(u.src[0].shape) - u.arg[1]]
+  if op is Ops.STACK: return (len(u.src),) + u.src[0].shape
+  if op is Ops.INDEX and u.src[0].op not in (Ops.BUFFER, Ops.ALLOC, Ops.AFTER): return u.src[0].shape[len(u.src) - 1:]
+  if op in ALU: return u.src[-1].shape if op is Ops.WHERE else u.src[0].shape
+  if op in (Ops.STAGE, Ops.DETACH): return u.src[0].shape
+  return ()
 
 
 def range_(n: int | UOp, id: int, axis_type: AxisType = AxisType.LOOP) -> UOp:

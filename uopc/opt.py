@@ -1,0 +1,61 @@
+"""Optimizers: how a kernel's loops are shaped (Opts), and the layout pass that runs before kernelizing.
+
+An optimizer is any object with two functions, `layout(roots) -> roots` and `lower(body, out) -> loop
+program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11) is another one.
+"""
+from __future__ import annotations
+from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
+from uopc.rangeify import lower, rangeify, Ctx, Opts
+from uopc.symbolic import simplify
+from uopc.symbolic import linear_form
+
+
+def reduce_axis_stride(view: UOp) -> int | None:
+  """The memory stride of view's last axis, if view is movement ops over one BUFFER (None otherwise)."""
+  base = view
+  while base.op in MOVEMENT: base = base.src[0]
+  if base.op is not Ops.BUFFER or not view.shape: return None
+  idx = tuple(range_(s, 100 + k) for k, s in enumerate(view.shape))   # scratch loop variables, never rendered
+  addr = rangeify(view, idx, Ctx()).src[0].src[1]                       # LOAD(INDEX(buf, addr)) -> addr
+  terms, _ = linear_form(simplify(addr))
+  if view.shape[-1] == 1: return 1
+  return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None
+
+
+def layout_pass(roots: list[UOp]) -> list[UOp]:
+  """Copy an operand whose reduce axis is not contiguous in memory (V in P V), so the reduce reads it with stride 1."""
+  todo: set[UOp] = set()
+  for u in UOp(Ops.SINK, tuple(roots)).toposort():
+    if u.op is not Ops.REDUCE or u.arg[1] != 1: continue
+    stack, seen = [u.src[0]], set()
+    while stack:
+      x = stack.pop()
+      if x in seen: continue
+      seen.add(x)
+      if x.op in ALU: stack.extend(x.src)
+      elif x.op is Ops.EXPAND:
+        view = x.src[0]
+        stride = reduce_axis_stride(view)
+        if stride is not None and stride not in (0, 1): todo.add(view)
+  return UOp.wrap(roots, todo, lambda n: UOp(Ops.STAGE, (n,))) if todo else roots
+
+
+def default_opts(body: UOp) -> Opts:
+  """The default heuristic. A reduce kernel gets a register tile: its last two output axes upcast by 4 (each loaded
+  value then feeds up to 16 accumulators). Every kernel splits its first long axis across threads."""
+  shape = body.shape
+  upcast = {}
+  if body.op is Ops.REDUCE:
+    for k in range(max(0, len(shape) - 2), len(shape)):
+      if shape[k] % 4 == 0 and shape[k] >= 8: upcast[k] = 4
+  thread = next((k for k, s in enumerate(shape) if s // upcast.get(k, 1) > 1), None)
+  return Opts(upcast=upcast, thread=thread)
+
+
+class DefaultOpt:
+  """The optimizer Tensor.opt starts with: the layout pass, then the default opts per kernel."""
+  layout = staticmethod(layout_pass)
+
+  @staticmethod
+  def lower(body: UOp, out: UOp) -> UOp:
+    return lower(body, out, Ctx(opts=default_opts(body)))
