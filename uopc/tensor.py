@@ -5,16 +5,17 @@
   out.numpy()                                                      # make_plan, compile, run
 """
 from __future__ import annotations
-import math
+import math, weakref
 from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, np_dtype
 from uopc.helpers import prod
-from uopc.kernelize import TensorData, realize
+from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
+_requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
 
 
 def _axis(axis: int, ndim: int) -> int:
@@ -49,7 +50,15 @@ class Tensor:
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array don't leak in
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
-    self.requires_grad, self.grad = requires_grad, None
+    self.grad, self.lazy = None, None
+    self.requires_grad = requires_grad
+
+  @property
+  def requires_grad(self) -> bool: return self in _requires_grad
+  @requires_grad.setter
+  def requires_grad(self, v: bool) -> None:
+    if v: _requires_grad.add(self)
+    else: _requires_grad.discard(self)
 
   # ---- properties ----
   @property
@@ -63,7 +72,9 @@ class Tensor:
 
   # ---- running ----
   def realize(self) -> Tensor:
+    if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
     (out,) = realize([self.uop], Tensor.fuse_reduce, Tensor.opt)
+    self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
     buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
     self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)
     return self
@@ -288,6 +299,12 @@ class Tensor:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
     from uopc.autograd import backward
     backward(self)
+
+
+def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
+  """d f / d w for every w in wrt, as lazy Tensors (see uopc.autograd)."""
+  from uopc.autograd import gradient as _gradient
+  return _gradient(f, wrt)
 
 
 def _shape_arg(shape) -> tuple[int, ...]:

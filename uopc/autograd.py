@@ -1,0 +1,97 @@
+"""Reverse-mode autograd over the tensor graph, as a table of derivative rules.
+
+Each rule takes the node (as Tensors: out, its sources) and the gradient flowing into it, and
+returns one gradient per source (None where none flows). gradient() walks the graph backwards
+and sums what reaches each node. The result is another lazy Tensor graph: it fuses and kernelizes
+like any other.
+"""
+from __future__ import annotations
+import math
+from typing import Callable
+from uopc.uop import UOp, Ops
+from uopc.tensor import Tensor, LN2
+
+
+def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+  """The gradient of an EXPAND: sum over the axes that were broadcast."""
+  axes = tuple(k for k, (a, b) in enumerate(zip(shape, g.shape)) if a != b)
+  return g.sum(axes, keepdim=True).reshape(shape) if axes else g
+
+
+def _reduce_grad(out: Tensor, x: Tensor, g: Tensor, rop: Ops, n: int) -> Tensor:
+  kept = x.shape[:x.ndim - n]
+  g_full = g.reshape(kept + (1,) * n).expand(x.shape)
+  if rop is Ops.ADD: return g_full
+  # MAX: the gradient goes to the maxima, shared equally between ties
+  hit = x.eq(out.reshape(kept + (1,) * n).expand(x.shape)).cast(x.dtype)
+  count = hit.sum(tuple(range(x.ndim - n, x.ndim)), keepdim=True).expand(x.shape)
+  return g_full * hit / count
+
+
+def _max_grad(a: Tensor, b: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+  tie = a.eq(b).where(g * 0.5, 0.0)
+  return (b < a).where(g, tie), (a < b).where(g, tie)
+
+
+def _inverse(order: tuple[int, ...]) -> list[int]:
+  inv = [0] * len(order)
+  for k, p in enumerate(order): inv[p] = k
+  return inv
+
+
+# op -> rule(out, srcs, g, arg) -> one gradient per source
+Rule = Callable[[Tensor, list[Tensor], Tensor, object], tuple]
+DERIVATIVES: dict[Ops, Rule] = {
+  Ops.ADD: lambda out, s, g, arg: (g, g),                                   # d(a+b) = da + db
+  Ops.MUL: lambda out, s, g, arg: (g * s[1], g * s[0]),                     # d(ab) = b da + a db
+  Ops.RECIP: lambda out, s, g, arg: (-g * out * out,),                      # d(1/x) = -1/x^2 dx
+  Ops.EXP2: lambda out, s, g, arg: (g * out * LN2,),                        # d(2^x) = 2^x ln2 dx
+  Ops.LOG2: lambda out, s, g, arg: (g / (s[0] * LN2),),                     # d(log2 x) = dx / (x ln2)
+  Ops.SQRT: lambda out, s, g, arg: (g / (out * 2),),                        # d(sqrt x) = dx / (2 sqrt x)
+  Ops.SIN: lambda out, s, g, arg: (g * (s[0] + math.pi / 2).sin(),),        # d(sin x) = cos x dx
+  Ops.MAX: lambda out, s, g, arg: _max_grad(s[0], s[1], g),
+  Ops.WHERE: lambda out, s, g, arg: (None, s[0].where(g, 0.0), s[0].where(0.0, g)),
+  Ops.CAST: lambda out, s, g, arg: (g.cast(s[0].dtype),),
+  Ops.RESHAPE: lambda out, s, g, arg: (g.reshape(s[0].shape),),
+  Ops.EXPAND: lambda out, s, g, arg: (_unexpand(g, s[0].shape),),
+  Ops.PERMUTE: lambda out, s, g, arg: (g.permute(_inverse(arg)),),
+  Ops.SHRINK: lambda out, s, g, arg: (g.pad([(b, n - e) for (b, e), n in zip(arg, s[0].shape)]),),
+  Ops.PAD: lambda out, s, g, arg: (g.shrink([(lo, lo + n) for (lo, _), n in zip(arg, s[0].shape)]),),
+  Ops.REDUCE: lambda out, s, g, arg: (_reduce_grad(out, s[0], g, *arg),),
+  Ops.STACK: lambda out, s, g, arg: tuple(g[k] for k in range(len(s))),
+  Ops.STAGE: lambda out, s, g, arg: (g,),
+  Ops.DETACH: lambda out, s, g, arg: (None,),
+}
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD, Ops.CONST, Ops.BUFFER}
+
+
+def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[Tensor]:
+  """d f / d w for each w in wrt (f a scalar, or give seed: the gradient flowing into f)."""
+  if seed is None:
+    if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
+    seed = f.const_like(1.0)
+  if f.lazy is not None: f = Tensor(f.lazy)   # f was realized: differentiate the graph that computed it
+  targets = {w.uop for w in wrt}
+  topo = f.uop.toposort()
+  # only nodes on a path to a target need a gradient
+  needed: set[UOp] = set()
+  for u in topo:
+    if u in targets or any(s in needed for s in u.src): needed.add(u)
+  grads: dict[UOp, Tensor] = {f.uop: seed}
+  for u in reversed(topo):
+    if u not in grads or u in targets or u.op in NO_GRADIENT or not any(s in needed for s in u.src): continue
+    if u.op not in DERIVATIVES: raise NotImplementedError(f"gradient: no derivative rule for {u.op}")
+    srcs = [Tensor(s) for s in u.src]
+    for s, gs in zip(u.src, DERIVATIVES[u.op](Tensor(u), srcs, grads[u], u.arg)):
+      if gs is None or s not in needed: continue
+      grads[s] = grads[s] + gs if s in grads else gs
+  return [grads[w.uop] if w.uop in grads else w.const_like(0.0) for w in wrt]
+
+
+def backward(loss: Tensor) -> None:
+  """loss.backward(): set .grad on every tensor with requires_grad that loss depends on."""
+  from uopc.tensor import _requires_grad
+  graph = set((loss.lazy or loss.uop).toposort())
+  leaves = [t for t in list(_requires_grad) if t.uop in graph]
+  for t, g in zip(leaves, gradient(loss, leaves)):
+    t.grad = g if t.grad is None else t.grad + g
