@@ -50,5 +50,6 @@ def np_dtype(d: DType) -> np.dtype:
 
 def from_np(d) -> DType:
   d = np.dtype(d)
-  if d not in _FROM_NP: raise TypeError(f"NumPy dtype {d} is not supported, use one of {sorted(str(k) for k in _FROM_NP)}")
+  if d not in _FROM_NP:
+    raise TypeError(f"NumPy dtype {d} is not supported, use one of {sorted(str(k) for k in _FROM_NP)}")
   return _FROM_NP[d]

@@ -1,6 +1,11 @@
 """Small helpers every module uses: environment switches (DEBUG), prod, and a best-of-k timer."""
 from __future__ import annotations
-import contextlib, functools, math, operator, os, time
+import contextlib
+import functools
+import math
+import operator
+import os
+import time
 from typing import Any, Callable, Iterable
 
 

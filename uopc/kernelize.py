@@ -11,7 +11,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite
 from uopc.dtype import DType, np_dtype
 from uopc.helpers import DEBUG, prod
-from uopc.rangeify import lower
+from uopc.rangeify import lower, Ctx
 from uopc.render_c import render
 from uopc.runtime import Program
 
@@ -44,6 +44,7 @@ class Kernel:
   src: str
   ast: UOp                      # the loop program
   body: UOp                     # the tensor-level body it computes
+  recompute: dict[UOp, float] = field(default_factory=dict)   # fused REDUCE -> evaluations per element it has
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Plan:
   notes: list[str] = field(default_factory=list)   # why each cut was made (see explain)
 
   def explain(self) -> str:
+    """Why the graph was cut where it was, and what each fused reduction costs."""
     return "\n".join(self.notes)
 
 
@@ -142,11 +144,13 @@ def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> Plan:
 
 
 def _make_plan(roots: list[UOp], fuse_reduce: bool, opt) -> Plan:
-  notes = []
   roots = [graph_rewrite(r, strip_detach) for r in roots]
+  staged = _stages(roots)
   # fuse_reduce asks for "never write the big intermediate", so don't stage broadcasts either
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
+  by_broadcast = _stages(roots) - staged
   if opt is not None: roots = opt.layout(roots)
+  by_layout = _stages(roots) - staged - by_broadcast
   points = _materialize_points(roots, fuse_reduce)
   # where each point's value lives: an output if it is a root, else a temporary
   home: dict[UOp, UOp] = {}
@@ -171,7 +175,49 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt) -> Plan:
     # every other point is read back from its buffer, viewed in the point's shape
     body = substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p})
     kernels.append(_make_kernel(body, home[p], opt))
+  notes = [f"{k.name:<16s} {_why(p, roots, by_broadcast, by_layout)}{_recompute_note(k)}"
+           for p, k in zip(points, kernels)]
+  notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
+  if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
   return Plan(kernels, temps, outs, notes=notes)
+
+
+def _stages(roots: list[UOp]) -> set[UOp]:
+  return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+
+
+def _why(p: UOp, roots: list[UOp], by_broadcast: set[UOp], by_layout: set[UOp]) -> str:
+  """The rule that made p a materialization point."""
+  if p in roots: return "root: an output of the graph"
+  if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
+  if p in by_broadcast:
+    factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
+    return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
+  if p in by_layout: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
+  return "STAGE: asked for (contiguous())"
+
+
+def _users(roots: list[UOp], p: UOp) -> list[UOp]:
+  """The EXPANDs whose source is p, through movement ops."""
+  from uopc.uop import MOVEMENT
+  out = []
+  for u in UOp(Ops.SINK, tuple(roots)).toposort():
+    if u.op is not Ops.EXPAND: continue
+    b = u.src[0]
+    while b.op in MOVEMENT and b is not p: b = b.src[0]
+    if b is p: out.append(u)
+  return out
+
+
+def _layout_stride(p: UOp) -> int | None:
+  from uopc.opt import reduce_axis_stride
+  return reduce_axis_stride(p.src[0])
+
+
+def _recompute_note(k: Kernel) -> str:
+  if not k.recompute: return ""
+  parts = [f"{u.arg[0].name.lower()}{list(u.shape)} x{n:g}" for u, n in k.recompute.items()]
+  return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
 
 
 def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
@@ -184,10 +230,25 @@ def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
   local = substitute(body, mapping)
   out = UOp(Ops.BUFFER, (), ParamArg(len(args), out_buf.dtype, out_buf.arg.shape))
   args.append((out_buf.arg.kind, out_buf.arg.n))
+  before = Ctx.latest
   ast = opt.lower(local, out) if opt is not None else lower(local, out)
   name = kernel_name(body)
-  src, flops = render(ast, name)
-  return Kernel(name, Program(src, name), args, flops, src, ast, body)
+  r = render(ast, name)
+  kernel = Kernel(name, Program(r.src, name), args, r.flops, r.src, ast, body)
+  if Ctx.latest is not before and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
+    kernel.recompute = _evaluations(Ctx.latest, r.acc_trips, local, body)
+  return kernel
+
+
+def _evaluations(ctx: Ctx, acc_trips: dict[int, int], local: UOp, body: UOp) -> dict[UOp, float]:
+  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute)."""
+  from uopc.render_c import base_alloc
+  total: dict[UOp, int] = {}
+  for (u, _), val in ctx.memo.items():
+    if u.op is not Ops.REDUCE or u is local or val.op is not Ops.LOAD: continue
+    a = base_alloc(val.src[0].src[0])
+    if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
+  return {u: n / prod(u.shape) for u, n in total.items()}
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> list[np.ndarray]:
@@ -213,5 +274,6 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> list[np.nd
         line += f"   again {again * 1e3:8.3f} ms"
       print(line)
   t2 = time.perf_counter()
-  if DEBUG >= 2: print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+  if DEBUG >= 2:
+    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
   return outs

@@ -65,7 +65,8 @@ def loop_nesting(topo: list[UOp], rng: dict[UOp, frozenset[UOp]]) -> dict[UOp, l
   nest = {r: sorted(full[r], key=lambda p: len(full[p])) for r in ranges}
   for r, chain in nest.items():
     for a, b in zip(chain, chain[1:]):
-      if a not in full[b]: raise LinearizeError(f"loops {rname(a)} and {rname(b)} both enclose {rname(r)} but not each other")
+      if a not in full[b]:
+        raise LinearizeError(f"loops {rname(a)} and {rname(b)} both enclose {rname(r)} but not each other")
   return nest
 
 
@@ -142,6 +143,6 @@ def linearize(sink: UOp) -> list[Line]:
       for v in users.get(it, ()):
         waiting[v].discard(it)
         if not waiting[v]: heapq.heappush(ready, (key(v), id(v), v))
-    if done != len(todo): raise LinearizeError("the loop program has a cycle between loops (a value used before its loop ends)")
+    if done != len(todo): raise LinearizeError("the loop program has a cycle (a value used before its loop ends)")
   emit(None)
   return lines

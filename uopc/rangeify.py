@@ -5,8 +5,10 @@ Movement ops only change the index, ALU ops apply to values, and a REDUCE become
 feeds an accumulator, placed inside exactly the loops its output index uses.
 """
 from __future__ import annotations
-import itertools, math
+import itertools
+import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink
 from uopc.dtype import DType
 from uopc.symbolic import simplify, ranges_in   # noqa: F401  (module attribute: scripts patch uopc.rangeify.simplify)
@@ -34,6 +36,9 @@ class Ctx:
   reduce_ranges: dict = field(default_factory=dict)
   next_range: int = 0
   next_slot: int = 0
+  latest: ClassVar[Ctx | None] = None   # the last lowering's context, read by Plan.explain
+
+  def __post_init__(self): Ctx.latest = self
 
   def range(self, n: int, axis_type: AxisType) -> UOp:
     r = UOp(Ops.RANGE, (UOp.const(n),), (self.next_range, axis_type))

@@ -5,6 +5,7 @@ variables ridx{id}; an ALU result used once is written inline. Same graph, same 
 """
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 from uopc.uop import UOp, Ops, AxisType, ALU
 from uopc.dtype import DType
 from uopc.linearize import linearize, rname
@@ -38,18 +39,25 @@ C_ALU = {
 }
 
 
+@dataclass
+class Rendered:
+  src: str
+  flops: int                    # float ops executed: an inlined op runs where its user is written
+  acc_trips: dict[int, int]     # ALLOC slot -> how many times its declaration runs (trips of the loops around it)
+
+
 def render_c(sink: UOp, name: str) -> str:
   """C source of `void name(data0, data1, ...)` computing the loop program under sink."""
-  return render(sink, name)[0]
+  return render(sink, name).src
 
 
 def count_flops(sink: UOp) -> int:
   """Floating-point ALU ops the program executes: each op counted once per trip of the loop it is written in."""
-  return render(sink, "flops")[1]
+  return render(sink, "flops").flops
 
 
-def render(sink: UOp, name: str) -> tuple[str, int]:
-  """The C source, and the float ops it executes (an inlined op runs where its user is written)."""
+def render(sink: UOp, name: str) -> Rendered:
+  """The C source of the program, with what it costs."""
   lines = linearize(sink)
   topo = sink.toposort()
   uses: dict[UOp, int] = {}
@@ -80,9 +88,12 @@ def render(sink: UOp, name: str) -> tuple[str, int]:
     counter[0] += 1
     return f"{prefix}{counter[0]}"
   # a one-element ALLOC only ever read at [0] is a plain local variable (a register), anything else an array
-  indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not (u.src[1].op is Ops.CONST and u.src[1].arg == 0)}
+  at_zero = lambda i: i.op is Ops.CONST and i.arg == 0
+  indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not at_zero(u.src[1])}
   scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed}
+  acc_trips: dict[int, int] = {}
   def declare(a: UOp) -> None:
+    acc_trips[a.arg.slot] = trips[-1]
     emit(f"{a.arg.dtype.c} acc{a.arg.slot};" if a in scalar else f"{a.arg.dtype.c} acc{a.arg.slot}[{a.arg.size}];")
 
   for u in topo:   # leaves every line may refer to
@@ -127,7 +138,7 @@ def render(sink: UOp, name: str) -> tuple[str, int]:
     elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
     else: raise NotImplementedError(f"render_c: {u.op} has no C form (is this a tensor-level op in a loop program?)")
   out.append("}")
-  return "\n".join(out), flops
+  return Rendered("\n".join(out), flops, acc_trips)
 
 
 def base_alloc(u: UOp) -> UOp | None:

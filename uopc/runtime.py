@@ -4,7 +4,15 @@
   prg(a, b, out)                  # arrays are passed by pointer, never copied; checked before any C runs
 """
 from __future__ import annotations
-import hashlib, os, platform, re, shutil, subprocess, tempfile, threading, time
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
 import numpy as np
 import cffi
@@ -15,8 +23,8 @@ PRELUDE = "#include <math.h>\n#include <stdbool.h>\n"
 
 # C parameter types a kernel may take, and what a caller must pass for each
 C_TO_NP = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64, "long long": np.int64,
-           "int32_t": np.int32, "int64_t": np.int64, "_Float16": np.float16, "unsigned char": np.uint8, "bool": np.bool_,
-           "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32}
+           "int32_t": np.int32, "int64_t": np.int64, "_Float16": np.float16, "unsigned char": np.uint8,
+           "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32}
 
 
 class CompileError(RuntimeError):
@@ -28,8 +36,8 @@ def numbered(src: str) -> str:
 
 
 def cache_dir() -> Path:
-  d = os.environ.get("UOPC_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "uopc")
-  return Path(d)
+  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d)
+  return Path(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))) / "uopc"
 
 
 def compiler() -> str: return os.environ.get("CC", "cc")
@@ -39,7 +47,8 @@ _version_cache: dict[str, str] = {}
 def compiler_version(cc: str) -> str:
   if cc not in _version_cache:
     try: out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e: raise CompileError(f"C compiler {cc!r} cannot be run: {e}") from e
+    except (OSError, subprocess.CalledProcessError) as e:
+      raise CompileError(f"C compiler {cc!r} cannot be run: {e}") from e
     _version_cache[cc] = out.splitlines()[0] if out else cc
   return _version_cache[cc]
 
@@ -129,26 +138,30 @@ class Program:
       self.lib = self.ffi.dlopen(str(self.path))
     self.fn = getattr(self.lib, name)
 
-  def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, {'cached' if self.cached else 'compiled'})"
+  def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, cached={self.cached})"
 
   def _convert(self, k: int, arg, param):
     base, is_ptr, is_const = param
     want = C_TO_NP[base]
     if is_ptr:
       if not isinstance(arg, np.ndarray):
-        raise TypeError(f"{self.name}: argument {k} must be a NumPy array of {np.dtype(want).name} ({base}*), got {type(arg).__name__}")
+        raise TypeError(f"{self.name}: argument {k} must be a NumPy array of {np.dtype(want).name} ({base}*), "
+                        f"got {type(arg).__name__}")
       if arg.dtype != want:
-        raise TypeError(f"{self.name}: argument {k} has dtype {arg.dtype}, the kernel expects {np.dtype(want).name} ({base}*)")
+        raise TypeError(f"{self.name}: argument {k} has dtype {arg.dtype}, "
+                        f"the kernel expects {np.dtype(want).name} ({base}*)")
       if not arg.flags.c_contiguous:
         raise ValueError(f"{self.name}: argument {k} (shape {arg.shape}, strides {arg.strides}) is not C-contiguous; "
                          "pass np.ascontiguousarray(x)")
       if not is_const and not arg.flags.writeable:
-        raise ValueError(f"{self.name}: argument {k} is read-only, but the kernel may write through {base}*; pass a copy")
+        raise ValueError(f"{self.name}: argument {k} is read-only, but the kernel may write through {base}*; "
+                         "pass a copy")
       return self.ffi.from_buffer(f"{base}[]", arg, require_writable=not is_const)
     if isinstance(arg, np.ndarray) and arg.ndim != 0:
       raise TypeError(f"{self.name}: argument {k} is a scalar {base}, got an array of shape {arg.shape}")
     if np.issubdtype(want, np.integer):
-      if isinstance(arg, (float, np.floating)): raise TypeError(f"{self.name}: argument {k} is an integer ({base}), got {arg!r}")
+      if isinstance(arg, (float, np.floating)):
+        raise TypeError(f"{self.name}: argument {k} is an integer ({base}), got {arg!r}")
       return int(arg)
     return float(arg)
 

@@ -7,11 +7,13 @@ Integer division and modulo follow C (truncation); the rules that move terms acr
 fire when the operands are known to be non-negative, where C and Python agree.
 """
 from __future__ import annotations
-import math, operator
+import math
+import operator
 from uopc.uop import UOp, Ops, Pat, Rule, graph_rewrite, ALU
 from uopc.dtype import dtypes
 
-INT_LIMITS = {dtypes.i32: (-2**31, 2**31 - 1), dtypes.i64: (-2**63, 2**63 - 1), dtypes.u8: (0, 255), dtypes.bool: (0, 1)}
+INT_LIMITS = {dtypes.i32: (-2**31, 2**31 - 1), dtypes.i64: (-2**63, 2**63 - 1), dtypes.u8: (0, 255),
+              dtypes.bool: (0, 1)}
 
 
 def ranges_in(*us: UOp) -> list[UOp]:
@@ -52,7 +54,9 @@ def _bounds(u: UOp) -> tuple[float, float]:
 
 
 # ---- evaluation (the reference every rule is tested against) ----
-def _cdiv(a, b): return int(a / b) if isinstance(a, float) or isinstance(b, float) else (abs(a) // abs(b)) * (1 if (a >= 0) == (b > 0) else -1)
+def _cdiv(a, b):
+  if isinstance(a, float) or isinstance(b, float): return int(a / b)
+  return (abs(a) // abs(b)) * (1 if (a >= 0) == (b > 0) else -1)   # C truncates toward zero
 def _cmod(a, b): return a - b * _cdiv(a, b)
 
 
@@ -175,7 +179,7 @@ symbolic_rules: list[Rule] = [
   (Pat({Ops.ADD, Ops.MUL}, name="x", dtype_kind="iu"), canonical_sum),                # (a+b)*4 + a -> a*5 + b*4
   (Pat(Ops.IDIV, (Pat.var("x", "iu"), c)), lambda x, c: simplify_idiv(x, c)),         # (a*n + b)//n -> a
   (Pat(Ops.MOD, (Pat.var("x", "iu"), c)), lambda x, c: simplify_mod(x, c)),           # (a*n + b)%n -> b
-  (Pat(Ops.CMPLT, (Pat.var("a", "iub"), Pat.var("b", "iub"))), lambda a, b: fold_by_bounds_lt(a, b)),  # ridx < 9999 -> True
+  (Pat(Ops.CMPLT, (Pat.var("a", "iub"), Pat.var("b", "iub"))), fold_by_bounds_lt),      # ridx < 9999 -> True
   (Pat(Ops.MAX, (Pat.var("a"), Pat.var("b"))), lambda a, b: fold_by_bounds_max(a, b)),  # max(ridx, 0) -> ridx
   (Pat(Ops.WHERE, (Pat.cvar("c"), y, z)), lambda c, y, z: y if c.arg else z),         # True ? y : z -> y
   (Pat(Ops.WHERE, (Pat.var("c"), y, y)), lambda c, y: y),                             # c ? y : y -> y

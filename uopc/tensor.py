@@ -5,7 +5,8 @@
   out.numpy()                                                      # make_plan, compile, run
 """
 from __future__ import annotations
-import math, weakref
+import math
+import weakref
 from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
@@ -19,7 +20,8 @@ _requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fi
 
 
 def _axis(axis: int, ndim: int) -> int:
-  if not -ndim <= axis < max(ndim, 1): raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+  if not -ndim <= axis < max(ndim, 1):
+    raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
   return axis % ndim if ndim else 0
 
 
@@ -30,7 +32,8 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for k in range(n):
     sizes = {p[k] for p in padded} - {1}
-    if len(sizes) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
+    if len(sizes) > 1:
+      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
     out.append(sizes.pop() if sizes else 1)
   return tuple(out)
 
@@ -47,7 +50,7 @@ class Tensor:
       elif arr.dtype == np.float64 and not isinstance(data, np.ndarray): arr = arr.astype(np.float32)   # Python floats
       elif arr.dtype == np.int64 and not isinstance(data, np.ndarray): arr = arr.astype(np.int32)
       dt = from_np(arr.dtype)
-      flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array don't leak in
+      flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
     self.grad, self.lazy = None, None
@@ -94,9 +97,9 @@ class Tensor:
     c = UOp.const(value, dtype)
     return Tensor(c).reshape((1,) * len(shape)).expand(tuple(shape)) if shape else Tensor(c)
   @staticmethod
-  def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0.0 if dtype.is_float else 0, dtype)
+  def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)
   @staticmethod
-  def ones(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 1.0 if dtype.is_float else 1, dtype)
+  def ones(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 1, dtype)
   @staticmethod
   def randn(*shape, seed: int = 0) -> Tensor:
     return Tensor(np.random.default_rng(seed).standard_normal(_shape_arg(shape)).astype(np.float32))
@@ -117,16 +120,18 @@ class Tensor:
     return self if tuple(shape) == self.shape else self._mv(Ops.RESHAPE, tuple(shape))
 
   def expand(self, *shape) -> Tensor:
-    shape = tuple(s if s != -1 else o for s, o in zip(_shape_arg(shape), (1,) * (len(_shape_arg(shape)) - self.ndim) + self.shape))
+    shape = _shape_arg(shape)
+    shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
     if len(shape) < self.ndim: raise ValueError(f"expand: {self.shape} has more dimensions than {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     for a, b in zip(x.shape, shape):
-      if a != b and a != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape} (only axes of size 1 expand)")
+      if a != b and a != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
     return x if shape == x.shape else x._mv(Ops.EXPAND, shape)
 
   def permute(self, *order) -> Tensor:
     order = tuple(_axis(a, self.ndim) for a in _shape_arg(order))
-    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+    if sorted(order) != list(range(self.ndim)):
+      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
 
   def transpose(self, a: int = -2, b: int = -1) -> Tensor:
@@ -141,7 +146,8 @@ class Tensor:
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(arg, self.shape):
-      if not 0 <= b <= e <= s: raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
+      if not 0 <= b <= e <= s:
+        raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._mv(Ops.SHRINK, arg)
 
   def pad(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
@@ -199,7 +205,8 @@ class Tensor:
 
   # ---- elementwise ----
   def _binary(self, op: Ops, other, reverse: bool = False) -> Tensor:
-    other = other if isinstance(other, Tensor) else self.const_like(other) if self.dtype is not dtypes.bool else Tensor.full((), other)
+    if not isinstance(other, Tensor):
+      other = self.const_like(other) if self.dtype is not dtypes.bool else Tensor.full((), other)
     a, b = (other, self) if reverse else (self, other)
     if a.dtype is not b.dtype and op not in (Ops.AND, Ops.OR):
       raise TypeError(f"{op.name}: dtypes {a.dtype} and {b.dtype} differ; cast one of them first")
@@ -246,12 +253,14 @@ class Tensor:
   def tanh(self) -> Tensor: return 2 * (2 * self).sigmoid() - 1
   def abs(self) -> Tensor: return self.maximum(-self)
   def square(self) -> Tensor: return self * self
-  def cast(self, dtype: DType) -> Tensor: return self if dtype is self.dtype else Tensor(UOp(Ops.CAST, (self.uop,), None, dtype))
+  def cast(self, dtype: DType) -> Tensor:
+    return self if dtype is self.dtype else Tensor(UOp(Ops.CAST, (self.uop,), None, dtype))
   def float(self) -> Tensor: return self.cast(dtypes.f32)
 
   # ---- reductions ----
   def _reduce(self, op: Ops, axis, keepdim: bool) -> Tensor:
-    axes = tuple(range(self.ndim)) if axis is None else tuple(sorted({_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}))
+    given = tuple(range(self.ndim)) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(sorted({_axis(a, self.ndim) for a in given}))
     if not axes: return self
     keep = [k for k in range(self.ndim) if k not in axes]
     x = self.permute(keep + list(axes))                      # reduced axes last: REDUCE reduces the last n
@@ -276,7 +285,8 @@ class Tensor:
   # ---- matmul ----
   def matmul(self, w: Tensor) -> Tensor:
     """(..., n, k) @ (..., k, m): broadcast to (..., n, m, k) and sum the last axis."""
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
+    if self.ndim == 0 or w.ndim == 0:
+      raise ValueError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
     x = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
     y = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
     if x.shape[-1] != y.shape[-2]:

@@ -5,7 +5,8 @@ are both graphs of UOps. Building the same node twice gives the same object, so 
 subgraphs are shared for free and a dict keyed by UOp is a memo.
 """
 from __future__ import annotations
-import math, weakref
+import math
+import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Callable, Iterable
@@ -261,7 +262,9 @@ def render_expr(u: UOp, names: dict[UOp, str]) -> str:
   if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
   if u.op in INFIX: return f"({render_expr(u.src[0], names)}{INFIX[u.op]}{render_expr(u.src[1], names)})"
   if u.op is Ops.MAX: return f"max({render_expr(u.src[0], names)}, {render_expr(u.src[1], names)})"
-  if u.op is Ops.WHERE: return f"({render_expr(u.src[1], names)} if {render_expr(u.src[0], names)} else {render_expr(u.src[2], names)})"
+  if u.op is Ops.WHERE:
+    c, a, b = (render_expr(s, names) for s in u.src)
+    return f"({a} if {c} else {b})"
   return f"{u.op.name.lower()}({', '.join(render_expr(s, names) for s in u.src)})"
 
 
