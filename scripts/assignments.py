@@ -100,11 +100,13 @@ def stale(solutions: Path, assignments: Path) -> list[str]:
   want, problems = expected(solutions), []
   have = sorted(p.name for p in assignments.glob("*.ipynb")) if assignments.is_dir() else []
   for name, text in want.items():
-    path, source = shown(assignments / name), shown(solutions / name)
-    if not (assignments / name).exists(): problems.append(f"{path}: missing (generated from {source})")
-    elif (assignments / name).read_text(encoding="utf-8") != text: problems.append(f"{path}: stale (differs from what {source} gives)")
+    path, source = assignments / name, shown(solutions / name)
+    if not path.exists(): problems.append(f"{shown(path)}: missing (generated from {source})")
+    elif path.read_text(encoding="utf-8") != text:
+      problems.append(f"{shown(path)}: stale (differs from what {source} gives)")
   for name in have:
-    if name not in want: problems.append(f"{shown(assignments / name)}: stale (no solution {shown(solutions / name)} any more)")
+    if name not in want:
+      problems.append(f"{shown(assignments / name)}: stale (no solution {shown(solutions / name)} any more)")
   return problems
 
 
