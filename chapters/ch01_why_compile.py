@@ -22,7 +22,11 @@
 # The numbers below were measured on this machine:
 
 # %% tags=["nbval-ignore-output"]
-import datetime, os, platform, re, subprocess
+import datetime
+import os
+import platform
+import re
+import subprocess
 
 
 def cpu_model() -> str:

@@ -23,7 +23,11 @@
 # checks. Numbers in this notebook were measured on:
 
 # %% tags=["nbval-ignore-output"]
-import datetime, os, platform, re, subprocess
+import datetime
+import os
+import platform
+import re
+import subprocess
 cc = os.environ.get("CC", "cc")
 cpu = re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M)
 print(f"CPU:      {cpu.group(1) if cpu else platform.machine()}, {os.cpu_count()} cores")
@@ -51,7 +55,9 @@ ADD = """void add(const float* a, const float* b, float* out, int n) {
 # array's memory, without copying it.
 
 # %%
-import subprocess, tempfile
+import os
+import subprocess
+import tempfile
 import cffi
 import numpy as np
 

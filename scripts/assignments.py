@@ -12,7 +12,11 @@ The output is deterministic: the same solution gives the same bytes.
   python scripts/assignments.py --check   # exit 1 naming every stale assignment, 0 when all are up to date
 """
 from __future__ import annotations
-import argparse, copy, json, re, sys
+import argparse
+import copy
+import json
+import re
+import sys
 from pathlib import Path
 import nbformat
 

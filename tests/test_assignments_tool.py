@@ -1,5 +1,7 @@
 """scripts/assignments.py: a solution notebook becomes a student notebook (stubs, no hidden tests, no outputs)."""
-import importlib.util, subprocess, sys
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output

@@ -1,5 +1,9 @@
 """Chapter 2, the runtime: values against NumPy, every bad call caught before C runs, the disk cache."""
-import hashlib, os, subprocess, sys, textwrap
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 import numpy as np
 import pytest
