@@ -210,8 +210,8 @@ def _users(roots: list[UOp], p: UOp) -> list[UOp]:
 
 
 def _layout_stride(p: UOp) -> int | None:
-  from uopc.opt import reduce_axis_stride
-  return reduce_axis_stride(p.src[0])
+  from uopc.opt import last_axis_stride
+  return last_axis_stride(p.src[0])
 
 
 def _recompute_note(k: Kernel) -> str:
@@ -232,6 +232,9 @@ def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
   args.append((out_buf.arg.kind, out_buf.arg.n))
   before = Ctx.latest
   ast = opt.lower(local, out) if opt is not None else lower(local, out)
+  # an input the simplified program never reads (a slice of padding) is not a parameter of the C function
+  used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
+  args = [a for k, a in enumerate(args) if k in used]
   name = kernel_name(body)
   r = render(ast, name)
   kernel = Kernel(name, Program(r.src, name), args, r.flops, r.src, ast, body)

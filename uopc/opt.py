@@ -10,7 +10,7 @@ from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
 
 
-def reduce_axis_stride(view: UOp) -> int | None:
+def last_axis_stride(view: UOp) -> int | None:
   """The memory stride of view's last axis, if view is movement ops over one BUFFER (None otherwise)."""
   base = view
   while base.op in MOVEMENT: base = base.src[0]
@@ -35,19 +35,23 @@ def layout_pass(roots: list[UOp]) -> list[UOp]:
       if x.op in ALU: stack.extend(x.src)
       elif x.op is Ops.EXPAND:
         view = x.src[0]
-        stride = reduce_axis_stride(view)
+        stride = last_axis_stride(view)
         if stride is not None and stride not in (0, 1): todo.add(view)
   return UOp.wrap(roots, todo, lambda n: UOp(Ops.STAGE, (n,))) if todo else roots
 
 
 def default_opts(body: UOp) -> Opts:
   """The default heuristic. A reduce kernel gets a register tile: its last two output axes upcast by 4 (each loaded
-  value then feeds up to 16 accumulators). Every kernel splits its first long axis across threads."""
+  value then feeds up to 16 accumulators). A copy that reads its source across rows (a transpose) upcasts the
+  second-to-last axis by 8, so each inner iteration reads 8 neighbours in a row instead of one. Every kernel splits
+  its first long axis across threads."""
   shape = body.shape
   upcast = {}
   if body.op is Ops.REDUCE:
     for k in range(max(0, len(shape) - 2), len(shape)):
       if shape[k] % 4 == 0 and shape[k] >= 8: upcast[k] = 4
+  elif len(shape) >= 2 and shape[-2] % 8 == 0 and last_axis_stride(body) not in (None, 0, 1):
+    upcast[len(shape) - 2] = 8
   thread = next((k for k, s in enumerate(shape) if s // upcast.get(k, 1) > 1), None)
   return Opts(upcast=upcast, thread=thread)
 

@@ -84,7 +84,8 @@ class Tensor:
 
   def numpy(self) -> np.ndarray:
     self.realize()
-    b = self.uop if self.uop.op is Ops.BUFFER else self.uop.src[0]
+    b = self.uop
+    while b.op is Ops.RESHAPE: b = b.src[0]   # a reshape of a reshape of data is still data
     return b.arg.array.reshape(self.shape)
 
   def item(self):

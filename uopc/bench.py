@@ -1,0 +1,186 @@
+"""Benchmarks: uopc against its peers, interleaved in one process, best-of-k after a warm-up.
+
+  python -m uopc.bench gemm                 # uopc vs NumPy matmul, 256 ... 2048
+  python -m uopc.bench peak                 # the roofline's two lines: FP32 FMA peak and memory bandwidth
+  python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
+
+On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slower kernel: unset both for the
+run that compares with NumPy (the header says what NumPy's BLAS runs).
+"""
+from __future__ import annotations
+import argparse, datetime, math, os, platform, re, sys, time
+from dataclasses import dataclass
+from typing import Callable
+import numpy as np
+import uopc
+from uopc.runtime import Program, compiler, compiler_version
+
+
+# ---- the machine ----
+def cpu_model() -> str:
+  try: return re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M).group(1).strip()
+  except (OSError, AttributeError): return platform.processor() or platform.machine()
+
+
+def blas_info() -> str:
+  try:
+    from threadpoolctl import threadpool_info
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    describe = lambda p: f"{p['internal_api']} {p.get('version')} ({p.get('architecture')}, {p['num_threads']} threads)"
+    if pools: return ", ".join(describe(p) for p in pools)
+  except ImportError: pass
+  return "unknown (install threadpoolctl to see it)"
+
+
+def machine() -> dict[str, str]:
+  return {"cpu": cpu_model(), "cores": str(os.cpu_count()), "compiler": compiler_version(compiler()),
+          "date": datetime.date.today().isoformat(), "uopc": uopc.__version__, "numpy": np.__version__,
+          "blas": blas_info(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(all cores)"),
+          "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
+
+
+def header() -> str:
+  return "\n".join(f"# {k:<17s} {v}" for k, v in machine().items())
+
+
+# ---- timing ----
+def interleaved(fns: dict[str, Callable[[], object]], reps: int = 5, warmup: int = 1) -> dict[str, float]:
+  """Best seconds of each function, running them in turn so every peer sees the same machine state."""
+  for _ in range(warmup):
+    for f in fns.values(): f()
+  best = {k: math.inf for k in fns}
+  for _ in range(reps):
+    for k, f in fns.items():
+      t0 = time.perf_counter(); f(); best[k] = min(best[k], time.perf_counter() - t0)
+  return best
+
+
+@dataclass
+class Row:
+  case: str
+  impl: str
+  seconds: float
+  flops: float
+  base: float | None = None   # the reference time this row's ratio is against
+
+  def line(self) -> str:
+    ratio = f"{self.base / self.seconds:7.2f}x" if self.base else ""
+    rate = self.flops / self.seconds / 1e9
+    return f"{self.case:<14s} {self.impl:<12s} {self.seconds * 1e3:10.3f} ms {rate:9.1f} GFLOP/s {ratio}"
+
+
+# ---- gemm ----
+def gemm(sizes: list[int], reps: int) -> list[Row]:
+  from uopc.tensor import Tensor
+  rows = []
+  for n in sizes:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    err = np.abs((Tensor(a) @ Tensor(b)).numpy() - a @ b).max()
+    if err > 1e-3 * n ** 0.5: raise AssertionError(f"gemm {n}: uopc differs from NumPy by {err}")
+    t = interleaved({"uopc": lambda: (Tensor(a) @ Tensor(b)).numpy(), "numpy": lambda: a @ b}, reps)
+    case = f"{n}x{n}x{n}"
+    rows += [Row(case, "numpy", t["numpy"], 2 * n ** 3), Row(case, "uopc", t["uopc"], 2 * n ** 3, t["numpy"])]
+  return rows
+
+
+# ---- peak: the roofline's two lines ----
+FMA_SRC = """typedef float vec __attribute__((vector_size(64)));
+void fma_peak(float* restrict out, int iters) {
+  #pragma omp parallel
+  {
+    vec a = {0}, x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0}, x4 = {0}, x5 = {0}, x6 = {0}, x7 = {0}, x8 = {0}, x9 = {0};
+    vec b = a + 0.999999f, c = a + 1e-7f;
+    for (int i = 0; i < iters; i++) {   /* 10 independent chains hide the FMA latency */
+      x0 = x0 * b + c; x1 = x1 * b + c; x2 = x2 * b + c; x3 = x3 * b + c; x4 = x4 * b + c;
+      x5 = x5 * b + c; x6 = x6 * b + c; x7 = x7 * b + c; x8 = x8 * b + c; x9 = x9 * b + c;
+    }
+    vec s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9;
+    float t = 0; for (int k = 0; k < 16; k++) t += s[k];
+    #pragma omp atomic
+    out[0] += t;
+  }
+}"""
+TRIAD_SRC = """void triad(float* restrict a, float* restrict b, float* restrict c, int n) {
+  #pragma omp parallel for
+  for (int i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}"""
+
+
+def peak(reps: int) -> dict[str, float]:
+  """FP32 FMA GFLOP/s (10 chains of 16-wide FMAs per thread) and STREAM-triad GB/s (three 128 MB arrays)."""
+  threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+  fma, tri = Program(FMA_SRC, "fma_peak"), Program(TRIAD_SRC, "triad")
+  out, iters = np.zeros(1, np.float32), 20_000_000
+  n = 32 * 1024 * 1024
+  a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
+  t = interleaved({"fma": lambda: fma(out, iters), "triad": lambda: tri(a, b, c, n)}, reps)
+  return {"fma_gflops": threads * iters * 10 * 16 * 2 / t["fma"] / 1e9, "triad_gbs": 3 * 4 * n / t["triad"] / 1e9}
+
+
+# ---- attention ----
+def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str]) -> list[Row]:
+  from uopc.tensor import Tensor
+  from uopc.render_c import render_c
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+  import flash_attention as book
+  rows = []
+  try: import torch
+  except ImportError: torch = None
+  for d in dims:
+    for n in sizes:
+      rng = np.random.default_rng(0)
+      q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
+      s = q @ k.T / math.sqrt(d)
+      p = np.exp(s - s.max(-1, keepdims=True))
+      ref = (p / p.sum(-1, keepdims=True)) @ v
+      def numpy_att():
+        s = q @ k.T * (1 / math.sqrt(d))
+        p = np.exp(s - s.max(-1, keepdims=True))
+        return (p / p.sum(-1, keepdims=True)) @ v
+      def tensor_att(fuse: bool, opt) -> Callable[[], np.ndarray]:
+        def run():
+          old = Tensor.fuse_reduce, Tensor.opt
+          Tensor.fuse_reduce, Tensor.opt = fuse, opt
+          try: return book.attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
+          finally: Tensor.fuse_reduce, Tensor.opt = old
+        return run
+      prg, out = Program(render_c(book.online_attention_ir(n, d), "flash"), "flash"), np.zeros(n * d, np.float32)
+      def online(): prg(q, k, v, out); return out.reshape(n, d)
+      fns = {"numpy": numpy_att, "unfused": tensor_att(False, Tensor.opt), "online": online}
+      if "fused" in peers and n <= 2048: fns["fused"] = tensor_att(True, book.FlashOpt)
+      if torch is not None and "torch" in peers:
+        tq, tk, tv = (torch.from_numpy(x)[None, None] for x in (q, k, v))
+        fns["torch"] = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
+      for name, f in fns.items():
+        r = f()
+        r = r.numpy()[0, 0] if hasattr(r, "numpy") and not isinstance(r, np.ndarray) else r
+        if (err := np.abs(r - ref).max()) > 1e-4: raise AssertionError(f"attention {name} N={n} D={d}: error {err}")
+      t = interleaved(fns, reps)
+      flops = 4 * n * n * d
+      rows += [Row(f"N={n} D={d}", k, sec, flops, t["numpy"] if k != "numpy" else None) for k, sec in t.items()]
+  return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+  ap = argparse.ArgumentParser(prog="python -m uopc.bench", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("what", choices=["gemm", "peak", "attention"])
+  ap.add_argument("--sizes", type=int, nargs="+")
+  ap.add_argument("--dims", type=int, nargs="+", default=[64])
+  ap.add_argument("--reps", type=int, default=5)
+  ap.add_argument("--peers", nargs="+", default=["fused", "torch"], help="optional peers: fused, torch")
+  args = ap.parse_args(argv)
+  print(header())
+  if args.what == "peak":
+    r = peak(args.reps)
+    print(f"FP32 FMA peak   {r['fma_gflops']:9.1f} GFLOP/s\nmemory (triad)  {r['triad_gbs']:9.1f} GB/s")
+    return
+  rows = gemm(args.sizes or [256, 512, 1024, 2048], args.reps) if args.what == "gemm" else \
+    attention(args.sizes or [256, 512, 1024, 2048, 4096], args.dims, args.reps, set(args.peers))
+  print(f"{'case':<14s} {'impl':<12s} {'time':>13s} {'rate':>17s} speedup over numpy")
+  for r in rows: print(r.line())
+
+
+if __name__ == "__main__":
+  main()
