@@ -139,12 +139,12 @@ for name, t_c, t_np in rows:
 #
 # ## 2.4 The same through uopc: `Program`, with a disk cache
 #
-# `uopc.runtime.Program(src, name)` does what `MiniProgram` does, with three additions: the flags
-# `-O3 -march=native -fopenmp` (so kernels can use every vector instruction of this CPU, and threads);
-# a disk cache, keyed by a hash of the source, the flags, the compiler's version and the CPU, so the same
-# kernel is compiled once per machine; and the checks of 2.5. The cache lives in `UOPC_CACHE_DIR`
-# (by default `~/.cache/uopc`). This notebook points it at a new, empty folder, so that the first build
-# below really compiles:
+# `uopc.runtime.Program(src, name)` does what `MiniProgram` does, with three additions: the flags of
+# `uopc.runtime.FLAGS`, chiefly `-O3 -march=native -fopenmp` (so kernels can use every vector instruction
+# of this CPU, and threads); a disk cache, keyed by a hash of the source, the flags, the compiler's
+# version and the CPU, so the same kernel is compiled once per machine; and the checks of 2.5. The cache
+# lives in `UOPC_CACHE_DIR` (by default `~/.cache/uopc`). This notebook points it at a new, empty folder,
+# so that the first build below really compiles:
 
 # %%
 from pathlib import Path
@@ -177,8 +177,9 @@ print(f"second load: {t_second * 1e3:7.2f} ms (cached={second.cached})   {t_firs
 # ## 2.5 When things go wrong
 #
 # A compile error raises `CompileError` carrying the compiler's message and the source with line numbers,
-# as the compiler saw it (`Program` adds `#include <math.h>` and `<stdbool.h>` in front, which is why the
-# function starts on line 3):
+# as the compiler saw it. `Program` puts a prelude in front of every kernel (C headers and an inline
+# `exp2f`, see `uopc.runtime.PRELUDE`), so the kernel's own lines come last, numbered as the compiler's
+# message numbers them:
 
 # %%
 BROKEN = """void twice(float* x, int n) {
@@ -188,7 +189,8 @@ try:
   Program(BROKEN, "twice")
 except CompileError as e:
   message = str(e)
-print(message[message.index("source:"):])
+source = message[message.index("source:"):].splitlines()
+print("\n".join([source[0], "   ...", *source[-3:]]))
 
 # %% [markdown]
 # The compiler's part of the message names a temporary file and its wording depends on the compiler's
