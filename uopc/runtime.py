@@ -29,21 +29,22 @@ if platform.machine() in ("x86_64", "AMD64"): FLAGS = FLAGS[:3] + ("-mprefer-vec
 # What every rendered kernel may use (INFINITY, bool, exp2f); the renderer prints only the function. glibc's exp2f
 # is a call the compiler cannot vectorize, so exp2f is this inline polynomial: 2^x = 2^n * 2^f, n = round(x),
 # |f| <= 1/2, 2^f by its Taylor series to degree 7 (relative error below 1e-7); exp2f(-inf) = 0, exp2f(inf) = inf,
-# exp2f(nan) = nan; results below 2^-127 flush to zero.
+# exp2f(nan) = nan; results below 2^-126 flush to zero.
 PRELUDE = """#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 static inline float uopc_exp2f(float x) {
-  float xc = x < -127.0f ? -127.0f : (x > 128.0f ? 128.0f : x);
+  float xc = x < -126.0f ? -126.0f : (x > 128.0f ? 128.0f : x);
   float n = __builtin_floorf(xc + 0.5f), f = xc - n;
   float p = 1.5252733804059841e-05f;
   p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;
   p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;
   p = p * f + 1.0f;
-  float top = n > 127.0f ? 2.0f : 1.0f;   /* 2^128 is not a float: scale by 2^127, then by 2 (overflows to inf) */
-  int bits = ((int)(n > 127.0f ? 127.0f : n) + 127) << 23;
-  float scale; memcpy(&scale, &bits, sizeof scale);
-  return p * top * scale;
+  /* times 2^n as an integer add to the exponent field: float reassociation cannot reorder it into an overflow */
+  int bits; memcpy(&bits, &p, sizeof bits);
+  bits = x < -126.0f ? 0 : bits + (int)((unsigned)(int)n << 23);   /* x >= 128 lands on inf; nan stays nan */
+  float r; memcpy(&r, &bits, sizeof r);
+  return r;
 }
 #define exp2f(x) uopc_exp2f(x)
 """
