@@ -22,7 +22,8 @@ KERNEL_ENV = {"IPYKERNEL_CELL_NAME": "<IPY-INPUT>", "PYDEVD_DISABLE_FILE_VALIDAT
 
 def sources(args: list[str]) -> list[Path]:
   if args: return [Path(a).resolve().with_suffix(".py") for a in args]
-  return sorted(p for f in FOLDERS for p in (ROOT / f).glob("*.py") if p.with_suffix(".ipynb").exists() or _is_notebook_source(p))
+  found = (p for f in FOLDERS for p in (ROOT / f).glob("*.py"))
+  return sorted(p for p in found if p.with_suffix(".ipynb").exists() or _is_notebook_source(p))
 
 
 def _is_notebook_source(p: Path) -> bool:
@@ -43,10 +44,23 @@ def build(py: Path) -> None:
   t0 = time.perf_counter()
   NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
   nb.metadata.pop("widgets", None)
+  for c in nb.cells:
+    if c.cell_type == "code": c.outputs = merge_streams(c.outputs)
   out = py.with_suffix(".ipynb")
   nbformat.write(nb, out)
   if not strip(out): raise SystemExit(f"nbstripout failed on {out}")
   print(f"built {out.relative_to(ROOT)} in {time.perf_counter() - t0:.1f} s")
+
+
+def merge_streams(outputs: list) -> list:
+  """One output per run of prints to the same stream: how a kernel chunks its writes varies from run to run."""
+  merged = []
+  for o in outputs:
+    last = merged[-1] if merged else {}
+    if o.get("output_type") == last.get("output_type") == "stream" and last.name == o.name:
+      merged[-1].text += o.text
+    else: merged.append(o)
+  return merged
 
 
 def cells(nb) -> list[tuple[str, str, list[str]]]:
@@ -58,11 +72,13 @@ def check(py: Path) -> list[str]:
   name = ipynb.relative_to(ROOT)
   if not ipynb.exists(): return [f"{name}: missing (run `make notebooks`)"]
   nb, src = nbformat.read(ipynb, as_version=4), jupytext.read(py)
-  if cells(nb) != cells(src): problems.append(f"{name}: cells differ from {py.name} (edit the .py, then `make notebooks`)")
+  if cells(nb) != cells(src):
+    problems.append(f"{name}: cells differ from {py.name} (edit the .py, then `make notebooks`)")
   for k, c in enumerate(nb.cells):
     if c.cell_type == "code" and c.source.strip() and c.execution_count is None:
       problems.append(f"{name}: code cell {k} was never executed (execution_count is null)")
-  if not strip(ipynb, verify=True): problems.append(f"{name}: not normalised (nbstripout {' '.join(STRIP)} would change it)")
+  if not strip(ipynb, verify=True):
+    problems.append(f"{name}: not normalised (nbstripout {' '.join(STRIP)} would change it)")
   return problems
 
 
