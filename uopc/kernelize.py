@@ -161,7 +161,7 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt) -> Plan:
       b = r
       while b.op is Ops.RESHAPE: b = b.src[0]
       outs.append(("in", b.arg.n))
-    elif r in home: outs.append(outs[roots.index(r)])   # the same root twice: one kernel, one array
+    elif r in home: outs.append(("out", roots.index(r)))   # the same root twice: one kernel, one array
     else:
       home[r] = UOp(Ops.BUFFER, (), PlanBuf("out", len(outs), r.dtype, (prod(r.shape),)))
       outs.append((r.dtype, prod(r.shape)))
@@ -262,7 +262,9 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> list[np.nd
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
-  outs = [arrays[o[1]] if o[0] == "in" else np.empty(o[1], np_dtype(o[0])) for o in plan.outs]
+  outs: list[np.ndarray] = []
+  for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
+    outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else np.empty(o[1], np_dtype(o[0])))
   pick = {"in": arrays, "temp": temps, "out": outs}
   for k in plan.kernels:
     bufs = [pick[kind][n] for kind, n in k.args]
