@@ -11,7 +11,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite
 from uopc.dtype import DType, np_dtype
 from uopc.helpers import DEBUG, prod
-from uopc.rangeify import lower, Ctx
+from uopc.rangeify import lower, Ctx, ONLINE_SOFTMAX
 from uopc.render_c import render
 from uopc.runtime import Program
 
@@ -134,24 +134,28 @@ def kernel_name(body: UOp) -> str:
 _plans: dict[tuple, Plan] = {}
 
 
-def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> Plan:
+def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> Plan:
   """Kernels, temporaries and outputs for computing roots. Cached per graph shape."""
   roots, _ = normalize(roots)
-  key = (tuple(roots), fuse_reduce, opt)
+  key = (tuple(roots), fuse_reduce, opt, online_softmax)
   if (plan := _plans.get(key)) is not None: return plan
-  _plans[key] = plan = _make_plan(roots, fuse_reduce, opt)
+  ONLINE_SOFTMAX[0] = online_softmax   # the layout pass and every lowering below read it
+  try: _plans[key] = plan = _make_plan(roots, fuse_reduce, opt, online_softmax)
+  finally: ONLINE_SOFTMAX[0] = False
   return plan
 
 
-def _make_plan(roots: list[UOp], fuse_reduce: bool, opt) -> Plan:
+def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = False) -> Plan:
   roots = [graph_rewrite(r, strip_detach) for r in roots]
   staged = _stages(roots)
   # fuse_reduce asks for "never write the big intermediate", so don't stage broadcasts either
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
   by_broadcast = _stages(roots) - staged
+  one_pass: set[UOp] = set()
+  if online_softmax: roots, one_pass, by_broadcast = _online_fusion(roots, by_broadcast)
   if opt is not None: roots = opt.layout(roots)
   by_layout = _stages(roots) - staged - by_broadcast
-  points = _materialize_points(roots, fuse_reduce)
+  points = [p for p in _materialize_points(roots, fuse_reduce) if p not in one_pass or p in roots]
   # where each point's value lives: an output if it is a root, else a temporary
   home: dict[UOp, UOp] = {}
   temps: list[tuple[DType, int]] = []
@@ -180,6 +184,20 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt) -> Plan:
   notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
   if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
   return Plan(kernels, temps, outs, notes=notes)
+
+
+def _online_fusion(roots: list[UOp], by_broadcast: set[UOp]) -> tuple[list[UOp], set[UOp], set[UOp]]:
+  """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
+  computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
+  broadcast of its result is not staged either."""
+  from uopc.online import find_groups, _reachable
+  from uopc.uop import ALU, MOVEMENT
+  groups = find_groups(roots)
+  one_pass = set(groups) | set(groups.values())
+  for mx in groups.values(): one_pass |= {x for x in _reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
+  unstage = {s for s in by_broadcast if not one_pass.isdisjoint(s.toposort())}
+  if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
+  return roots, one_pass, by_broadcast - unstage
 
 
 def _stages(roots: list[UOp]) -> set[UOp]:
@@ -247,18 +265,20 @@ def _evaluations(ctx: Ctx, acc_trips: dict[int, int], local: UOp, body: UOp) -> 
   """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute)."""
   from uopc.render_c import base_alloc
   total: dict[UOp, int] = {}
-  for (u, _), val in ctx.memo.items():
-    if u.op is not Ops.REDUCE or u is local or val.op is not Ops.LOAD: continue
+  for key, val in ctx.memo.items():
+    u = key[0]
+    if len(key) != 2 or not isinstance(u, UOp) or u.op is not Ops.REDUCE or u is local: continue
+    if val.op is not Ops.LOAD: continue
     a = base_alloc(val.src[0].src[0])
     if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
   return {u: n / prod(u.shape) for u, n in total.items()}
 
 
-def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None) -> list[np.ndarray]:
+def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> list[np.ndarray]:
   """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs."""
   t0 = time.perf_counter()
   norm, arrays = normalize(roots)
-  plan = make_plan(norm, fuse_reduce, opt)
+  plan = make_plan(norm, fuse_reduce, opt, online_softmax)
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays

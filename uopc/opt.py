@@ -24,9 +24,13 @@ def last_axis_stride(view: UOp) -> int | None:
 
 def layout_pass(roots: list[UOp]) -> list[UOp]:
   """Copy an operand whose reduce axis is not contiguous in memory (V in P V), so the reduce reads it with stride 1."""
+  from uopc.rangeify import ONLINE_SOFTMAX
+  from uopc.online import find_groups
   todo: set[UOp] = set()
   for u in UOp(Ops.SINK, tuple(roots)).toposort():
     if u.op is not Ops.REDUCE or u.arg[1] != 1: continue
+    # an online pass walks the reduce axis once and unrolls the output columns: it wants rows, not columns, of V
+    if ONLINE_SOFTMAX[0] and find_groups([u.src[0]]): continue
     stack, seen = [u.src[0]], set()
     while stack:
       x = stack.pop()
@@ -56,10 +60,24 @@ def default_opts(body: UOp) -> Opts:
   return Opts(upcast=upcast, thread=thread)
 
 
+def online_opts(body: UOp, rows: int = 1) -> Opts | None:
+  """For a kernel holding an online softmax pass (uopc.online): unroll the whole last output axis (attention's head
+  dimension), so that one pass over the keys feeds every output column (a loop over column blocks would repeat the
+  pass, section 11.4), and `rows` query rows per iteration of the threaded loop. None if body has no such pass."""
+  from uopc.online import find_groups
+  shape = body.shape
+  if body.op is not Ops.REDUCE or not shape or shape[-1] > 256 or not find_groups([body]): return None
+  upcast = {len(shape) - 1: shape[-1]}
+  if len(shape) >= 2 and rows > 1 and shape[-2] % rows == 0: upcast[len(shape) - 2] = rows
+  return Opts(upcast=upcast, thread=0)
+
+
 class DefaultOpt:
   """The optimizer Tensor.opt starts with: the layout pass, then the default opts per kernel."""
   layout = staticmethod(layout_pass)
 
   @staticmethod
   def lower(body: UOp, out: UOp) -> UOp:
-    return lower(body, out, Ctx(opts=default_opts(body)))
+    ctx = Ctx(opts=default_opts(body))
+    if ctx.online and (o := online_opts(body)) is not None: ctx.opts = o
+    return lower(body, out, ctx)

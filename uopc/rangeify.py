@@ -13,6 +13,7 @@ from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink
 from uopc.dtype import DType
 from uopc.symbolic import simplify, ranges_in   # noqa: F401  (module attribute: scripts patch uopc.rangeify.simplify)
 from uopc import symbolic
+from uopc.online import online_reduce, find_groups
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class Opts:
   def __hash__(self): return hash((tuple(sorted(self.upcast.items())), self.unroll, self.thread))
 
 
+ONLINE_SOFTMAX = [False]   # the default for new Ctxs; make_plan turns it on while it lowers (Tensor.online_softmax)
+
+
 @dataclass
 class Ctx:
   """Everything one lowering shares: the opts, the memo, the reduce loops made so far, the ids handed out."""
@@ -36,6 +40,9 @@ class Ctx:
   reduce_ranges: dict = field(default_factory=dict)
   next_range: int = 0
   next_slot: int = 0
+  online: bool = field(default_factory=lambda: ONLINE_SOFTMAX[0])   # lower softmax groups in one pass (uopc.online)
+  groups: dict = field(default_factory=dict)                          # online groups of the body: sum -> max
+  frames: list = field(default_factory=list)                          # online passes being built
   latest: ClassVar[Ctx | None] = None   # the last lowering's context, read by Plan.explain
 
   def __post_init__(self): Ctx.latest = self
@@ -134,6 +141,7 @@ def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 
 
 def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
+  if ctx.online and (r := online_reduce(u, idx, ctx)) is not None: return r   # one pass for softmax (uopc.online)
   rop, n = u.arg
   x = u.src[0]
   rshape = x.shape[len(x.shape) - n:]
@@ -161,6 +169,7 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Tensor-level kernel body -> loop program (a SINK) that stores body, row-major, into the BUFFER out."""
   ctx = ctx or Ctx()
+  if ctx.online: ctx.groups = find_groups([body])
   shape = body.shape
   kinds = [AxisType.THREAD if k == ctx.opts.thread else AxisType.LOOP for k in range(len(shape))]
   parts = [_axis_parts(ctx, s, ctx.opts.upcast.get(k, 1), kinds[k]) for k, s in enumerate(shape)]

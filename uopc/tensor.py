@@ -41,6 +41,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 class Tensor:
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
+  online_softmax: bool = False  # True: softmax groups become one online pass (uopc.online; chapter 11 appendix)
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False):
     if isinstance(data, UOp): self.uop = data
@@ -76,7 +77,7 @@ class Tensor:
   # ---- running ----
   def realize(self) -> Tensor:
     if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
-    (out,) = realize([self.uop], Tensor.fuse_reduce, Tensor.opt)
+    (out,) = realize([self.uop], Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax)
     self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
     buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
     self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)

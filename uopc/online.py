@@ -1,0 +1,187 @@
+"""Online softmax as a lowering: reductions that share a running max become one pass over their axis.
+
+Section 11.6's algebra, applied by the compiler. A sum over j of
+
+    g(j) * 2^(c * (x(j) - m)),   m = max_j' x(j'),  c > 0 a constant
+
+can be carried as a running state while j goes by once: a running max M, and an accumulator A holding the sum
+relative to M. When M grows to M', everything accumulated so far is rescaled by 2^(c * (M - M')):
+
+    M' = max(M, x(j));  A' = A * 2^(c * (M - M')) + g(j) * 2^(c * (x(j) - M'))
+
+The matching sum of exponentials (g = 1: softmax's denominator) rides along as one more accumulator L. So
+softmax(x) @ v, log-sum-exp and softmax alone each need one pass instead of two or three (or six, fused).
+
+find_groups() finds the (max, sum) pairs in a tensor graph; the kernelizer then fuses them. online_reduce() is
+called from rangeify's _reduce when Ctx.online is set: it returns the lowered value, or None to leave the
+reduce to the ordinary lowering (the pattern did not match: a max of a different value, another axis, ...).
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from uopc.uop import UOp, Ops, ParamArg, MOVEMENT, ALU
+from uopc.symbolic import ranges_in
+
+
+def _reachable(u: UOp, through: set[Ops]) -> list[UOp]:
+  """u and every node below it reached only through ops in `through` (the boundary nodes are included)."""
+  out, seen, stack = [], set(), [u]
+  while stack:
+    x = stack.pop()
+    if x in seen: continue
+    seen.add(x); out.append(x)
+    if x is u or x.op in through: stack.extend(x.src)
+  return out
+
+
+def find_groups(roots: list[UOp]) -> dict[UOp, UOp]:
+  """sum -> max for every REDUCE(ADD) over one axis of an exponential of something minus a REDUCE(MAX) over an axis
+  of the same length: softmax's denominator. These are the candidates for one online pass (rangeify checks the
+  exact form when it lowers them)."""
+  groups = {}
+  for sm in UOp(Ops.SINK, tuple(roots)).toposort():
+    if sm.op is not Ops.REDUCE or sm.arg != (Ops.ADD, 1): continue
+    e = sm.src[0]
+    while e.op in MOVEMENT: e = e.src[0]
+    if e.op is not Ops.EXP2: continue
+    for mx in _reachable(e, ALU | MOVEMENT):
+      if mx.op is Ops.REDUCE and mx.arg == (Ops.MAX, 1) and mx.src[0].shape[-1] == sm.src[0].shape[-1]: groups[sm] = mx
+  return groups
+
+
+@dataclass
+class Frame:
+  """An online pass being built: its loop, and the group members its body asked for (as placeholders)."""
+  j: UOp
+  placeholders: dict[tuple, UOp] = field(default_factory=dict)   # (member, idx) -> placeholder load
+
+
+def _placeholder(ctx, dtype) -> UOp:
+  a = UOp(Ops.ALLOC, (), ParamArg(10_000 + len(ctx.frames) * 100 + ctx.next_slot, dtype, (1,)))   # never rendered
+  ctx.next_slot += 1
+  return a.index(0).load()
+
+
+def _factors(u: UOp) -> list[UOp]:
+  return _factors(u.src[0]) + _factors(u.src[1]) if u.op is Ops.MUL else [u]
+
+
+def _exp_form(e: UOp, m: UOp) -> tuple[UOp, UOp] | None:
+  """(x, c) if e is 2^((x + m*-1) * c) with c a positive constant, else None."""
+  if e.op is not Ops.EXP2 or e.src[0].op is not Ops.MUL: return None
+  inner, c = e.src[0].src
+  if c.op is not Ops.CONST or c.arg <= 0 or inner.op is not Ops.ADD: return None
+  x, neg = inner.src
+  if neg.op is not Ops.MUL or neg.src[0] is not m or neg.src[1].op is not Ops.CONST or neg.src[1].arg != -1: return None
+  return x, c
+
+
+def _substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  memo: dict[UOp, UOp] = {}
+  def go(x: UOp) -> UOp:
+    if x in mapping: return mapping[x]
+    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
+    return memo[x]
+  return go(u)
+
+
+def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
+  """The value of REDUCE u at idx, computed in one online pass; None if u is not part of such a pass."""
+  from uopc.rangeify import rangeify, _axis_parts
+  from uopc.uop import AxisType
+  if u.arg[1] != 1 or not ctx.groups: return None
+  members = {**{s: s for s in ctx.groups}, **{m: s for s, m in ctx.groups.items()}}
+  # asked for inside a pass being built: hand out a placeholder, resolved when the pass is finished
+  for fr in reversed(ctx.frames):
+    if u in members and fr.j not in ranges_in(*idx):
+      key = (u, idx)
+      if key not in fr.placeholders: fr.placeholders[key] = _placeholder(ctx, u.dtype)
+      return fr.placeholders[key]
+  if u in members and ("final", u, idx) in ctx.memo: return ctx.memo[("final", u, idx)]
+  if u.arg[0] is Ops.ADD and u not in ctx.groups: body = u.src[0]          # a weighted sum: sum_j g(j) * softmax_j
+  elif u in members: body = members[u].src[0]                           # the group's own sum (softmax alone, logsumexp)
+  else: return None
+  # the pass: one loop over the reduce axis, shared by the unrolled copies of this reduce (like _reduce)
+  n = body.shape[-1]
+  snapshot = (dict(ctx.memo), dict(ctx.reduce_ranges), ctx.next_range, ctx.next_slot)
+  rkey = (u if u.arg[0] is Ops.ADD and u not in ctx.groups else members[u], frozenset(ranges_in(*idx)))
+  if (parts := ctx.reduce_ranges.get(rkey)) is None:
+    parts = ctx.reduce_ranges[rkey] = [_axis_parts(ctx, n, 1, AxisType.REDUCE)]
+  j = parts[0][0]
+  if j.op is not Ops.RANGE: return _restore(ctx, snapshot)
+  ctx.frames.append(Frame(j))
+  try: summand = rangeify(body, idx + (j,), ctx)
+  finally: fr = ctx.frames.pop()
+  got = {k[0]: (k, p) for k, p in fr.placeholders.items()}
+  sums = [m for m in got if m in ctx.groups]
+  maxes = [m for m in got if m not in ctx.groups]
+  if len(maxes) != 1 or len(sums) > 1: return _restore(ctx, snapshot)
+  mx = maxes[0]
+  (_, midx), pm = got[mx]
+  if sums and (ctx.groups[sums[0]] is not mx or got[sums[0]][0][1] != midx): return _restore(ctx, snapshot)
+  pl = got[sums[0]][1] if sums else None
+  # the summand must be g(j) * 2^((x(j) - m) c) * h, g free of m and l, h free of j
+  exps, g, h = [], [], []
+  for f in _factors(summand):
+    holds = set(f.toposort())
+    if pm in holds: exps.append(f)
+    elif pl is not None and pl in holds: h.append(f)
+    else: g.append(f)
+  if len(exps) != 1 or (form := _exp_form(exps[0], pm)) is None or any(j in ranges_in(f) for f in h):
+    return _restore(ctx, snapshot)
+  x, c = form
+  if rangeify(mx.src[0], midx + (j,), ctx) is not x: return _restore(ctx, snapshot)   # a max of a different value
+  if pl is not None and rangeify(sums[0].src[0], midx + (j,), ctx) is not exps[0]: return _restore(ctx, snapshot)
+  m_final, l_final, a_final = _online_loop(ctx, mx, midx, idx, j, x, c, g, u)
+  # values computed with placeholders inside the pass are not the truth anywhere else: forget them
+  marks = set(fr.placeholders.values())
+  ctx.memo = {k: v for k, v in ctx.memo.items() if not isinstance(v, UOp) or marks.isdisjoint(v.toposort())}
+  if set(ranges_in(*idx)) == set(ranges_in(*midx)):   # the row's max and sum are now known, for uses after the pass
+    ctx.memo[("final", mx, midx)] = m_final
+    group_sum = next((s for s, m in ctx.groups.items() if m is mx), None)
+    if group_sum is not None: ctx.memo[("final", group_sum, midx)] = l_final
+  if u in members: return m_final if u is mx else l_final
+  out = a_final
+  for f in h: out = out * _substitute(f, {pl: l_final} if pl is not None else {})
+  return out
+
+
+def _restore(ctx, snapshot) -> None:
+  ctx.memo, ctx.reduce_ranges = dict(snapshot[0]), dict(snapshot[1])
+  ctx.next_range, ctx.next_slot = snapshot[2], snapshot[3]
+  return None
+
+
+def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, x: UOp, c: UOp, g: list[UOp], u: UOp):
+  """Build (or reuse) the running max and sum of this group's row, and one rescaled accumulator for u at idx."""
+  dt = x.dtype
+  # the state lives where the accumulators do: inside every output loop (a loop over output columns that are not
+  # unrolled makes its own pass, as in section 11.4; an optimizer that unrolls them gets exactly one)
+  key = ("online", mx, midx, frozenset(ranges_in(*idx)))
+  if key not in ctx.memo:
+    M, L = ctx.alloc(dt), ctx.alloc(dt)
+    Mr, Lr = M.after(*ranges_in(*idx)), L.after(*ranges_in(*idx))
+    init_m = Mr.index(0).store(UOp.const(float("-inf"), dt))
+    init_l = Lr.index(0).store(UOp.const(0.0, dt))
+    Mj, Lj = Mr.after(init_m, j), Lr.after(init_l, j)
+    m_old = Mj.index(0).load()
+    m_new = m_old.maximum(x)
+    corr = UOp(Ops.EXP2, ((m_old + m_new * -1) * c,))                 # rescale what was accumulated so far
+    p = UOp(Ops.EXP2, ((x + m_new * -1) * c,))
+    st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
+    st_m = Mj.index(0).store(m_new)
+    state = UOp(Ops.SINK, (st_l, st_m))
+    done = state.end(j)
+    ctx.memo[key] = (Mr, Lr, corr, p, state, done)
+  Mr, Lr, corr, p, state, done = ctx.memo[key]
+  m_final = Mr.after(done).index(0).load()
+  l_final = Lr.after(done).index(0).load()
+  if u.arg[0] is not Ops.ADD or u in ctx.groups: return m_final, l_final, l_final
+  A = ctx.alloc(dt)
+  Ar = A.after(*ranges_in(*idx))
+  init_a = Ar.index(0).store(UOp.const(0.0, dt))
+  Aj = Ar.after(init_a, j)
+  weight = p
+  for f in g: weight = weight * f
+  st_a = Aj.index(0).store(Aj.index(0).load() * corr + weight)
+  a_final = Ar.after(UOp(Ops.SINK, (st_a, state)).end(j)).index(0).load()
+  return m_final, l_final, a_final
