@@ -152,7 +152,8 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = 
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
   by_broadcast = _stages(roots) - staged
   one_pass: set[UOp] = set()
-  if online_softmax: roots, one_pass, by_broadcast = _online_fusion(roots, by_broadcast)
+  online_notes: list[str] = []
+  if online_softmax: roots, one_pass, by_broadcast, online_notes = _online_fusion(roots, by_broadcast)
   if opt is not None: roots = opt.layout(roots)
   by_layout = _stages(roots) - staged - by_broadcast
   points = [p for p in _materialize_points(roots, fuse_reduce) if p not in one_pass or p in roots]
@@ -181,12 +182,13 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = 
     kernels.append(_make_kernel(body, home[p], opt))
   notes = [f"{k.name:<16s} {_why(p, roots, by_broadcast, by_layout)}{_recompute_note(k)}"
            for p, k in zip(points, kernels)]
+  notes += online_notes
   notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
   if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
   return Plan(kernels, temps, outs, notes=notes)
 
 
-def _online_fusion(roots: list[UOp], by_broadcast: set[UOp]) -> tuple[list[UOp], set[UOp], set[UOp]]:
+def _online_fusion(roots: list[UOp], by_broadcast: set[UOp]) -> tuple[list[UOp], set[UOp], set[UOp], list[str]]:
   """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
   computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
   broadcast of its result is not staged either."""
@@ -197,7 +199,14 @@ def _online_fusion(roots: list[UOp], by_broadcast: set[UOp]) -> tuple[list[UOp],
   for mx in groups.values(): one_pass |= {x for x in _reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
   unstage = {s for s in by_broadcast if not one_pass.isdisjoint(s.toposort())}
   if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
-  return roots, one_pass, by_broadcast - unstage
+  notes = []
+  for sm, mx in find_groups(roots).items():
+    # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
+    users = [u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)
+             and u is not sm and mx in _reachable(u.src[0], ALU | MOVEMENT)]
+    notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
+                 f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
+  return roots, one_pass, by_broadcast - unstage, notes
 
 
 def _stages(roots: list[UOp]) -> set[UOp]:
