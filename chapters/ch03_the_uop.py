@@ -358,7 +358,7 @@ print(f"row == i and col == j at {len(grid)} points:",
 # This is where NOTES 12's bug starts. In chapter 6, a reduction's accumulator is placed inside exactly
 # the loops its output index mentions (`acc.after(*ranges_in(*idx))`). A row max asked for with the raw
 # row index mentions `j`, so its accumulator lands inside the `j` loop of its consumer and the whole row
-# max is recomputed for every `j`: fused attention became O(N³), 250 times slower at N = 512, with
+# max is recomputed for every `j`: fused attention became O(N³), about 250 times slower at N = 512, with
 # *identical output* (section 11.5). The fix is one call: rangeify simplifies every index right after the
 # RESHAPE rule builds it. The lesson is general: any question of the form "what does this depend on?"
 # must be asked of the simplified expression, or it is answered about the spelling, not the value.
