@@ -349,7 +349,8 @@ plt.show()
 #   processes want the same cores, and an OpenMP thread that has to wait for a core holds up the whole
 #   parallel loop. On an idle machine two threads should come close to doubling each step (10.8 compares one
 #   thread with all cores kernel by kernel).
-# - **the 4x4 tile** is the big step: typically 2-3x over naive on one thread, from loads alone.
+# - **the 4x4 tile** is the big step: 2.5x to 4x over naive on one thread in the runs made for this notebook, from
+#   loads alone.
 # - None of them reaches the roof. What is left: the tile's accumulators are reduced across 8 vector lanes
 #   after every reduce loop, the B^T tile streams through L1 without any blocking for the caches (for N = 1024
 #   B^T is 4 MB, larger than L2), and the loop over r is the only vectorised loop. A BLAS library does cache
