@@ -1,0 +1,463 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Chapter 9. The Tensor
+#
+# Chapters 3 to 8 built a compiler whose input is a graph of tensor-level UOps. Nobody wants to write those
+# graphs by hand. The **Tensor** is the front end: an object that looks like a NumPy array (`+`, `@`,
+# `.sum(axis)`, `.reshape`, slicing, broadcasting) but computes nothing. Each operation returns a new
+# Tensor whose UOp records what to compute; only `.numpy()` (or `.realize()`) hands the graph to the
+# kernelizer (Chapter 7) and realize (Chapter 8). Laziness is what makes fusion possible: when the graph
+# is complete, the compiler sees all of it.
+#
+# Every Tensor method is a few lines that reduce a NumPy-style operation to the small set of graph ops:
+# elementwise ALU ops, five movement ops (RESHAPE, EXPAND, PERMUTE, SHRINK, PAD), REDUCE over the last
+# axes, STACK, STAGE and DETACH. Broadcasting is an EXPAND; a matmul is an EXPAND of both sides, a
+# multiply and a REDUCE; softmax is two reductions and some arithmetic. And because the graph is data,
+# differentiating it is another graph transformation: reverse-mode **autograd**, a table of derivative
+# rules.
+#
+# What you'll build: a lazy tensor of about 80 lines evaluated with NumPy, with broadcasting and a
+# reverse-mode `gradient()`; then `uopc.tensor`: movement ops, matmul, softmax's kernels, and uopc's
+# gradient checked against finite differences.
+
+# %% [markdown]
+# ## 9.1 A lazy tensor
+#
+# A node holds an op, its sources, an argument and its shape. Leaves hold data. Nothing runs until
+# `numpy()`, which evaluates the graph bottom-up with NumPy, computing each node once (a memo keyed by
+# node).
+
+# %%
+import numpy as np
+
+
+class Lazy:
+  """A lazy n-dimensional array: an op over source Lazys, evaluated by numpy()."""
+  def __init__(self, op, src=(), arg=None, shape=(), data=None):
+    self.op, self.src, self.arg, self.shape, self.data = op, tuple(src), arg, tuple(shape), data
+
+  @staticmethod
+  def of(a) -> "Lazy":
+    a = np.asarray(a, dtype=np.float64)
+    return Lazy("data", shape=a.shape, data=a)
+
+  # ---- movement: only the shape changes ----
+  def reshape(self, *shape): return Lazy("reshape", (self,), shape, shape)
+  def permute(self, *order): return Lazy("permute", (self,), order, tuple(self.shape[o] for o in order))
+  def expand(self, *shape): return self if shape == self.shape else Lazy("expand", (self,), shape, shape)
+  @property
+  def T(self): return self.permute(*reversed(range(len(self.shape))))
+
+  # ---- elementwise, with NumPy broadcasting ----
+  def _binary(self, op, other):
+    other = other if isinstance(other, Lazy) else Lazy.of(other)
+    shape = broadcast_shape(self.shape, other.shape)
+    return Lazy(op, (self._to(shape), other._to(shape)), shape=shape)
+  def _to(self, shape):
+    """Broadcast: size-1 axes on the left first, then EXPAND."""
+    x = self.reshape(*(1,) * (len(shape) - len(self.shape)), *self.shape) if len(shape) > len(self.shape) else self
+    return x.expand(*shape)
+  def __add__(self, x): return self._binary("add", x)
+  def __mul__(self, x): return self._binary("mul", x)
+  def __sub__(self, x): return self + (x if isinstance(x, Lazy) else Lazy.of(x)) * -1.0
+  def __truediv__(self, x): return self * (x if isinstance(x, Lazy) else Lazy.of(x)).recip()
+  def eq(self, x): return self._binary("eq", x)
+  def exp(self): return Lazy("exp", (self,), shape=self.shape)
+  def log(self): return Lazy("log", (self,), shape=self.shape)
+  def recip(self): return Lazy("recip", (self,), shape=self.shape)
+
+  # ---- reductions over one axis ----
+  def _reduce(self, op, axis, keepdim):
+    axis = axis % len(self.shape)
+    kept = self.shape[:axis] + self.shape[axis + 1:]
+    out = Lazy(op, (self,), axis, kept)
+    return out.reshape(*self.shape[:axis], 1, *self.shape[axis + 1:]) if keepdim else out
+  def sum(self, axis=-1, keepdim=False): return self._reduce("sum", axis, keepdim)
+  def max(self, axis=-1, keepdim=False): return self._reduce("max", axis, keepdim)
+
+  # ---- composites ----
+  def __matmul__(self, w):   # (n, k) @ (k, m): broadcast to (n, m, k), multiply, sum the last axis
+    (n, k), m = self.shape, w.shape[1]
+    return (self.reshape(n, 1, k).expand(n, m, k) * w.T.reshape(1, m, k).expand(n, m, k)).sum(-1)
+  def softmax(self, axis=-1):
+    e = (self - self.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def numpy(self) -> np.ndarray: return evaluate(self, {})
+
+
+def broadcast_shape(a, b):
+  """NumPy's rule: align from the right; each pair of sizes must be equal or contain a 1."""
+  n = max(len(a), len(b))
+  a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+  if any(x != y and 1 not in (x, y) for x, y in zip(a, b)): raise ValueError(f"cannot broadcast {a} and {b}")
+  return tuple(max(x, y) for x, y in zip(a, b))
+
+
+NP = {"add": np.add, "mul": np.multiply, "exp": np.exp, "log": np.log, "recip": np.reciprocal,
+      "eq": lambda a, b: (a == b).astype(np.float64),
+      "sum": lambda x, ax: x.sum(ax), "max": lambda x, ax: x.max(ax),
+      "reshape": np.reshape, "permute": np.transpose, "expand": np.broadcast_to}
+
+
+def evaluate(u: Lazy, memo: dict) -> np.ndarray:
+  if u in memo: return memo[u]
+  if u.op == "data": r = u.data
+  else:
+    srcs = [evaluate(s, memo) for s in u.src]
+    r = NP[u.op](*srcs, u.arg) if u.arg is not None else NP[u.op](*srcs)
+  memo[u] = r
+  return r
+
+
+rng = np.random.default_rng(0)
+a, b, w = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal((4, 2))
+checks = {
+  "a + b (broadcast)": ((Lazy.of(a) + Lazy.of(b)).numpy(), a + b),
+  "a.sum(0)": (Lazy.of(a).sum(0).numpy(), a.sum(0)),
+  "a.T * 2": ((Lazy.of(a).T * 2.0).numpy(), a.T * 2),
+  "a @ w": ((Lazy.of(a) @ Lazy.of(w)).numpy(), a @ w),
+  "softmax(a)": (Lazy.of(a).softmax().numpy(), np.exp(a) / np.exp(a).sum(-1, keepdims=True)),
+}
+for name, (got, want) in checks.items(): print(f"{name:18s} matches NumPy: {np.allclose(got, want)}")
+
+# %% [markdown]
+# Building the graph is instant and nothing is computed until asked:
+
+# %%
+t = (Lazy.of(a) @ Lazy.of(w)).softmax()
+
+
+def count(u: Lazy, seen=None) -> dict:
+  seen = set() if seen is None else seen
+  if id(u) in seen: return {}
+  seen.add(id(u))
+  out = {u.op: 1}
+  for s in u.src:
+    for k, n in count(s, seen).items(): out[k] = out.get(k, 0) + n
+  return out
+
+
+print("a graph of", sum(count(t).values()), "nodes:", dict(sorted(count(t).items())))
+
+# %% [markdown]
+# ## 9.2 Broadcasting
+#
+# NumPy's rule aligns shapes from the right; each pair of sizes must be equal or contain a 1, and the 1
+# is stretched. In the graph, stretching is two movement ops: a RESHAPE that adds size-1 axes on the left
+# (`(4,)` -> `(1, 4)`) and an EXPAND of the size-1 axes (`(1, 4)` -> `(3, 4)`). An EXPAND costs nothing:
+# Chapter 6's rangeify turns it into an index that ignores the expanded axis.
+
+# %%
+for sa, sb in (((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((5, 1), (1, 6)), ((3, 4), (5, 4))):
+  try: print(f"{sa} with {sb} -> {broadcast_shape(sa, sb)}")
+  except ValueError as e: print(f"{sa} with {sb} -> ValueError: {e}")
+
+# %% [markdown]
+# uopc's `broadcast_shape` and `Tensor` do the same, and say which axis failed:
+
+# %%
+from uopc.tensor import Tensor, broadcast_shape as uopc_broadcast_shape
+
+print(uopc_broadcast_shape((2, 1, 4), (3, 1)))
+try: Tensor(np.ones((3, 4), np.float32)) + Tensor(np.ones((5, 4), np.float32))
+except ValueError as e: print("ValueError:", e)
+
+# %% [markdown]
+# ## 9.3 The uopc Tensor: movement ops
+#
+# `uopc.tensor.Tensor` wraps a UOp (Chapter 3). A Tensor made from a NumPy array copies the data into a
+# flat BUFFER and views it through a RESHAPE to the array's shape; every operation returns a new Tensor on
+# a new UOp. A printer for the graphs (the same as Chapter 7's), and the methods one at a time:
+
+# %%
+from uopc.uop import Ops, UOp
+
+
+def show(u: UOp) -> str:
+  """A tensor expression as one line: data as `x`, movement ops as methods."""
+  if u.op is Ops.BUFFER: return "x"
+  if u.op is Ops.CONST: return repr(u.arg)
+  s = [show(src) for src in u.src]
+  if u.op is Ops.REDUCE: return f"{u.arg[0].name.lower()}({s[0]}, last {u.arg[1]})"
+  if u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.PAD): return f"{s[0]}.{u.op.name.lower()}{u.arg}"
+  return f"{u.op.name.lower()}({', '.join(s)})"
+
+
+c_np = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+c = Tensor(c_np)
+views = {
+  "c.reshape(6, -1)": (c.reshape(6, -1), c_np.reshape(6, -1)),
+  "c.permute(2, 0, 1)": (c.permute(2, 0, 1), c_np.transpose(2, 0, 1)),
+  "c.T": (c.T, c_np.T),
+  "c[1, :, -2:]": (c[1, :, -2:], c_np[1, :, -2:]),
+  "c[..., 1]": (c[..., 1], c_np[..., 1]),
+  "c.pad(((0, 0), (1, 0), (0, 2)))": (c.pad(((0, 0), (1, 0), (0, 2))), np.pad(c_np, ((0, 0), (1, 0), (0, 2)))),
+  "Tensor.cat([c, c[:, :1]], 1)": (Tensor.cat([c, c[:, :1]], 1), np.concatenate([c_np, c_np[:, :1]], 1)),
+  "Tensor.stack([c, c], -1)": (Tensor.stack([c, c], -1), np.stack([c_np, c_np], -1)),
+}
+for name, (t, ref) in views.items():
+  graph = show(t.uop)     # before realizing: afterwards t.uop is the data
+  print(f"{name:32s} {str(t.shape):14s} {np.array_equal(t.numpy(), ref)}   {graph[:68]}")
+
+# %% [markdown]
+# Slicing is a SHRINK (a start and an end per axis), plus a RESHAPE that drops the axes indexed by an
+# integer; negative indices are counted from the end, as in NumPy, and out-of-range ones raise
+# `IndexError`. Steps other than 1 are not supported (they would need a strided view). `cat` pads every
+# piece with zeros to the full length and adds the pieces: the additions of zeros are cheap, and it needs
+# no op of its own. `stack` is the STACK op, which selects one of its sources by the first index.
+#
+# ## 9.4 Matmul
+#
+# `(..., n, k) @ (..., k, m)`: both operands are reshaped and broadcast to `(..., n, m, k)`, multiplied,
+# and the last axis summed. A 1-D operand becomes a row or a column and the extra axis is dropped again;
+# batch axes broadcast like any other.
+
+# %%
+x = Tensor(rng.standard_normal((2, 1, 3, 4)).astype(np.float32))
+y = Tensor(rng.standard_normal((5, 4, 6)).astype(np.float32))
+z = x @ y
+print("shape", z.shape, "matches NumPy:", np.allclose(z.numpy(), x.numpy() @ y.numpy(), atol=1e-5))
+print(show((Tensor(np.ones((3, 4), np.float32)) @ Tensor(np.ones((4, 5), np.float32))).uop))
+try: Tensor(np.ones((3, 4), np.float32)) @ Tensor(np.ones((5, 6), np.float32))
+except ValueError as e: print("ValueError:", e)
+
+# %% [markdown]
+# A broadcast multiply followed by a sum looks wasteful (an `(n, m, k)` tensor!), but nothing of that
+# shape is ever stored: rangeify (Chapter 6) lowers it to the three nested loops of a GEMM with one
+# accumulator, and the default optimizer tiles it (Chapter 10).
+#
+# ## 9.5 Softmax and its kernels
+#
+# `softmax(axis)` is `e = (x - x.max(axis, keepdim=True)).exp(); e / e.sum(axis, keepdim=True)`:
+# subtracting the row max keeps every exponent at most 0, so nothing overflows. `exp(x)` is written
+# `exp2(x * log2 e)`, the one exponential the renderer knows. What does the kernelizer make of it?
+
+# %%
+from uopc.kernelize import make_plan
+from uopc.opt import DefaultOpt
+
+
+def np_softmax(x, axis=-1):
+  e = np.exp(x - x.max(axis, keepdims=True))
+  return e / e.sum(axis, keepdims=True)
+
+
+s_np = rng.standard_normal((1024, 1024)).astype(np.float32)
+s = Tensor(s_np)
+for name, t in (("softmax(-1)", s.softmax(-1)), ("softmax(0)", s.softmax(0)), ("log_softmax(-1)", s.log_softmax(-1))):
+  for fuse in (False, True):
+    plan = make_plan([t.uop], fuse, DefaultOpt)
+    names, temps = [k.name for k in plan.kernels], [n for _, n in plan.temps]
+    print(f"{name:16s} fuse_reduce={fuse!s:5s}: kernels {names}, temps {temps}")
+
+# %% [markdown]
+# Three kernels by default: the row max (`r_1024`), the row sum of exponentials (`r_1024`), and the
+# output (`e_1024_1024`), with two temporaries of one float per row. The exponentials are never stored:
+# the sum kernel and the output kernel both compute them (Chapter 7's trade, decided for recompute,
+# because storing them would be an N x N buffer). With `fuse_reduce`, one kernel. A softmax over axis 0
+# is the same plan: `_reduce` in `Tensor` permutes the reduced axis to the end, and rangeify folds the
+# permute into the indices. Values, including rows whose entries are large:
+
+# %%
+print("softmax(-1)     matches NumPy:", np.allclose(s.softmax(-1).numpy(), np_softmax(s_np, -1), atol=1e-6))
+print("softmax(0)      matches NumPy:", np.allclose(s.softmax(0).numpy(), np_softmax(s_np, 0), atol=1e-6))
+m = s_np - s_np.max(-1, keepdims=True)
+ls = m - np.log(np.exp(m).sum(-1, keepdims=True))
+print("log_softmax(-1) matches NumPy:", np.allclose(s.log_softmax(-1).numpy(), ls, atol=1e-5))
+big = np.array([[1000.0, 1001.0, 999.0]], np.float32)
+print("softmax of [1000, 1001, 999]:", Tensor(big).softmax(-1).numpy().round(4))
+
+# %% [markdown]
+# ## 9.6 Reverse-mode autograd, small
+#
+# To train anything we need gradients. The graph is data, so the gradient of a scalar `f` with respect to
+# every node is another graph, built by walking the graph backwards (reverse mode). Each op has a rule: given
+# the gradient `g` flowing into its output, the gradient flowing into each source. The rules for our
+# `Lazy`:
+
+# %%
+def unexpand(g: Lazy, shape) -> Lazy:
+  """The gradient of a broadcast: sum over every axis that was stretched."""
+  for ax, (a, n) in enumerate(zip(shape, g.shape)):
+    if a != n: g = g.sum(ax, keepdim=True)
+  return g
+
+
+RULES = {
+  "add": lambda out, s, g: (g, g),                                       # d(a+b) = da + db
+  "mul": lambda out, s, g: (g * s[1], g * s[0]),                         # d(ab) = b da + a db
+  "exp": lambda out, s, g: (g * out,),                                   # d(e^x) = e^x dx
+  "log": lambda out, s, g: (g / s[0],),                                  # d(log x) = dx / x
+  "recip": lambda out, s, g: (g * out * out * -1.0,),                    # d(1/x) = -dx / x^2
+  "eq": lambda out, s, g: (None, None),                                  # a comparison has no gradient
+  "reshape": lambda out, s, g: (g.reshape(*s[0].shape),),
+  "permute": lambda out, s, g: (g.permute(*np.argsort(out.arg)),),
+  "expand": lambda out, s, g: (unexpand(g, s[0].shape),),
+  "sum": lambda out, s, g: (g.reshape(*out_keepdim(s[0], out.arg))._to(s[0].shape),),
+  "max": lambda out, s, g: (max_grad(out, s[0], g),),
+}
+
+
+def out_keepdim(x: Lazy, axis: int):
+  return x.shape[:axis] + (1,) + x.shape[axis + 1:]
+
+
+def max_grad(out: Lazy, x: Lazy, g: Lazy) -> Lazy:
+  """The gradient goes to the maxima, shared between ties."""
+  keep = out_keepdim(x, out.arg)
+  hit = x.eq(out.reshape(*keep))
+  return g.reshape(*keep) * hit / hit.sum(out.arg, keepdim=True)
+
+
+def gradient(f: Lazy, wrt: list) -> list:
+  order, seen = [], set()
+  def visit(u):                                  # a topological order: sources before users
+    if id(u) in seen: return
+    seen.add(id(u))
+    for s in u.src: visit(s)
+    order.append(u)
+  visit(f)
+  grads = {id(f): Lazy.of(np.ones(f.shape))}
+  for u in reversed(order):                      # users before sources: a node's gradient is complete
+    if id(u) not in grads or u.op == "data": continue
+    for s, gs in zip(u.src, RULES[u.op](u, u.src, grads[id(u)])):
+      if gs is not None: grads[id(s)] = grads[id(s)] + gs if id(s) in grads else gs
+  return [grads.get(id(x), Lazy.of(np.zeros(x.shape))) for x in wrt]
+
+
+# %% [markdown]
+# Two details. Gradients that reach a node along several paths are **added** (`grads[id(s)] + gs`): a node
+# used twice contributes twice. And a node's gradient is complete only when every user has contributed,
+# which the reverse topological order guarantees. Broadcasting needs no special case: the EXPAND rule sums
+# the gradient over the stretched axes.
+#
+# Check it against finite differences, `(f(x + eps) - f(x - eps)) / 2 eps` per element, in float64:
+
+# %%
+def finite_differences(fn, xs, eps=1e-6):
+  grads = []
+  for k, x in enumerate(xs):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
+      plus[k][i] += eps; minus[k][i] -= eps
+      g[i] = (fn(*plus) - fn(*minus)) / (2 * eps)
+    grads.append(g)
+  return grads
+
+
+c_w, b3 = rng.standard_normal((3, 2)), rng.standard_normal(3)
+cases = {
+  "sum(softmax(a @ w) * c)": (lambda a, w: ((a @ w).softmax() * Lazy.of(c_w)).sum(0).sum(0),
+                              lambda a, w: (np_softmax(a @ w) * c_w).sum(), [(3, 4), (4, 2)]),
+  "sum(log(a.max(1) + 5) * b)": (lambda a: ((a.max(1) + 5.0).log() * Lazy.of(b3)).sum(0),
+                                 lambda a: (np.log(a.max(1) + 5) * b3).sum(), [(3, 4)]),
+}
+for name, (lazy_fn, np_fn, shapes) in cases.items():
+  xs = [rng.standard_normal(sh) for sh in shapes]
+  leaves = [Lazy.of(x) for x in xs]
+  ours = [g.numpy() for g in gradient(lazy_fn(*leaves), leaves)]
+  ok = all(np.allclose(o, r, atol=1e-6) for o, r in zip(ours, finite_differences(np_fn, xs)))
+  print(f"{name:28s} gradient matches finite differences: {ok}")
+
+# %% [markdown]
+# ## 9.7 uopc's autograd
+#
+# `uopc.autograd` is the same algorithm over UOps. Its rules are a table, `DERIVATIVES`, one entry per op
+# with the algebra as a comment; each rule gets the node and its sources as Tensors, so a rule is
+# written with Tensor operations and the gradient is a lazy Tensor graph like any other: it kernelizes,
+# fuses and runs through the same compiler.
+
+# %%
+from uopc.autograd import DERIVATIVES, NO_GRADIENT
+from uopc.tensor import gradient as uopc_gradient
+
+print("rules for:", sorted(op.name for op in DERIVATIVES))
+print("no gradient:", sorted(op.name for op in NO_GRADIENT))
+
+# %% [markdown]
+# Checked against finite differences in float64 (a `Tensor` made from a float64 array computes in double
+# precision), for graphs that exercise the awkward rules: softmax (reductions through broadcasts), matmul,
+# max (ties), pad and shrink (a slice's gradient is a pad, and back), and where (the condition gets none):
+
+# %%
+W = rng.standard_normal((4, 3))
+GRAPHS = {
+  "softmax": (lambda x: (x.softmax(-1) * Tensor(W)).sum(), lambda x: (np_softmax(x) * W).sum(), [(4, 3)]),
+  "matmul": (lambda a, b: ((a @ b) * (a @ b)).sum(), lambda a, b: ((a @ b) ** 2).sum(), [(3, 4), (4, 2)]),
+  "max": (lambda x: (x.max(1) * Tensor(np.arange(4.0))).sum(), lambda x: (x.max(1) * np.arange(4.0)).sum(), [(4, 5)]),
+  "pad and shrink": (lambda x: x.pad(((1, 0), (0, 2)))[1:4, 1:5].exp().sum(),
+                     lambda x: np.exp(np.pad(x, ((1, 0), (0, 2)))[1:4, 1:5]).sum(), [(3, 4)]),
+  "where": (lambda x, y: (x < y).where(x * y, y.exp()).sum(), lambda x, y: np.where(x < y, x * y, np.exp(y)).sum(),
+            [(3, 4), (4,)]),
+  "attention": (lambda q, k, v: ((q @ k.T * 0.5).softmax(-1) @ v).square().sum(),
+                lambda q, k, v: ((np_softmax(q @ k.T * 0.5) @ v) ** 2).sum(), [(3, 2), (4, 2), (4, 2)]),
+}
+for name, (tfn, nfn, shapes) in GRAPHS.items():
+  xs = [rng.standard_normal(sh) for sh in shapes]
+  ts = [Tensor(x) for x in xs]
+  grads = uopc_gradient(tfn(*ts), ts)
+  err = max(np.abs(g.numpy() - r).max() for g, r in zip(grads, finite_differences(nfn, xs)))
+  print(f"{name:15s} max |gradient - finite differences| < 1e-6: {err < 1e-6}")
+
+# %% [markdown]
+# A gradient is a graph of the same kind as any other, and realizing it goes through the kernelizer.
+# Here is the plan for the gradient of a small loss with respect to a weight matrix:
+
+# %%
+a_t, w_t = Tensor(rng.standard_normal((2, 4))), Tensor(rng.standard_normal((4, 3)))
+(gw,) = uopc_gradient((a_t @ w_t).softmax(-1).max(-1).sum(), [w_t])
+print(make_plan([gw.uop], False, DefaultOpt).explain())
+
+# %% [markdown]
+# Eleven small kernels for a 4 x 3 gradient. The gradient graph contains the forward graph (the loss was
+# never realized), so its reductions come first: the matmul `r_2_3`, the softmax's max and sum, the loss's
+# max. Then the backward pass's: the count of ties at each max, the sums of the softmax rule, and the
+# weight gradient itself, a sum over the batch (`r_3_4`), written out transposed (`e_4_3`). At these
+# sizes kernel launches dominate; at a real model's sizes the same plan is a handful of large matmuls,
+# which is Chapter 14's business. `backward()` does the same for every tensor created with
+# `requires_grad=True`:
+
+# %%
+x_t = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
+w2 = Tensor(rng.standard_normal((4, 2)), requires_grad=True)
+loss = (x_t @ w2).relu().sum()
+loss.backward()
+print("w.grad shape", w2.grad.shape, "matches NumPy:",
+      np.allclose(w2.grad.numpy(), x_t.numpy().T @ ((x_t.numpy() @ w2.numpy()) > 0)))
+
+# %% [markdown]
+# ## Pitfalls
+#
+# - **Realizing changes a Tensor.** After `.numpy()`, a Tensor's UOp is its data (a BUFFER); the graph
+#   that computed it is kept in `.lazy` so that gradients can still be taken. A plan built from
+#   `t.uop` after realizing is a plan for a copy, not for the computation.
+# - **Dtypes do not mix silently.** `float32 + int32` raises `TypeError` (cast one side); a Python float
+#   added to an integer Tensor must be a whole number. NumPy would promote; uopc asks.
+# - **Gradients of max split between ties.** If two entries share the maximum, each gets half. Finite
+#   differences at a tie are meaningless: test with random data.
+# - **Every op is a few graph nodes.** `a - b` is `a + b * -1`, `a / b` is `a * recip(b)`, `exp` is
+#   `exp2(x * log2 e)`. Counting FLOPs or reading C, expect those forms.
+# - **Mind the broadcast.** A broadcast is free until something makes the kernelizer recompute through it
+#   (Chapter 7's LayerNorm): the cost is decided by the plan, not by the Tensor code.
+#
+# ## Exercises
+#
+# 1. Add `sin` to `Lazy` with its derivative rule and check the gradient of `sum(sin(a @ w))`.
+# 2. Give `Lazy` a `mean(axis)` built from `sum`, and check that its gradient needs no new rule.
+# 3. Implement slicing with steps (`x[::2]`) for uopc's Tensor as a RESHAPE + SHRINK (hint: split the
+#    axis into (n/2, 2) when it is even). What does `cat` of the two halves give back?
+# 4. Write `Tensor.var(axis)` and LayerNorm with Tensor ops, and check the gradient of
+#    `layernorm(x) @ w` against finite differences.
+# 5. Count the kernels of the gradient of attention at N = 64 with and without `fuse_reduce`. Which
+#    reductions of the backward pass could share a kernel?
+# 6. `gradient` computes gradients of a scalar. Use its `seed=` argument to compute a vector-Jacobian
+#    product for a non-scalar output, and check it against finite differences.
