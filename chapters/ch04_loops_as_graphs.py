@@ -169,7 +169,7 @@ print("interpreted copy equals a:", np.array_equal(a_copy, a))
 # `out[i] = max_j a[i, j]` for an (R, C) array. Now the accumulator must be **per row**: it is
 # initialised at the start of every row, updated along the row, and read at its end. And the row loop is
 # a `THREAD` loop, the one OpenMP splits across cores, so different rows run at the same time on
-# different threads. Read the four AFTERs:
+# different threads. Read the three AFTERs:
 
 # %%
 def rowmax_program(R: int, C: int) -> UOp:
