@@ -1,0 +1,1071 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 6 assignment: fusion, recompute and flash attention
+#
+# The exercises of Chapter 11, solved in uopc. Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - **visible checks** right after it, which you can run as often as you like;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below. Written answers (strings shown with `show(ANSWER)`) are read by a person, not scored.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | ★ 1 | size the matrices | 1 |
+# | ★ 2 | count the passes | 3 |
+# | ★ 3 | merge two states | 2 |
+# | ★★ 4 | causal mask | 3 |
+# | ★★ 5 | query blocking | 3 |
+# | ★★ 6 | flash-decoding | 3 |
+# | ★★ 7 | upcast the head | 2 |
+# | ★★ 8 | find the bug | 2 |
+# | ★★★ 9 | backward with recompute | 4 |
+#
+# The grader stops any cell that runs for more than two minutes; the whole notebook runs in well under three
+# minutes on two cores. Timings are best-of-k after a warm-up, on the machine below; they are noisy, so the
+# notebook prints ratios measured in one run and never asserts a time.
+
+# %% tags=["nbval-ignore-output"]
+import datetime
+import os
+import platform
+import re
+import subprocess
+
+
+def cpu_model() -> str:
+  try: return re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M).group(1)
+  except (OSError, AttributeError): return platform.processor() or platform.machine()
+
+
+cc = os.environ.get("CC", "cc")
+print(f"CPU:      {cpu_model()}, {os.cpu_count()} cores (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+print(f"compiler: {subprocess.run([cc, '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+print(f"date:     {datetime.date.today()}")
+
+# %% [markdown]
+# ## Setup
+#
+# The chapter's code lives in `examples/flash_attention.py` (the book's listing, unchanged). `examples/` is not
+# a package, so we load the file by its path, found from the installed `uopc` (this works from any folder the
+# notebook runs in). `ref_attention` is the NumPy reference every kernel is checked against, in float64.
+
+# %%
+import importlib.util
+import math
+from pathlib import Path
+import numpy as np
+from IPython.display import Markdown, display
+import uopc.uop
+from uopc.uop import UOp, Ops, ParamArg, AxisType, Pat, graph_rewrite, sink, range_
+from uopc.dtype import dtypes
+from uopc.render_c import render_c
+from uopc.runtime import Program
+from uopc.rangeify import lower, Ctx, Opts
+from uopc.symbolic import simplify
+from uopc.tensor import Tensor, gradient
+from uopc.kernelize import Plan, make_plan, realize, stage_broadcast_compute
+from uopc.opt import layout_pass
+
+ROOT = Path(uopc.uop.__file__).resolve().parents[1]   # the repository this uopc was installed from
+_spec = importlib.util.spec_from_file_location("flash_attention", ROOT / "examples" / "flash_attention.py")
+fa = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fa)
+attention, online_attention_ir, FlashOpt, bench, LOG2E = (fa.attention, fa.online_attention_ir, fa.FlashOpt, fa.bench,
+                                                         fa.LOG2E)
+f32 = dtypes.f32
+
+
+def qkv(N: int, D: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Random queries, keys and values, (N, D) float32 each."""
+  rng = np.random.default_rng(seed)
+  return tuple(rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+
+
+def ref_attention(q, k, v, keep=None) -> np.ndarray:
+  """softmax(q k^T / sqrt(D)) v in float64; keep (Nq, Nk) bool: the scores that take part (None: all)."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s = q @ k.T / math.sqrt(q.shape[-1])
+  if keep is not None: s = np.where(keep, s, -np.inf)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def compile_ir(ir: UOp, name: str) -> Program:
+  """A loop program as a compiled C function (compiled once per source, then loaded from the disk cache)."""
+  return Program(render_c(ir, name), name)
+
+
+def run_attention_kernel(build_ir, q, k, v, name: str = "attn") -> np.ndarray:
+  """The kernel build_ir(N, D) (parameters q, k, v, out; N x D float32 each) applied to q, k, v."""
+  N, D = q.shape
+  out = np.zeros(N * D, np.float32)
+  compile_ir(build_ir(N, D), name)(q, k, v, out)
+  return out.reshape(N, D)
+
+
+def matches(a, b, tol: float = 1e-4) -> bool:
+  """a matches b to tol (absolute and relative), with no NaN anywhere."""
+  return bool(np.allclose(a, b, atol=tol, rtol=tol))
+
+
+def show(markdown: str) -> None: display(Markdown(markdown))
+
+
+q, k, v = qkv(256, 64)
+print("online_attention_ir matches NumPy:", matches(run_attention_kernel(online_attention_ir, q, k, v, "flash"),
+                                                  ref_attention(q, k, v)))
+
+# %% [markdown]
+# ## Exercise 1 (★): size the matrices
+#
+# How large are S and P for N = 8192 in f32, per head? A GPT-style model with 12 heads, batch 8: how much memory
+# would unfused attention need for one layer's S? Write `score_bytes`.
+
+# %%
+# TASK: size the matrices
+def score_bytes(N: int, heads: int = 1, batch: int = 1, itemsize: int = 4) -> int:
+  """Bytes of the score matrix S (N x N per head and sequence) for `heads` heads and `batch` sequences."""
+  ### BEGIN SOLUTION
+  return N * N * itemsize * heads * batch
+  ### END SOLUTION
+
+
+# %%
+print(f"S per head at N = 8192:       {score_bytes(8192) / 1e6:7.1f} MB (P as much again)")
+print(f"S for 12 heads, batch 8:      {score_bytes(8192, heads=12, batch=8) / 1e9:7.1f} GB")
+print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)")
+assert score_bytes(1024) == 4 * 2**20
+
+# %% [markdown]
+# 268 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
+# of a head. Nobody materializes S at long context.
+
+# %% tags=["hidden-test"]
+# POINTS: size the matrices 1
+assert score_bytes(8192) == 268435456
+assert score_bytes(8192, heads=12, batch=8) == 96 * 268435456
+assert score_bytes(1000, itemsize=2) == 2_000_000
+
+# %% [markdown]
+# ## Exercise 2 (★): count the passes
+#
+# Predict the number of full passes over the keys (each with a D = 64 dot product) that the fully fused kernel
+# of 11.4 makes per query row with FlashOpt's upcast set to 8, 16, 32 and 64. Which one needs the most registers?
+#
+# Then check the prediction against the generated C. `flash_opt(upcast)` is FlashOpt with another upcast, and
+# `fused_plan(N, D, upcast)` the plan of fused attention with it; its last kernel is the fused one. Write
+# `count_key_passes(src, n_keys)`, which reads a kernel's C: a pass over the keys is a `for` loop of length
+# `n_keys` inside the row loop, and it runs once per iteration of the loops between the row loop and it.
+# Pick N different from D and from every other loop length, so that a loop's length says what it is.
+
+# %%
+_flash_opts: dict[int, type] = {}
+
+
+def flash_opt(upcast: int) -> type:
+  """The book's FlashOpt with the head dimension upcast by `upcast` (one class per upcast: plans are cached by it)."""
+  if upcast not in _flash_opts:
+    class Opt:
+      layout = staticmethod(layout_pass)
+
+      @staticmethod
+      def lower(body, out):
+        return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], upcast)}, thread=0)))
+    Opt.__name__ = Opt.__qualname__ = f"FlashOpt{upcast}"
+    _flash_opts[upcast] = Opt
+  return _flash_opts[upcast]
+
+
+def fused_plan(N: int, D: int, upcast: int = 16) -> Plan:
+  """The plan of attention with fuse_reduce=True and flash_opt(upcast)."""
+  q, k, v = (Tensor(x) for x in qkv(N, D))
+  return make_plan([attention(q, k, v).uop], fuse_reduce=True, opt=flash_opt(upcast))
+
+
+src = fused_plan(256, 64, 16).kernels[-1].src
+print("\n".join(line for line in src.splitlines() if "for (" in line))
+
+# %%
+# TASK: count the passes
+def predicted_passes(upcast: int, D: int = 64) -> int:
+  """Full passes over the keys per query row of the fused kernel with the head dimension upcast by `upcast`."""
+  ### BEGIN SOLUTION
+  return 2 + D // min(upcast, D)   # the max pass, the sum pass, then one per group of `upcast` output columns
+  ### END SOLUTION
+
+
+def count_key_passes(src: str, n_keys: int) -> int:
+  """Passes over the keys per query row, read from a kernel's C source."""
+  ### BEGIN SOLUTION
+  loop = re.compile(r"for \(int (ridx\d+) = 0; \1 < (\d+); \1\+\+\) \{")
+  open_loops, passes = [], 0   # the lengths of the loops around the current line, outermost first
+  for line in src.splitlines():
+    if m := loop.search(line):
+      n = int(m.group(2))
+      if n == n_keys and open_loops: passes += math.prod(open_loops[1:])   # every loop but the row loop repeats it
+      open_loops.append(n)
+    elif line.strip() == "}" and open_loops: open_loops.pop()
+  return passes
+  ### END SOLUTION
+
+
+def most_registers() -> int:
+  """The upcast (8, 16, 32 or 64) whose fused kernel needs the most registers."""
+  ### BEGIN SOLUTION
+  return 64   # 64 output accumulators live across the whole key loop
+  ### END SOLUTION
+
+
+# %%
+N = 256
+for upcast in (8, 16, 32, 64):
+  kernel = fused_plan(N, 64, upcast).kernels[-1]
+  print(f"upcast {upcast:2d}: predicted {predicted_passes(upcast)} passes, the C of {kernel.name} makes "
+        f"{count_key_passes(kernel.src, N)}, in {len(kernel.src.splitlines())} lines")
+print("the online kernel:", count_key_passes(render_c(online_attention_ir(N, 64), "flash"), N), "pass")
+print("needs the most registers: upcast", most_registers())
+
+# %% [markdown]
+# Two softmax passes plus 64 / upcast output passes: 10, 6, 4 and 3. The upcast of 64 makes the fewest passes but
+# keeps 64 output accumulators live across its whole key loop: as scalars, far more than the 16 registers of
+# x86-64 (32 with AVX-512), so they would spill to the stack, unless the compiler packs them into vectors. Its C is
+# also the longest. Exercise 7 measures what that costs.
+
+# %% tags=["hidden-test"]
+# POINTS: count the passes 1
+assert [predicted_passes(u) for u in (8, 16, 32, 64)] == [10, 6, 4, 3]
+assert predicted_passes(16, D=128) == 10 and predicted_passes(32, D=32) == 3
+assert most_registers() == 64
+
+# %% tags=["hidden-test"]
+# POINTS: count the passes 2
+for _u, _want in ((8, 10), (16, 6), (32, 4), (64, 3)):
+  assert count_key_passes(fused_plan(384, 64, _u).kernels[-1].src, 384) == _want, _u
+assert count_key_passes(fused_plan(384, 32, 8).kernels[-1].src, 384) == 6
+assert count_key_passes(render_c(online_attention_ir(384, 64), "flash"), 384) == 1
+
+# %% [markdown]
+# ## Exercise 3 (★): merge two states
+#
+# Prove the merge rule for two partial states (m1, l1, o1) and (m2, l2, o2) from 11.6, and check it numerically
+# by splitting the worked example's keys into {0} and {1, 2}. `state_of(s, v)` is the state of a set of keys
+# computed from the definition; write `merge(a, b)`. It must work when o is a vector, and when one of the states
+# is empty, (-inf, 0, 0): the state before any key.
+#
+# **Proof sketch.** A state summarizes a set of keys K relative to its maximum m_K:
+# l_K = Σ_{k∈K} e^{s_k - m_K} and o_K = Σ_{k∈K} e^{s_k - m_K} v_k. For the union of two disjoint sets the maximum
+# is m = max(m1, m2), and every term can be re-expressed relative to m:
+# e^{s_k - m} = e^{s_k - m1} e^{m1 - m}. The factor e^{m1 - m} does not depend on k, so it comes out of the sum:
+# Σ_{k∈K1} e^{s_k - m} = l1 e^{m1 - m}, and likewise for K2 and for o. A sum over a disjoint union is the sum of the
+# two sums, so l = l1 e^{m1 - m} + l2 e^{m2 - m} and o = o1 e^{m1 - m} + o2 e^{m2 - m}. Since m ≥ m1, m2, both
+# factors are at most 1: nothing overflows. An empty state (m = -inf, l = 0, o = 0) gets the factor
+# e^{-inf} = 0, so merging with it changes nothing (as long as the other state is not empty too:
+# e^{-inf - (-inf)} is NaN).
+
+# %%
+def state_of(s, v) -> tuple:
+  """(m, l, o) of the keys with scores s and values v, from the definition (natural exp, as in 11.6)."""
+  s, v = np.asarray(s, np.float64), np.asarray(v, np.float64)
+  m = s.max()
+  w = np.exp(s - m)
+  return m, w.sum(), w @ v
+
+
+# %%
+# TASK: merge two states
+def merge(a: tuple, b: tuple) -> tuple:
+  """The state (m, l, o) of the union of two disjoint sets of keys, from their states a and b."""
+  ### BEGIN SOLUTION
+  (m1, l1, o1), (m2, l2, o2) = a, b
+  m = max(m1, m2)
+  c1, c2 = np.exp(m1 - m), np.exp(m2 - m)   # re-express each sum relative to the union's maximum
+  return m, l1 * c1 + l2 * c2, o1 * c1 + o2 * c2
+  ### END SOLUTION
+
+
+# %%
+s, v = np.array([1.0, 3.0, 2.0]), np.array([10.0, 20.0, 30.0])
+for name, st in (("{0}", state_of(s[:1], v[:1])), ("{1, 2}", state_of(s[1:], v[1:])),
+                 ("merged", merge(state_of(s[:1], v[:1]), state_of(s[1:], v[1:]))), ("all at once", state_of(s, v))):
+  m, l, o = st
+  print(f"{name:12s} m = {m:.0f}  l = {l:.4f}  o = {o:.4f}  o / l = {o / l:.3f}")
+
+# %% tags=["hidden-test"]
+# POINTS: merge two states 2
+_s, _v = np.array([1.0, 3.0, 2.0]), np.array([10.0, 20.0, 30.0])
+_m, _l, _o = merge(state_of(_s[:1], _v[:1]), state_of(_s[1:], _v[1:]))
+assert _m == 3 and abs(_l - 1.5032) < 1e-4 and abs(_o - 32.3897) < 1e-4
+_rng = np.random.default_rng(3)
+_s, _v = 4 * _rng.standard_normal(40), _rng.standard_normal((40, 8))
+for _cut in (1, 13, 39):
+  _got = merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:]))
+  for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y), _cut
+_got = merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:]))
+for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y)
+_empty = (-np.inf, 0.0, np.zeros(8))
+for _got in (merge(_empty, state_of(_s, _v)), merge(state_of(_s, _v), _empty)):
+  for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y)
+
+# %% [markdown]
+# ## Exercise 4 (★★): causal mask
+#
+# Query i may only attend to keys j ≤ i. Add the mask to `online_attention_ir` two ways:
+# 1. `masked_attention_ir(N, D, keep, masked)`: the key loop runs over all N keys and the score goes through a
+#    WHERE, `keep(i, j).where(s, masked)`, where `keep(i, j)` is a boolean UOp (default: the causal mask j < i + 1)
+#    and `masked` is the value a masked score gets (None: your choice). What value must it be, given the NaN
+#    pitfall? The grader also runs your kernel with another mask, where the first keys of a row are masked.
+# 2. `causal_range_ir(N, D)`: the key loop's end depends on i. Does the IR, the linearizer and the renderer
+#    accept a RANGE whose end is an expression of another RANGE?
+#
+# Both take buffers q, k, v, out (N x D float32, slots 0 to 3) like `online_attention_ir`. Verify against NumPy
+# and compare the speed.
+
+# %%
+def causal(i: UOp, j: UOp) -> UOp: return j < i + 1
+
+
+# %%
+# TASK: causal mask
+def masked_attention_ir(N: int, D: int, keep=causal, masked: float | None = None) -> UOp:
+  """online_attention_ir where score (i, j) takes part only if keep(i, j); a masked score is set to `masked`."""
+  ### BEGIN SOLUTION
+  masked = -1e30 if masked is None else masked   # finite: masked - masked is 0, never -inf - (-inf) = NaN
+  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
+  scale = (1 / math.sqrt(D)) * LOG2E
+  i = range_(N, 0, AxisType.THREAD)
+  Mi, Li, Oi = M.after(i), L.after(i), O.after(i)
+  init_m = Mi.index(0).store(UOp.const(-math.inf))
+  init_l = Li.index(0).store(UOp.const(0.0))
+  d0 = range_(D, 1)
+  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
+  j = range_(N, 2)
+  Sj = S.after(i, j)
+  init_s = Sj.index(0).store(UOp.const(0.0))
+  e = range_(D, 3)
+  Se = Sj.after(init_s, e)
+  dot = Se.index(0).store(Se.index(0).load() + Q.index(i * D + e).load() * K.index(j * D + e).load()).end(e)
+  s = keep(i, j).where(Sj.after(dot).index(0).load() * scale, UOp.const(float(masked)))   # the only new line
+  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
+  m_old = Mj.index(0).load()
+  m_new = m_old.maximum(s)
+  corr, p = (m_old - m_new).exp2(), (s - m_new).exp2()
+  st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
+  d = range_(D, 4)
+  Od = Oi.after(init_o, j)
+  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
+  st_m = Mj.index(0).store(m_new)
+  loop_j = UOp(Ops.SINK, (st_l, st_o, st_m)).end(j)
+  d2 = range_(D, 5)
+  out = OUT.index(i * D + d2).store(Oi.after(loop_j).index(d2).load() * Li.after(loop_j).index(0).load().recip())
+  return sink(out.end(d2, i))
+  ### END SOLUTION
+
+
+def causal_range_ir(N: int, D: int) -> UOp:
+  """Causal online attention whose key loop stops at the diagonal: j < i + 1."""
+  ### BEGIN SOLUTION
+  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
+  scale = (1 / math.sqrt(D)) * LOG2E
+  i = range_(N, 0, AxisType.THREAD)
+  Mi, Li, Oi = M.after(i), L.after(i), O.after(i)
+  init_m = Mi.index(0).store(UOp.const(-math.inf))
+  init_l = Li.index(0).store(UOp.const(0.0))
+  d0 = range_(D, 1)
+  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
+  j = range_(i + 1, 2)                                   # the only new line: the loop's end is a UOp of i
+  Sj = S.after(i, j)
+  init_s = Sj.index(0).store(UOp.const(0.0))
+  e = range_(D, 3)
+  Se = Sj.after(init_s, e)
+  dot = Se.index(0).store(Se.index(0).load() + Q.index(i * D + e).load() * K.index(j * D + e).load()).end(e)
+  s = Sj.after(dot).index(0).load() * scale
+  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
+  m_old = Mj.index(0).load()
+  m_new = m_old.maximum(s)
+  corr, p = (m_old - m_new).exp2(), (s - m_new).exp2()
+  st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
+  d = range_(D, 4)
+  Od = Oi.after(init_o, j)
+  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
+  st_m = Mj.index(0).store(m_new)
+  loop_j = UOp(Ops.SINK, (st_l, st_o, st_m)).end(j)
+  d2 = range_(D, 5)
+  out = OUT.index(i * D + d2).store(Oi.after(loop_j).index(d2).load() * Li.after(loop_j).index(0).load().recip())
+  return sink(out.end(d2, i))
+  ### END SOLUTION
+
+
+# %%
+N, D = 256, 64
+q, k, v = qkv(N, D)
+lower_tri = np.tri(N, dtype=bool)                       # keep[i, j] = j <= i
+ref = ref_attention(q, k, v, lower_tri)
+where_out = run_attention_kernel(masked_attention_ir, q, k, v, "causal_where")
+range_out = run_attention_kernel(causal_range_ir, q, k, v, "causal_range")
+print("WHERE-masked kernel matches NumPy:", matches(where_out, ref))
+print("row-dependent loop matches NumPy: ", matches(range_out, ref))
+print("\n".join(line for line in render_c(causal_range_ir(N, D), "causal_range").splitlines() if "for (" in line))
+
+# %% [markdown]
+# The NaN pitfall, measured. With the mask `j >= i` (each row's *first* keys are masked, as with left padding)
+# a masked score of -inf makes the first correction factor exp2(-inf - (-inf)) = NaN, and the NaN then spreads
+# through l and o for the rest of the row, even though later keys are valid:
+
+# %%
+upper_tri = lower_tri.T                                 # keep[i, j] = j >= i
+ref_upper = ref_attention(q, k, v, upper_tri)
+for masked in (-math.inf, None):
+  build = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: i < j + 1, masked=masked)
+  out = run_attention_kernel(build, q, k, v, "upper_where")
+  print(f"masked = {masked if masked is not None else 'default'}: {np.isnan(out).any(axis=1).sum()} rows of {N} "
+        f"are NaN, matches NumPy: {matches(out, ref_upper)}")
+
+# %% tags=["nbval-ignore-output"]
+N, D = 1024, 64
+q, k, v = qkv(N, D)
+out = np.zeros(N * D, np.float32)
+kernels = {"full (no mask)": compile_ir(online_attention_ir(N, D), "flash"),
+           "WHERE-masked": compile_ir(masked_attention_ir(N, D), "causal_where"),
+           "row-dependent loop": compile_ir(causal_range_ir(N, D), "causal_range")}
+times = {name: bench(lambda: prg(q, k, v, out), 10) for name, prg in kernels.items()}
+for name, t in times.items():
+  print(f"{name:20s} {t * 1e3:7.2f} ms   {times['full (no mask)'] / t:4.2f}x the full kernel's speed")
+
+# %%
+# TASK: causal mask
+# Your answer, in Markdown, as ANSWER = """...""" in place of the raise.
+# Which value must a masked score get, and why? Does the IR accept a RANGE whose end is an expression of another
+# RANGE (the linearizer? the renderer?), and what do the timings say?
+### BEGIN SOLUTION
+ANSWER = """
+**The masked value.** -inf is correct for the causal mask only because key 0 is never masked: the running
+maximum is finite after the first key, and every later masked key gives corr = 1, p = exp2(-inf) = 0. As soon as
+a row *starts* with masked keys (the `j >= i` mask above, left padding), m_old = m_new = -inf and
+corr = exp2(-inf - (-inf)) = NaN, which poisons l and o for the rest of the row. A large finite negative
+(-1e30 here) avoids it: masked - masked = 0, so the first masked keys do accumulate weight 1, but the first valid
+key has m_new = s, corr = exp2(-1e30 - s) = 0, and wipes them out. A row with *no* valid key would then return
+the mean of V instead of NaN; real kernels special-case m = -inf instead.
+
+**A loop whose end depends on the row.** `range_(i + 1, 2)` is accepted everywhere. The IR: a RANGE's source is
+any integer UOp. The linearizer: RANGE j uses i, so it is placed inside loop i (its own END closes it) and the
+expression `i + 1` is ordered before the loop opens. The renderer prints the expression as the bound:
+`for (int ridx2 = 0; ridx2 < (ridx0+1); ridx2++)`. Index simplification bounds j by the largest value of
+i + 1, which is still correct (0 <= j <= N - 1). The one part that does not understand it is cost counting: the
+renderer's flop count multiplies trip counts only for constant bounds, so it counts the key loop's body once per
+row instead of i + 1 times, and a DEBUG=2 GFLOP/s line would be wrong for this kernel.
+
+**Speed.** The WHERE kernel does all the work of the full kernel and throws half of it away: same time. The
+triangular loop does half the work, but it is not twice as fast with two threads: OpenMP's static schedule gives
+thread 0 rows 0..N/2-1 (a quarter of the triangle) and thread 1 the other three quarters, so the speedup is at
+most about 4/3 (with one thread it would be 2). Interleaving rows, or pairing row r with row N-1-r in one
+iteration, would balance the threads.
+"""
+### END SOLUTION
+show(ANSWER)
+
+# %% tags=["hidden-test"]
+# POINTS: causal mask 2
+_q, _k, _v = qkv(96, 16, seed=5)
+_tri = np.tri(96, dtype=bool)
+assert matches(run_attention_kernel(masked_attention_ir, _q, _k, _v, "h_where"), ref_attention(_q, _k, _v, _tri))
+_upper = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: i < j + 1)
+assert matches(run_attention_kernel(_upper, _q, _k, _v, "h_upper"), ref_attention(_q, _k, _v, _tri.T))
+_all = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: j < 1_000_000)
+assert matches(run_attention_kernel(_all, _q, _k, _v, "h_all"), ref_attention(_q, _k, _v))
+
+# %% tags=["hidden-test"]
+# POINTS: causal mask 1
+_q, _k, _v = qkv(96, 16, seed=6)
+_ref = ref_attention(_q, _k, _v, np.tri(96, dtype=bool))
+assert matches(run_attention_kernel(causal_range_ir, _q, _k, _v, "h_range"), _ref)
+assert re.search(r"ridx\d+ < [^;\d]", render_c(causal_range_ir(96, 16), "h_range")), "no loop with a row-dependent end"
+
+# %% [markdown]
+# ## Exercise 5 (★★): query blocking
+#
+# Process a block of B = 4 query rows per iteration of the THREAD loop, so that each loaded k_j and v_j serves four
+# queries. Write `blocked_attention_ir(N, D, B=4)` in the loop IR (same buffers as `online_attention_ir`; N is a
+# multiple of B). Measure at N = 1024 and 2048, and compute the new GFLOP/s (4 N² D flops).
+
+# %%
+# TASK: query blocking
+def blocked_attention_ir(N: int, D: int, B: int = 4) -> UOp:
+  """Online attention with B query rows per iteration of the parallel loop: every k_j[e] and v_j[d] loaded is
+  used by B queries."""
+  ### BEGIN SOLUTION
+  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  # scalar state per query of the block (registers): running max, running sum, dot product; one output row each
+  Ms, Ls, Ss = ([alloc(k * B + b, 1) for b in range(B)] for k in range(3))
+  O = alloc(3 * B, B * D)
+  scale = (1 / math.sqrt(D)) * LOG2E
+  i = range_(N // B, 0, AxisType.THREAD)
+  rows = [i * B + b for b in range(B)]
+  Mi, Li, Oi = [m.after(i) for m in Ms], [x.after(i) for x in Ls], O.after(i)
+  init_m = [m.index(0).store(UOp.const(-math.inf)) for m in Mi]
+  init_l = [x.index(0).store(UOp.const(0.0)) for x in Li]
+  d0 = range_(B * D, 1)
+  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
+  j = range_(N, 2)
+  # B dot products in one loop over e: one load of k_j[e], B uses
+  Sj = [x.after(i, j) for x in Ss]
+  e = range_(D, 3)
+  Se = [x.after(x.index(0).store(UOp.const(0.0)), e) for x in Sj]
+  kje = K.index(j * D + e).load()
+  dots = UOp(Ops.SINK, tuple(x.index(0).store(x.index(0).load() + Q.index(r * D + e).load() * kje)
+                             for x, r in zip(Se, rows))).end(e)
+  # the online softmax update, once per query
+  corr, p, states = [], [], []
+  for b in range(B):
+    s = Sj[b].after(dots).index(0).load() * scale
+    Mj, Lj = Mi[b].after(init_m[b], j), Li[b].after(init_l[b], j)
+    m_old = Mj.index(0).load()
+    m_new = m_old.maximum(s)
+    corr.append((m_old - m_new).exp2()); p.append((s - m_new).exp2())
+    states += [Lj.index(0).store(Lj.index(0).load() * corr[b] + p[b]), Mj.index(0).store(m_new)]
+  # B output rows in one loop over d: one load of v_j[d], B uses
+  d = range_(D, 4)
+  vjd = V.index(j * D + d).load()
+  Od = Oi.after(init_o, j)
+  st_o = UOp(Ops.SINK, tuple(Od.index(b * D + d).store(Od.index(b * D + d).load() * corr[b] + p[b] * vjd)
+                             for b in range(B))).end(d)
+  loop_j = UOp(Ops.SINK, (*states, st_o)).end(j)
+  d2 = range_(D, 5)
+  outs = [OUT.index(rows[b] * D + d2).store(Oi.after(loop_j).index(b * D + d2).load() *
+                                            Li[b].after(loop_j).index(0).load().recip()) for b in range(B)]
+  return simplify(sink(UOp(Ops.SINK, tuple(outs)).end(d2, i)))   # simplify: (i*4+0)*64 -> i*256
+  ### END SOLUTION
+
+
+# %%
+q, k, v = qkv(256, 64)
+print("blocked kernel matches NumPy:", matches(run_attention_kernel(blocked_attention_ir, q, k, v, "flash_b4"),
+                                             ref_attention(q, k, v)))
+src = render_c(blocked_attention_ir(256, 64), "flash_b4")
+print("\n".join(line for line in src.splitlines() if "for (" in line or "data1[" in line or "data2[" in line))
+
+# %% tags=["nbval-ignore-output"]
+for N in (1024, 2048):
+  q, k, v = qkv(N, 64)
+  out = np.zeros(N * 64, np.float32)
+  flops = 4 * N * N * 64
+  online, blocked = compile_ir(online_attention_ir(N, 64), "flash"), compile_ir(blocked_attention_ir(N, 64), "flash_b4")
+  t_blocked = bench(lambda: blocked(q, k, v, out))
+  ok = matches(out.reshape(N, 64), ref_attention(q, k, v))
+  t_online = bench(lambda: online(q, k, v, out))
+  print(f"N = {N}: online {t_online * 1e3:7.2f} ms {flops / t_online / 1e9:6.1f} GFLOP/s   "
+        f"blocked {t_blocked * 1e3:7.2f} ms {flops / t_blocked / 1e9:6.1f} GFLOP/s   "
+        f"speedup {t_online / t_blocked:4.2f}x   correct: {ok}")
+
+# %%
+# TASK: query blocking
+# Your answer, in Markdown, as ANSWER = """...""" in place of the raise.
+# What changed in the generated C, and what do the measurements say?
+### BEGIN SOLUTION
+ANSWER = """
+The dot-product loop now loads k_j[e] once (`data1[...]`) for four independent accumulators, and the output loop
+loads v_j[d] once (`data2[...]`) for four output rows: each value brought in from the cache does four times the
+arithmetic, and four independent dependency chains overlap (the one-row kernel waits on one chain: dot product,
+max, exp2f, rescale). Both inner loops still vectorize. The parallel loop has N/4 iterations (`ridx0 < 64` at
+N = 256), still plenty for the threads.
+
+The gain is modest on this CPU: about 1.25x (18 to 22 GFLOP/s with one thread, at both sizes, when the machine is
+quiet; the two-thread timings above come from a machine shared with other jobs and are noisier). K and V (256 KB
+each at N = 1024) live in L2 anyway, so the one-row kernel was not starved for bandwidth. What remains is the
+per-key scalar work (a horizontal sum, the max, two exp2f per query) between short vector loops. To approach the
+GEMM's GFLOP/s the kernel also needs a block of *keys* per step, turning the dot products into a small
+register-tiled matrix product: the tile of FlashAttention (11.9).
+"""
+### END SOLUTION
+show(ANSWER)
+
+# %% tags=["hidden-test"]
+# POINTS: query blocking 2
+_q, _k, _v = qkv(128, 16, seed=7)
+assert matches(run_attention_kernel(blocked_attention_ir, _q, _k, _v, "h_blocked"), ref_attention(_q, _k, _v))
+_q, _k, _v = qkv(64, 32, seed=8)
+_b2 = lambda N, D: blocked_attention_ir(N, D, B=2)
+assert matches(run_attention_kernel(_b2, _q, _k, _v, "h_blocked2"), ref_attention(_q, _k, _v))
+
+# %% tags=["hidden-test"]
+# POINTS: query blocking 1
+_src = render_c(blocked_attention_ir(128, 16), "h_blocked")
+_loops = re.findall(r"for \(int (ridx\d+) = 0; \1 < (\d+);", _src)
+assert "#pragma omp parallel for" in _src and _loops[0][1] == "32", _loops   # one parallel iteration per 4 rows
+
+# %% [markdown]
+# ## Exercise 6 (★★): flash-decoding
+#
+# For one query and N = 65536 keys, the row loop has one iteration and one thread does everything. Split the keys
+# into T chunks processed by different threads, each producing a partial (m, l, o), and merge them with
+# Exercise 3's rule in a second kernel. Write
+# - `decode_partial_ir(N, D, T)`: buffers q (D), k and v (N x D), then the partial states m (T), l (T), o (T x D);
+#   the THREAD loop runs over the T chunks (N is a multiple of T);
+# - `decode_merge_ir(D, T)`: buffers m, l, o of the partial states, then out (D);
+# - `make_flash_decode(N, D, T)`: compiles both once and returns a function `(q, k, v) -> out` (shape (D,)).
+#
+# With T = 1 the first kernel *is* the single-thread one-query kernel (and the merge is a copy): that is the
+# baseline.
+
+# %%
+# TASK: flash-decoding
+def decode_partial_ir(N: int, D: int, T: int) -> UOp:
+  """Kernel 1: thread t runs the online softmax over keys t*N/T .. (t+1)*N/T - 1 and stores its (m, l, o)."""
+  ### BEGIN SOLUTION
+  C = N // T
+  Q = UOp(Ops.BUFFER, (), ParamArg(0, f32, (D,)))
+  K, V = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in (1, 2))
+  PM, PL, PO = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (n,))) for s, n in ((3, T), (4, T), (5, T * D)))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
+  scale = (1 / math.sqrt(D)) * LOG2E
+  t = range_(T, 0, AxisType.THREAD)
+  Mt, Lt, Ot = M.after(t), L.after(t), O.after(t)          # per-thread state (NOTES 9)
+  init_m = Mt.index(0).store(UOp.const(-math.inf))
+  init_l = Lt.index(0).store(UOp.const(0.0))
+  d0 = range_(D, 1)
+  init_o = Ot.index(d0).store(UOp.const(0.0)).end(d0)
+  c = range_(C, 2)
+  j = t * C + c                                           # the key this step of chunk t reads
+  Sj = S.after(t, c)
+  init_s = Sj.index(0).store(UOp.const(0.0))
+  e = range_(D, 3)
+  Se = Sj.after(init_s, e)
+  dot = Se.index(0).store(Se.index(0).load() + Q.index(e).load() * K.index(j * D + e).load()).end(e)
+  s = Sj.after(dot).index(0).load() * scale
+  Mc, Lc = Mt.after(init_m, c), Lt.after(init_l, c)
+  m_old = Mc.index(0).load()
+  m_new = m_old.maximum(s)
+  corr, p = (m_old - m_new).exp2(), (s - m_new).exp2()
+  st_l = Lc.index(0).store(Lc.index(0).load() * corr + p)
+  d = range_(D, 4)
+  Od = Ot.after(init_o, c)
+  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
+  st_m = Mc.index(0).store(m_new)
+  loop_c = UOp(Ops.SINK, (st_l, st_o, st_m)).end(c)
+  # no division here: the state stays unnormalized (and in base 2) until the merge
+  d2 = range_(D, 5)
+  out_o = PO.index(t * D + d2).store(Ot.after(loop_c).index(d2).load()).end(d2)
+  out_m = PM.index(t).store(Mt.after(loop_c).index(0).load())
+  out_l = PL.index(t).store(Lt.after(loop_c).index(0).load())
+  return simplify(sink(UOp(Ops.SINK, (out_o, out_m, out_l)).end(t)))
+  ### END SOLUTION
+
+
+def decode_merge_ir(D: int, T: int) -> UOp:
+  """Kernel 2: merge the T partial states (Exercise 3's rule, base 2) and normalize: out = o / l."""
+  ### BEGIN SOLUTION
+  PM, PL = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (T,))) for s in (0, 1))
+  PO, OUT = UOp(Ops.BUFFER, (), ParamArg(2, f32, (T * D,))), UOp(Ops.BUFFER, (), ParamArg(3, f32, (D,)))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  # .after() with no loops: M and L are declared at function scope, not inside their first loop
+  M, L, A = alloc(0, 1).after(), alloc(1, 1).after(), alloc(2, 1)
+  # m = the largest partial maximum
+  t = range_(T, 0)
+  Mt = M.after(M.index(0).store(UOp.const(-math.inf)), t)
+  st_m = Mt.index(0).store(Mt.index(0).load().maximum(PM.index(t).load())).end(t)
+  m = M.after(st_m).index(0).load()
+  # l = sum over t of l_t 2^(m_t - m)
+  t1 = range_(T, 1)
+  Lt = L.after(L.index(0).store(UOp.const(0.0)), t1)
+  st_l = Lt.index(0).store(Lt.index(0).load() + PL.index(t1).load() * (PM.index(t1).load() - m).exp2()).end(t1)
+  l = L.after(st_l).index(0).load()
+  # out[d] = (sum over t of o_t[d] 2^(m_t - m)) / l
+  d = range_(D, 2)
+  Ad = A.after(d)
+  t2 = range_(T, 3)
+  At = Ad.after(Ad.index(0).store(UOp.const(0.0)), t2)
+  st_a = At.index(0).store(At.index(0).load() + PO.index(t2 * D + d).load() * (PM.index(t2).load() - m).exp2())
+  out = OUT.index(d).store(Ad.after(st_a.end(t2)).index(0).load() * l.recip())
+  return sink(out.end(d))
+  ### END SOLUTION
+
+
+def make_flash_decode(N: int, D: int, T: int):
+  """Compile both kernels once; return a function (q (D,), k (N, D), v (N, D)) -> out (D,)."""
+  ### BEGIN SOLUTION
+  partial = compile_ir(decode_partial_ir(N, D, T), "decode_partial")
+  merge_ = compile_ir(decode_merge_ir(D, T), "decode_merge")
+  pm, pl, po = np.empty(T, np.float32), np.empty(T, np.float32), np.empty(T * D, np.float32)   # reused every call
+
+  def run(q, k, v):
+    out = np.empty(D, np.float32)
+    partial(np.ascontiguousarray(q, np.float32).reshape(D), k, v, pm, pl, po)
+    merge_(pm, pl, po, out)
+    return out
+  return run
+  ### END SOLUTION
+
+
+# %%
+N, D = 65536, 64
+rng = np.random.default_rng(1)
+q1 = rng.standard_normal(D).astype(np.float32)                  # one query
+k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(2))
+ref = ref_attention(q1[None], k, v)[0]
+for T in (1, 16):
+  print(f"T = {T:2d}: matches NumPy: {matches(make_flash_decode(N, D, T)(q1, k, v), ref)}")
+print(render_c(decode_merge_ir(D, 16), "decode_merge"))
+
+# %% tags=["nbval-ignore-output"]
+times = {}
+for T in (1, 2, 4, 16, 64):
+  fn = make_flash_decode(N, D, T)
+  times[T] = bench(lambda: fn(q1, k, v), 20)
+  print(f"T = {T:2d}: {times[T] * 1e3:6.2f} ms  {4 * N * D / times[T] / 1e9:5.2f} GFLOP/s  "
+        f"{times[1] / times[T]:4.2f}x the single-thread kernel")
+
+# %%
+# TASK: flash-decoding
+# Your answer, in Markdown, as ANSWER = """...""" in place of the raise.
+# How does the time depend on T, and why?
+### BEGIN SOLUTION
+ANSWER = """
+T = 1 is the single-thread kernel: one core walks all 65,536 keys, and every key waits for the previous one
+(dot product, max, two exp2f, rescale). With T ≥ 2 both cores of this machine work, and the time drops by up to
+the number of cores (here at most 2x; on a machine shared with other jobs the timings above are noisy). Beyond
+that, more chunks only help balance (the static schedule hands each thread T / threads chunks) and cost almost
+nothing: the merge kernel reads T x (D + 2) floats, 1,056 of them at T = 16, against 8.4 million for K and V.
+Decoding has almost no reuse (each key and value row is used once, for one query: about 0.5 flop per byte), so
+with all cores busy the ceiling is the bandwidth they can draw from L3 and memory, not their arithmetic. On a GPU
+the same split over thread blocks is what keeps hundreds of cores busy for a single query (Flash-Decoding, 2023).
+"""
+### END SOLUTION
+show(ANSWER)
+
+# %% tags=["hidden-test"]
+# POINTS: flash-decoding 2
+_rng = np.random.default_rng(11)
+_q = _rng.standard_normal(32).astype(np.float32)
+_k, _v = (_rng.standard_normal((4096, 32)).astype(np.float32) for _ in range(2))
+_k[3000] = 3 * _q                                        # the maximum appears late in one chunk
+_ref = ref_attention(_q[None], _k, _v)[0]
+for _T in (1, 4, 16):
+  assert matches(make_flash_decode(4096, 32, _T)(_q, _k, _v), _ref), _T
+
+# %% tags=["hidden-test"]
+# POINTS: flash-decoding 1
+_src = render_c(decode_partial_ir(4096, 32, 16), "h_partial")
+assert re.search(r"#pragma omp parallel for\s+for \(int (ridx\d+) = 0; \1 < 16;", _src), "the THREAD loop runs over T"
+
+# %% [markdown]
+# ## Exercise 7 (★★): upcast the head
+#
+# Give FlashOpt an upcast of the full head dimension (D = 64), so the fused kernel makes three passes instead of
+# six (`fused_plan(N, D, 64)`). Is it faster? Then try the other choice the first version made by accident: run
+# with fuse_reduce=True but call `stage_broadcast_compute` anyway, so P is stored. Write
+# `staged_fused_attention(q, k, v)`, returning the output (N, D) and the plan it ran. Rank the three variants and
+# explain using register pressure and recomputation.
+
+# %%
+# TASK: upcast the head
+def staged_fused_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, Plan]:
+  """Attention with fuse_reduce=True and FlashOpt, but P staged by stage_broadcast_compute: (output, plan)."""
+  ### BEGIN SOLUTION
+  # make_plan skips the broadcast rule under fuse_reduce, so apply it to the roots ourselves
+  roots = stage_broadcast_compute([attention(Tensor(q), Tensor(k), Tensor(v)).uop])
+  (out,) = realize(roots, True, FlashOpt)
+  return out.reshape(q.shape[0], v.shape[1]), make_plan(roots, True, FlashOpt)
+  ### END SOLUTION
+
+
+# %%
+N, D = 1024, 64
+q, k, v = qkv(N, D)
+ref = ref_attention(q, k, v)
+
+
+def attention_variants(q, k, v) -> dict:
+  """name -> (a function computing attention of q, k, v that way, its plan)."""
+  def fused(upcast: int):
+    return lambda: realize([attention(Tensor(q), Tensor(k), Tensor(v)).uop], True, flash_opt(upcast))[0]
+  N, D = q.shape
+  return {"fused, upcast 16": (fused(16), fused_plan(N, D, 16)),
+          "fused, upcast 64": (fused(64), fused_plan(N, D, 64)),
+          "fused, P staged": (lambda: staged_fused_attention(q, k, v)[0], staged_fused_attention(q, k, v)[1])}
+
+
+for name, (fn, plan) in attention_variants(q, k, v).items():
+  print(f"{name}: correct {matches(fn().reshape(N, D), ref)}\n{plan.explain()}\n")
+
+# %% tags=["nbval-ignore-output"]
+# N = 1000 does the same work as 1024 (2% less), but its rows are not 4096 bytes long: see the answer below
+for n in (1024, 1000):
+  times = {name: bench(fn) for name, (fn, _) in attention_variants(*qkv(n, D)).items()}
+  for rank, (name, t) in enumerate(sorted(times.items(), key=lambda kv: kv[1]), 1):
+    print(f"N = {n}: {rank}. {name:17s} {t * 1e3:7.2f} ms   {t / min(times.values()):4.2f}x the fastest")
+
+# %%
+# TASK: upcast the head
+# Your answer, in Markdown, as ANSWER = """...""" in place of the raise.
+# Rank the three variants and explain them with register pressure and recomputation.
+### BEGIN SOLUTION
+ANSWER = """
+At N = 1024 on this machine: **1. P staged, 2. upcast 16, 3. upcast 64**, each roughly two to three times faster
+than the next. At N = 1000 (the same work): **1. P staged, 2. upcast 64, 3. upcast 16**.
+
+- **Recomputation.** Upcast 16 computes every q_i . k_j six times (`add[1024, 1024] x6` in its plan), upcast 64
+  and the staged plan three times (`x3`). The staged plan pays with one N x N buffer (4 MB written and read back,
+  mostly from L3), and its P V kernel is a plain reduction over stored values: one load of P feeds 16
+  accumulators, nothing is recomputed in its four output passes. Here that traffic is cheaper than three extra
+  D = 64 dot products per score, so staging P wins or ties.
+- **Register pressure.** The upcast-64 output pass keeps 64 accumulators live across the key loop. As scalars they
+  would not fit (16 registers on x86-64, 32 with AVX-512) and would spill. On this CPU gcc packs them into eight
+  8-wide vectors (its assembly accumulates with `vfmadd231ps` into ymm20 to ymm27), so they fit; the price is
+  that the 64 values of V^T it needs per key are 64 scalar loads, N floats apart, inserted into vectors one by one.
+- **Why upcast 64 is last at N = 1024.** Those 64 loads are 4096 bytes apart, so they all fall into the same set
+  of the L1 cache (32 KB, 8 ways of 4 KB) and evict each other: the kernel waits on cache conflicts, not on
+  arithmetic or registers. Upcast 16 suffers the same with 16 lines. At N = 1000 the stride is no longer a power of
+  two, the conflicts vanish, and upcast 64 beats upcast 16, as counting passes predicts.
+
+So: fewer passes pay when the accumulators fit in registers; storing an intermediate that stays in cache can beat
+recomputing it; and a power-of-two stride can hide both. Padding the transposed copy of V (a row stride of
+N + 16 floats) would let N = 1024 behave like N = 1000.
+"""
+### END SOLUTION
+show(ANSWER)
+
+# %% tags=["hidden-test"]
+# POINTS: upcast the head 2
+_q, _k, _v = qkv(128, 32, seed=9)
+_out, _plan = staged_fused_attention(_q, _k, _v)
+assert matches(_out, ref_attention(_q, _k, _v))
+assert 128 * 128 in [n for _, n in _plan.temps], "P (N x N) must be stored"
+assert _plan.kernels[0].name == "r_128_128" and len(_plan.kernels) == len(fused_plan(128, 32).kernels) + 1
+
+# %% [markdown]
+# ## Exercise 8 (★★): find the bug
+#
+# A student's online kernel computes l = l * corr + p and o[d] = o[d] + p * v[j, d]: it forgets to rescale o.
+# `buggy_attention_ir` is that kernel (`online_attention_ir` with the rescale of o rewritten away). On which inputs
+# does it pass a test against NumPy, and on which does it fail? Write
+# - `bug_hiding_inputs(N, D)`: q, k, v ((N, D) float32, values not all alike) on which the buggy kernel matches
+#   NumPy to 1e-4;
+# - `check_online_kernel(build_ir)`: the failing test. It raises AssertionError if the kernel `build_ir(N, D)` is
+#   wrong (use `run_attention_kernel` and `ref_attention`), and returns quietly if it is right.
+
+# %%
+def _without_o_rescale(idx, old, corr, pv):
+  # only the store into the output row o[d] (indexed by a loop variable), not l = l * corr + p (index 0)
+  return idx.store(old + pv) if idx.src[1].op is not Ops.CONST else None
+
+
+# o * corr + p * v, stored: the pattern of both updates, l and o[d]
+_update = Pat(Ops.ADD, (Pat(Ops.MUL, (Pat(Ops.LOAD, name="old"), Pat.var("corr"))), Pat.var("pv")))
+forget_o_rescale = [(Pat(Ops.STORE, (Pat.var("idx"), _update)), _without_o_rescale)]
+
+
+def buggy_attention_ir(N: int, D: int) -> UOp:
+  """online_attention_ir with the bug: o[d] = o[d] + p * v[j, d] (o is never rescaled when the maximum grows)."""
+  return graph_rewrite(online_attention_ir(N, D), forget_o_rescale)
+
+
+src = render_c(buggy_attention_ir(64, 16), "buggy")
+print("\n".join(line for line in src.splitlines() if "acc" in line and "=" in line))
+
+# %%
+# TASK: find the bug
+def bug_hiding_inputs(N: int, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """q, k, v ((N, D) float32 each) on which the buggy kernel matches NumPy to 1e-4."""
+  ### BEGIN SOLUTION
+  # every row's largest score comes first, so corr is 1 after key 0 and the missing rescale never matters
+  rng = np.random.default_rng(0)
+  q = np.abs(rng.standard_normal((N, D))).astype(np.float32)      # positive queries...
+  k = (0.01 * rng.standard_normal((N, D))).astype(np.float32)     # ...small keys...
+  k[0] = 1.0                                                      # ...and key 0 scores highest for every query
+  v = rng.standard_normal((N, D)).astype(np.float32)
+  return q, k, v
+  ### END SOLUTION
+
+
+def check_online_kernel(build_ir) -> None:
+  """Raise AssertionError if the attention kernel build_ir(N, D) disagrees with NumPy."""
+  ### BEGIN SOLUTION
+  q, k, v = qkv(64, 16, seed=1)
+  k *= np.linspace(0.1, 3, 64, dtype=np.float32)[:, None]         # later keys score higher: the maximum keeps growing
+  assert matches(run_attention_kernel(build_ir, q, k, v, "checked"), ref_attention(q, k, v)), "disagrees with NumPy"
+  ### END SOLUTION
+
+
+# %%
+q, k, v = bug_hiding_inputs(64, 16)
+print("buggy kernel passes on bug_hiding_inputs:", matches(run_attention_kernel(buggy_attention_ir, q, k, v, "buggy"),
+                                                         ref_attention(q, k, v)))
+check_online_kernel(online_attention_ir)
+print("check_online_kernel passes online_attention_ir")
+try:
+  check_online_kernel(buggy_attention_ir)
+  print("check_online_kernel MISSED the bug")
+except AssertionError:
+  print("check_online_kernel catches the buggy kernel")
+
+# %%
+# TASK: find the bug
+# Your answer, in Markdown, as ANSWER = """...""" in place of the raise.
+# On which inputs does the buggy kernel pass, on which does it fail, and why?
+### BEGIN SOLUTION
+ANSWER = """
+The bug only matters when corr = exp2(m_old - m_new) differs from 1, that is when the running maximum grows after
+some weight has been accumulated in o. Then o keeps terms relative to the old maximum (too large by the factor
+1 / corr) while l was rescaled correctly, so early keys get too much weight.
+
+- **Passes:** every row's maximum comes first (corr = 1 after key 0: the kernel is exact), or all scores are tiny
+  (|s| ≪ 1: corr ≈ 1, errors of the order of the scores, below a loose tolerance), or N = 1.
+- **Fails:** scores of order 1 or more whose maximum appears late, e.g. keys scaled up along the sequence (the test
+  above), or the worked example (scores 1, 3, 2: the maximum arrives at key 1). Random normal inputs usually fail
+  too, but a test that only uses small random scores, or a handful of keys, may not.
+"""
+### END SOLUTION
+show(ANSWER)
+
+# %% tags=["hidden-test"]
+# POINTS: find the bug 1
+_q, _k, _v = bug_hiding_inputs(64, 16)
+assert all(x.shape == (64, 16) and x.dtype == np.float32 for x in (_q, _k, _v)) and np.std(_v) > 0.1
+assert matches(run_attention_kernel(buggy_attention_ir, _q, _k, _v, "h_buggy"), ref_attention(_q, _k, _v))
+
+# %% tags=["hidden-test"]
+# POINTS: find the bug 1
+check_online_kernel(online_attention_ir)
+try:
+  check_online_kernel(buggy_attention_ir)
+  _caught = False
+except AssertionError:
+  _caught = True
+assert _caught, "check_online_kernel does not catch the missing rescale of o"
+
+# %% [markdown]
+# ## Exercise 9 (★★★): backward with recompute
+#
+# Implement the backward pass of attention with recomputation: store only O and the per-row log-sum-exp in the
+# forward pass, and recompute P block by block in the backward pass to produce dQ, dK, dV. Check against
+# `gradient()` applied to the unfused Tensor graph. NumPy is fine (float64 inside); no N x N array may appear: S
+# and P exist only as tiles of `block` keys.
+#
+# With S = Q K^T / √D, P = softmax(S), O = P V and the incoming gradient dO:
+# dV = P^T dO, dP = dO V^T, dS = P ∘ (dP - Δ) with Δ_i = Σ_j P_ij dP_ij = dO_i · O_i, dQ = dS K / √D and
+# dK = dS^T Q / √D. Every one of them is a sum over tiles, and the tile of P is exp(S_tile - lse_i).
+
+# %%
+# TASK: backward with recompute
+def flash_forward(q, k, v, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+  """(O, lse): attention and each row's log-sum-exp of the scores, one block of keys at a time."""
+  ### BEGIN SOLUTION
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  scale = 1 / math.sqrt(q.shape[1])
+  m, l, o = np.full(len(q), -np.inf), np.zeros(len(q)), np.zeros((len(q), v.shape[1]))
+  for j0 in range(0, len(k), block):                  # the online softmax, a block of keys per step
+    s = q @ k[j0:j0 + block].T * scale                # (N, block)
+    m_new = np.maximum(m, s.max(1))
+    corr, p = np.exp(m - m_new), np.exp(s - m_new[:, None])
+    l, o, m = l * corr + p.sum(1), o * corr[:, None] + p @ v[j0:j0 + block], m_new
+  return o / l[:, None], m + np.log(l)
+  ### END SOLUTION
+
+
+def flash_backward(q, k, v, o, lse, do, block: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(dQ, dK, dV) from the inputs, O, the log-sum-exp and dO, recomputing P one (block x block) tile at a time."""
+  ### BEGIN SOLUTION
+  q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
+  scale = 1 / math.sqrt(q.shape[1])
+  delta = (do * o).sum(1)                             # Δ_i = Σ_j P_ij dP_ij = dO_i . O_i: no P needed
+  dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+  for j0 in range(0, len(k), block):
+    kj, vj = k[j0:j0 + block], v[j0:j0 + block]
+    for i0 in range(0, len(q), block):
+      rows = slice(i0, i0 + block)
+      p = np.exp(q[rows] @ kj.T * scale - lse[rows, None])   # the tile of P, recomputed from the saved lse
+      dv[j0:j0 + block] += p.T @ do[rows]
+      ds = p * (do[rows] @ vj.T - delta[rows, None])
+      dq[rows] += ds @ kj * scale
+      dk[j0:j0 + block] += ds.T @ q[rows] * scale
+  return dq, dk, dv
+  ### END SOLUTION
+
+
+# %%
+N, D = 128, 32
+q, k, v = qkv(N, D, seed=2)
+do = np.random.default_rng(7).standard_normal((N, D)).astype(np.float32)   # a fixed random dO
+o, lse = flash_forward(q, k, v)
+s = q.astype(np.float64) @ k.T.astype(np.float64) / math.sqrt(D)
+print("forward matches NumPy:", matches(o, ref_attention(q, k, v)), "  lse matches:",
+      matches(lse, np.log(np.exp(s).sum(1))))
+dq, dk, dv = flash_backward(q, k, v, o, lse, do)
+# uopc: loss = sum(attention(q, k, v) * dO), so dloss/dO = dO; gradient() of the unfused graph, one plan
+Q, K, V = Tensor(q), Tensor(k), Tensor(v)
+loss = (attention(Q, K, V) * Tensor(do)).sum()
+grads = realize([g.uop for g in gradient(loss, [Q, K, V])])
+for name, mine, theirs in zip(("dQ", "dK", "dV"), (dq, dk, dv), grads):
+  print(f"{name} matches uopc's gradient(): {matches(mine, theirs.reshape(N, D))}")
+
+# %% tags=["hidden-test"]
+# POINTS: backward with recompute 1
+_q, _k, _v = qkv(80, 16, seed=12)
+_o, _lse = flash_forward(_q, _k, _v, block=32)
+_s = _q.astype(np.float64) @ _k.T.astype(np.float64) / math.sqrt(16)
+assert matches(_o, ref_attention(_q, _k, _v)) and matches(_lse, np.log(np.exp(_s).sum(1)))
+
+# %% tags=["hidden-test"]
+# POINTS: backward with recompute 3
+_q, _k, _v = qkv(80, 16, seed=13)
+_do = np.random.default_rng(14).standard_normal((80, 16))
+_q64, _k64, _v64 = (_x.astype(np.float64) for _x in (_q, _k, _v))
+_p = np.exp(_q64 @ _k64.T / 4.0)
+_p /= _p.sum(1, keepdims=True)
+_dv = _p.T @ _do
+_ds = _p * (_do @ _v64.T - (_do * (_p @ _v64)).sum(1, keepdims=True))
+_want = (_ds @ _k64 / 4.0, _ds.T @ _q64 / 4.0, _dv)
+_o, _lse = flash_forward(_q, _k, _v, block=32)
+for _block in (16, 32):
+  for _got, _w in zip(flash_backward(_q, _k, _v, _o, _lse, _do, block=_block), _want):
+    assert matches(_got, _w, 1e-6), _block
+
+# %% [markdown]
+# ## Quiz
+#
+# **1. What are the two costs on either side of a fusion decision?**
+# Memory traffic (writing and re-reading the intermediate, plus a launch) against recomputation (FLOPs the fused
+# consumer repeats because it reads each producer value more than once).
+#
+# **2. Why does unfused attention make six passes over N x N data? Name them.**
+# S is written by the Q K^T kernel and read by the max, sum and P kernels (four passes); P is written by its
+# kernel and read by P V (two passes).
+#
+# **3. With fuse_reduce=True and FlashOpt at D = 64, how many times is each q_i . k_j computed, and why?**
+# Six: once in the max pass, once in the sum pass, and once in each of the four output passes, because the head
+# dimension is upcast 16 at a time and each group of 16 output columns makes its own pass (Exercise 2 counted them
+# in the C).
+#
+# **4. Write the recurrences for m_j, l_j and o_j in online softmax.**
+# m_j = max(m_{j-1}, s_j); l_j = l_{j-1} e^{m_{j-1} - m_j} + e^{s_j - m_j};
+# o_j = o_{j-1} e^{m_{j-1} - m_j} + e^{s_j - m_j} v_j; the answer is o_N / l_N.
+#
+# **5. Why is the correction factor exp(m_{j-1} - m_j) allowed to multiply the whole running sum?**
+# Every term in the sum was computed relative to m_{j-1}; re-expressing each relative to m_j multiplies it by the
+# same factor, independent of k, so the factor comes out of the sum (Exercise 3 is the same argument for two sets).
+#
+# **6. In the O(N^3) bug, what did the unsimplified index mention, and why did that move the accumulator?**
+# ((i*N + j)//N) % N mentions j; the reduce lowering places accumulators inside every loop the output index
+# mentions, so the row max and sum were recomputed for every j.
+#
+# **7. Why can a value-comparison test not catch the O(N^3) bug?**
+# The output is identical (the recomputed reductions give the same values); only the amount of work changes. Only
+# timing or structural assertions on the generated code (like `count_key_passes`) can detect it.
+#
+# **8. In FlashAttention's backward pass, why is recomputing P cheaper than storing it?**
+# Storing P costs O(N²) writes and reads of slow global memory; recomputing it from Q, K and the saved log-sum-exp
+# costs O(N² D) FLOPs on fast tensor cores, block by block, entirely on chip (Exercise 9 does the same on a CPU).
