@@ -61,8 +61,11 @@ def render(sink: UOp, name: str) -> Rendered:
   lines = linearize(sink)
   topo = sink.toposort()
   uses: dict[UOp, int] = {}
+  max_users: set[UOp] = set()   # sources of a MAX: ((a>b)?a:b) writes each twice
   for u in topo:
     for s in u.src: uses[s] = uses.get(s, 0) + 1
+    if u.op is Ops.MAX: max_users.update(u.src)
+  doubles: set[UOp] = set()     # inline expressions that hold a MAX
   # an ALLOC is declared where it is first placed inside loops (its outermost .after), else at the top
   decl_at: dict[UOp, UOp] = {}
   order = {ln.uop: k for k, ln in enumerate(lines) if ln.kind == "node"}
@@ -130,7 +133,9 @@ def render(sink: UOp, name: str) -> Rendered:
     elif u.op in ALU:
       expr = C_ALU[u.op](u.dtype, *[names[s] for s in u.src])
       ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) + sum(ops_in.get(s, 0) for s in u.src)
-      if uses.get(u, 0) > 1:
+      if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)
+      # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
+      if uses.get(u, 0) > 1 or (u in max_users and u in doubles):
         names[u] = new_name("alu")
         emit(f"{u.dtype.c} {names[u]} = {expr};")
         flops += ops_in.pop(u) * trips[-1]

@@ -10,6 +10,7 @@ import hashlib
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -74,8 +75,10 @@ class CompileError(RuntimeError):
   """The C compiler rejected a kernel: carries the compiler's message and the numbered source."""
 
 
-def numbered(src: str) -> str:
-  return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
+def numbered(src: str, limit: int = 2000) -> str:
+  lines = src.splitlines()
+  text = "\n".join(f"{i:4d} | {line[:300]}" for i, line in enumerate(lines[:limit], 1))
+  return text + (f"\n     ... ({len(lines) - limit} more lines)" if len(lines) > limit else "")
 
 
 def cache_dir() -> Path:
@@ -133,7 +136,12 @@ def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
     c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
     c_file.write_text(src)
-    r = subprocess.run([cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True)
+    try:
+      r = subprocess.run([cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True,
+                         preexec_fn=_limit_compiler, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
+                         f"{numbered(src)}") from None
     if r.returncode != 0:
       raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -141,6 +149,15 @@ def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
     sum_tmp = Path(tmp) / "kernel.sum"
     sum_tmp.write_text(digest)
     os.replace(sum_tmp, so_path.with_suffix(".sum"))
+
+
+COMPILE_TIMEOUT_S = 300
+COMPILER_MEMORY = 4 << 30   # a runaway kernel fails to compile with an error, instead of taking the machine's memory
+
+
+def _limit_compiler() -> None:
+  try: resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
+  except (ValueError, OSError): pass
 
 
 def _intact(so_path: Path) -> bool:

@@ -1,0 +1,102 @@
+"""Neural-network functions built on uopc's kernels, in the shapes PyTorch users know.
+
+  out = scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None)
+
+q (..., Nq, D), k (..., Nk, D), v (..., Nk, Dv): Tensors or NumPy arrays; the leading (batch, head) dims
+broadcast. It runs uopc.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
+many keys, flash-decoding: the keys split into chunks processed in parallel, then a second kernel that merges the
+partial (m, l, o) states (section 11.6's merge rule).
+"""
+from __future__ import annotations
+import math, os
+import numpy as np
+from uopc.flash import flash_attention_ir, merge_partials_ir
+from uopc.render_c import render_c
+from uopc.runtime import Program
+
+ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention and NOTES)
+_programs: dict[tuple, Program] = {}
+
+
+def _program(name: str, make, key: tuple) -> Program:
+  if key not in _programs: _programs[key] = Program(render_c(make(), name), name)
+  return _programs[key]
+
+
+def _as_array(x, what: str) -> np.ndarray:
+  from uopc.tensor import Tensor
+  a = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+  if a.ndim < 2: raise ValueError(f"scaled_dot_product_attention: {what} needs shape (..., N, D), got {a.shape}")
+  if a.dtype != np.float32: raise TypeError(f"scaled_dot_product_attention: {what} is {a.dtype}, only float32 works")
+  return a
+
+
+def _pad_to(a: np.ndarray, axis: int, size: int, value: float = 0.0) -> np.ndarray:
+  if a.shape[axis] == size: return a
+  widths = [(0, 0)] * a.ndim
+  widths[axis] = (0, size - a.shape[axis])
+  return np.pad(a, widths, constant_values=value)
+
+
+def _ceil(a: int, b: int) -> int: return -(-a // b)
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: float | None = None,
+                                 splits: int | None = None):
+  """softmax(q k^T * scale + mask) v; scale defaults to 1/sqrt(D). attn_mask: bool (True takes part) or additive
+  float, broadcastable to (..., Nq, Nk). is_causal: query i attends keys j <= i. A query whose keys are all masked
+  gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns it off)."""
+  from uopc.tensor import Tensor
+  q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
+  where = "scaled_dot_product_attention"
+  if q.shape[-1] != k.shape[-1]: raise ValueError(f"{where}: q {q.shape} and k {k.shape} differ in D")
+  if k.shape[-2] != v.shape[-2]: raise ValueError(f"{where}: k {k.shape} and v {v.shape} differ in Nk")
+  try: batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+  except ValueError:
+    raise ValueError(f"{where}: batch dims of q {q.shape}, k {k.shape}, v {v.shape} do not broadcast") from None
+  nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+  heads = math.prod(batch)
+  scale = 1 / math.sqrt(d) if scale is None else float(scale)
+  if heads == 0 or nq == 0 or nk == 0: return Tensor(np.zeros(batch + (nq, dv), np.float32))   # nothing to attend
+  mask = None
+  if attn_mask is not None:
+    m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+    try: m = np.broadcast_to(m, batch + (nq, nk))
+    except ValueError:
+      raise ValueError(f"{where}: attn_mask {m.shape} does not broadcast to {batch + (nq, nk)}") from None
+    mask = np.where(m, 0.0, -np.inf).astype(np.float32) if m.dtype == np.bool_ else m.astype(np.float32)
+  # flash-decoding when there are too few query rows to keep every thread busy
+  threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+  few_rows = heads * _ceil(nq, ROWS) < 2 * threads
+  if splits is None: splits = min(32, max(1, nk // 256)) if few_rows and not is_causal else 1
+  if is_causal and splits > 1: raise ValueError(f"{where}: flash-decoding (splits > 1) is not causal")
+  rows = min(ROWS, 1 << (nq - 1).bit_length())
+  keys = min(KEYS, 1 << (_ceil(nk, splits) - 1).bit_length())
+  chunk = _ceil(_ceil(nk, splits), keys) * keys         # keys per chunk, a whole number of tiles
+  splits = _ceil(nk, chunk)
+  nq_p = _ceil(nq, rows) * rows
+  # (heads, ...) views padded to whole blocks; padded queries are dropped, padded keys masked in the kernel
+  qf = _pad_to(np.broadcast_to(q, batch + (nq, d)).reshape(heads, nq, d), 1, nq_p)
+  kf = _pad_to(np.broadcast_to(k, batch + (nk, d)).reshape(heads, nk, d), 1, splits * chunk)
+  vf = _pad_to(np.broadcast_to(v, batch + (nk, dv)).reshape(heads, nk, dv), 1, splits * chunk)
+  # a packed copy of K, transposed chunk by chunk, so that the kernel reads consecutive keys from consecutive floats
+  owned = lambda a: np.require(a, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])   # kernels take float*, never a view
+  args = [owned(np.repeat(qf, splits, axis=0) if splits > 1 else qf),
+          owned(kf.reshape(heads * splits, chunk, d).transpose(0, 2, 1)),
+          owned(vf.reshape(heads * splits, chunk, dv))]
+  if mask is not None:
+    mf = _pad_to(_pad_to(mask.reshape(heads, nq, nk), 1, nq_p), 2, splits * chunk, -np.inf)
+    args.append(owned(mf.reshape(heads, nq_p, splits, chunk).transpose(0, 2, 1, 3)))
+  key = ("flash", heads * splits, nq_p, chunk, d, dv, rows, keys, is_causal, mask is not None, scale, nk, splits)
+  prg = _program("flash", lambda: flash_attention_ir(heads * splits, nq_p, chunk, d, rows, keys, causal=is_causal,
+                                                      masked=mask is not None, scale=scale, dv=dv, total_keys=nk,
+                                                      splits=splits, partial=splits > 1), key)
+  out = np.empty((heads, nq_p, dv), np.float32)
+  if splits == 1: prg(*args, out)
+  else:
+    po, pm, pl = (np.empty((heads * splits, nq_p, dv), np.float32), np.empty((heads * splits, nq_p), np.float32),
+                  np.empty((heads * splits, nq_p), np.float32))
+    prg(*args, po, pm, pl)
+    merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv))
+    merge(po, pm, pl, out)
+  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)))
