@@ -66,7 +66,11 @@ class Row:
   def line(self) -> str:
     ratio = f"{self.base / self.seconds:7.2f}x" if self.base else ""
     rate = self.flops / self.seconds / 1e9
-    return f"{self.case:<14s} {self.impl:<12s} {self.seconds * 1e3:10.3f} ms {rate:9.1f} GFLOP/s {ratio}"
+    frac = f"  {rate / PEAK[0]:6.1%} of peak" if PEAK[0] else ""
+    return f"{self.case:<20s} {self.impl:<10s} {self.seconds * 1e3:10.3f} ms {rate:9.1f} GFLOP/s {ratio}{frac}"
+
+
+PEAK = [0.0]   # the measured FP32 FMA peak (GFLOP/s), once main() has measured it
 
 
 # ---- gemm ----
@@ -119,46 +123,63 @@ def peak(reps: int) -> dict[str, float]:
 
 
 # ---- attention ----
-def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str]) -> list[Row]:
+def attention_peers(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, peers: set[str]) -> dict[str, Callable]:
+  """Every implementation of softmax(q k^T / sqrt(D)) v (causal: keys j <= i only), as functions of no arguments."""
   from uopc.tensor import Tensor
   from uopc.render_c import render_c
+  from uopc.nn import scaled_dot_product_attention
   sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
   import flash_attention as book
+  n, d = q.shape
+  mask = np.triu(np.full((n, n), -np.inf, np.float32), 1) if causal else None
+  def numpy_att():
+    s = q @ k.T * (1 / math.sqrt(d))
+    if mask is not None: s = s + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+  def tensor_att(fuse: bool, opt, online: bool = False) -> Callable[[], np.ndarray]:
+    def run():
+      old = Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax
+      Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = fuse, opt, online
+      try:
+        s = Tensor(q) @ Tensor(k).T * (1 / math.sqrt(d))
+        if mask is not None: s = s + Tensor(mask)
+        return (s.softmax(-1) @ Tensor(v)).numpy()
+      finally: Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = old
+    return run
+  fns: dict[str, Callable] = {"numpy": numpy_att, "unfused": tensor_att(False, Tensor.opt)}
+  if not causal:
+    prg, out = Program(render_c(book.online_attention_ir(n, d), "flash"), "flash"), np.zeros(n * d, np.float32)
+    def online(): prg(q, k, v, out); return out.reshape(n, d)
+    fns["online"] = online
+    if "fused" in peers and n <= 2048: fns["fused"] = tensor_att(True, book.FlashOpt)
+  fns["rewrite"] = tensor_att(False, Tensor.opt, online=True)     # the compiler's own online softmax (uopc.online)
+  fns["flash"] = lambda: scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal).numpy()[0]
+  if "torch" in peers:
+    try:
+      import torch
+      tq, tk, tv = (torch.from_numpy(x)[None, None] for x in (q, k, v))
+      sdpa = torch.nn.functional.scaled_dot_product_attention
+      fns["torch"] = lambda: sdpa(tq, tk, tv, is_causal=causal)[0, 0].numpy()
+    except ImportError: pass
+  return fns
+
+
+def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str], causal_too: bool = False) -> list[Row]:
   rows = []
-  try: import torch
-  except ImportError: torch = None
   for d in dims:
-    for n in sizes:
-      rng = np.random.default_rng(0)
-      q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
-      s = q @ k.T / math.sqrt(d)
-      p = np.exp(s - s.max(-1, keepdims=True))
-      ref = (p / p.sum(-1, keepdims=True)) @ v
-      def numpy_att():
-        s = q @ k.T * (1 / math.sqrt(d))
-        p = np.exp(s - s.max(-1, keepdims=True))
-        return (p / p.sum(-1, keepdims=True)) @ v
-      def tensor_att(fuse: bool, opt) -> Callable[[], np.ndarray]:
-        def run():
-          old = Tensor.fuse_reduce, Tensor.opt
-          Tensor.fuse_reduce, Tensor.opt = fuse, opt
-          try: return book.attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
-          finally: Tensor.fuse_reduce, Tensor.opt = old
-        return run
-      prg, out = Program(render_c(book.online_attention_ir(n, d), "flash"), "flash"), np.zeros(n * d, np.float32)
-      def online(): prg(q, k, v, out); return out.reshape(n, d)
-      fns = {"numpy": numpy_att, "unfused": tensor_att(False, Tensor.opt), "online": online}
-      if "fused" in peers and n <= 2048: fns["fused"] = tensor_att(True, book.FlashOpt)
-      if torch is not None and "torch" in peers:
-        tq, tk, tv = (torch.from_numpy(x)[None, None] for x in (q, k, v))
-        fns["torch"] = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
-      for name, f in fns.items():
-        r = f()
-        r = r.numpy()[0, 0] if hasattr(r, "numpy") and not isinstance(r, np.ndarray) else r
-        if (err := np.abs(r - ref).max()) > 1e-4: raise AssertionError(f"attention {name} N={n} D={d}: error {err}")
-      t = interleaved(fns, reps)
-      flops = 4 * n * n * d
-      rows += [Row(f"N={n} D={d}", k, sec, flops, t["numpy"] if k != "numpy" else None) for k, sec in t.items()]
+    for causal in ((False, True) if causal_too else (False,)):
+      for n in sizes:
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
+        fns = attention_peers(q, k, v, causal, peers)
+        ref = fns["numpy"]()
+        for name, f in fns.items():
+          if (err := np.abs(f() - ref).max()) > 1e-4: raise AssertionError(f"attention {name} N={n} D={d}: error {err}")
+        t = interleaved(fns, reps)
+        flops = 4 * n * n * d / (2 if causal else 1)   # causal: half the scores are needed
+        case = f"N={n} D={d}" + (" causal" if causal else "")
+        rows += [Row(case, name, sec, flops, t["numpy"] if name != "numpy" else None) for name, sec in t.items()]
   return rows
 
 
@@ -170,15 +191,20 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--dims", type=int, nargs="+", default=[64])
   ap.add_argument("--reps", type=int, default=5)
   ap.add_argument("--peers", nargs="+", default=["fused", "torch"], help="optional peers: fused, torch")
+  ap.add_argument("--causal", action="store_true", help="attention: also run causal (keys j <= i)")
+  ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
   args = ap.parse_args(argv)
   print(header())
+  if args.what != "peak" and not args.no_peak:
+    PEAK[0] = peak(3)["fma_gflops"]
+    print(f"# FMA peak         {PEAK[0]:.1f} GFLOP/s (measured now)")
   if args.what == "peak":
     r = peak(args.reps)
     print(f"FP32 FMA peak   {r['fma_gflops']:9.1f} GFLOP/s\nmemory (triad)  {r['triad_gbs']:9.1f} GB/s")
     return
   rows = gemm(args.sizes or [256, 512, 1024, 2048], args.reps) if args.what == "gemm" else \
-    attention(args.sizes or [256, 512, 1024, 2048, 4096], args.dims, args.reps, set(args.peers))
-  print(f"{'case':<14s} {'impl':<12s} {'time':>13s} {'rate':>17s} speedup over numpy")
+    attention(args.sizes or [256, 512, 1024, 2048, 4096, 8192], args.dims, args.reps, set(args.peers), args.causal)
+  print(f"{'case':<20s} {'impl':<10s} {'time':>13s} {'rate':>17s} speedup over numpy")
   for r in rows: print(r.line())
 
 
