@@ -217,17 +217,38 @@ with fresh_plans():
 # The first realize's schedule time is building the plan: lowering, rendering, and compiling six kernels
 # (here, loading them from the disk cache of Chapter 2, since they were compiled before). The fifth's is a
 # fraction of a millisecond. The first run is also slower, mostly in the kernels that write big buffers (S
-# and P): page faults, as in 8.3. On a machine shared with other work, single kernel times also jump by
-# milliseconds when one of the two OpenMP threads loses its core for a moment; read several runs.
+# and P): page faults, as in 8.3.
+#
+# On a machine shared with other work, these lines can be dominated by something else: a parallel kernel
+# ends when its slowest thread does, and a thread that lost its core to another process waits a whole
+# scheduler time slice (milliseconds). If the lines above show most kernels at several milliseconds,
+# that is what happened. The next measurements therefore run with **one OpenMP thread**, which measures
+# the kernels themselves (set through the OpenMP runtime the kernels already use):
+
+# %%
+import ctypes
+import ctypes.util
+
+gomp = ctypes.CDLL(ctypes.util.find_library("gomp"))
+
+
+@contextlib.contextmanager
+def threads(n: int):
+  gomp.omp_set_num_threads(n)
+  try: yield
+  finally: gomp.omp_set_num_threads(os.cpu_count())
+
+
+# %% [markdown]
 #
 # ## 8.5 DEBUG=3: the same kernel again
 #
 # `DEBUG=3` adds a column: each kernel is run a second time, right away, on the same arrays. Memory is
 # then mapped and warm in the cache, so the difference between the two columns is what the first touch
-# cost. Again with a fresh plan cache, so that the first realize has new temporaries:
+# cost. Again with a fresh plan cache, so that the first realize has new temporaries, and one thread:
 
 # %% tags=["nbval-ignore-output"]
-with fresh_plans(), Context(DEBUG=3):
+with threads(1), fresh_plans(), Context(DEBUG=3):
   attention(q, k, v).numpy()
   attention(q, k, v).numpy()
 
@@ -250,7 +271,8 @@ with Context(DEBUG=4): (x.sum(1) * 2).numpy()
 #
 # Per realize, the schedule time is Python: normalizing the graph (a walk over every node) and a dict
 # lookup. It does not depend on N, the run time does, so the schedule matters for small tensors and many
-# realizes (an inference step with small batches), and not at all for big ones. Best of 5 realizes each:
+# realizes (an inference step with small batches), and not at all for big ones. Best of 5 realizes each,
+# one thread:
 
 # %% tags=["nbval-ignore-output"]
 import io
@@ -269,7 +291,7 @@ def summary(n: int, runs: int = 5) -> tuple[float, float]:
 
 
 for n in (64, 256, 1024):
-  sched, run = summary(n)
+  with threads(1): sched, run = summary(n)
   print(f"N={n:5d}  schedule {sched:6.2f} ms   run {run:7.2f} ms")
 
 # %% [markdown]
