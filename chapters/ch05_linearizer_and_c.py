@@ -1,0 +1,501 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Chapter 5. The linearizer and the C renderer
+#
+# Chapter 4 wrote loops as graphs and called `render_c` to see them as C. This chapter opens that box. A
+# loop program is a graph; C is a list of lines inside braces. Getting from one to the other means
+# answering two questions for every node:
+# - **Where does it go?** In which loop: the innermost loop it depends on, and no deeper. A value that
+#   does not change inside a loop is computed outside it, for free (this is loop-invariant code motion,
+#   and here it is not an optimisation pass but a consequence of the rule).
+# - **In what order?** Sources before users; a whole inner loop before anything that uses its END; state
+#   declared before it is first used, inside the loop the AFTER edges put it in.
+#
+# The **linearizer** answers both and produces an ordered list of lines with loop scopes; the **renderer**
+# prints them as C, naming every value. You will write a small linearizer and renderer for one loop nest,
+# check their output by compiling and running it, then use `uopc.linearize` and `uopc.render_c`. Then the
+# week-3 assignment: a matrix multiply (GEMM) written by hand in the loop IR, naive and with a 4x4 register
+# tile, printed, checked against NumPy and timed. The chapter ends with chapter 11's FlashAttention
+# kernel, which this linearizer turns into exactly the C that chapter prints.
+#
+# The numbers below were measured on this machine:
+
+# %% tags=["nbval-ignore-output"]
+import datetime
+import os
+import platform
+import re
+import subprocess
+
+cpu = re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M)
+print(f"CPU:      {cpu.group(1) if cpu else platform.machine()}, {os.cpu_count()} cores")
+print(f"compiler: {subprocess.run(['cc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+print(f"threads:  OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset (all cores)')}")
+print(f"date:     {datetime.date.today()}")
+
+# %% [markdown]
+# ## 5.1 Which loop is a node in?
+#
+# The rule from chapter 4: a node sits inside the loops its sources use, minus the loops an END has
+# closed. A RANGE is inside its own loop. Here it is on chapter 4's running max, printing each node's loops:
+
+# %%
+import math
+import numpy as np
+from uopc.dtype import dtypes
+from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
+
+f32 = dtypes.f32
+def buf(slot: int, n: int) -> UOp: return UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
+def alloc(slot: int, n: int = 1) -> UOp: return UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+
+
+def rowmax_program(R: int, C: int) -> UOp:
+  A, OUT = buf(0, R * C), buf(1, R)
+  i = range_(R, 0, AxisType.THREAD)
+  acc = alloc(0).after(i)
+  init = acc.index(0).store(-math.inf)
+  j = range_(C, 1)
+  accj = acc.after(init, j)
+  upd = accj.index(0).store(accj.index(0).load().maximum(A.index(i * C + j).load())).end(j)
+  return sink(OUT.index(i).store(acc.after(upd).index(0).load()).end(i))
+
+
+def open_loops(topo: list) -> dict:
+  """For every node, the loops it sits inside."""
+  rng: dict = {}
+  for u in topo:
+    inner = set().union(*(rng[s] for s in u.src))
+    if u.op is Ops.RANGE: inner.add(u)
+    if u.op is Ops.END: inner -= set(u.src[1:])
+    rng[u] = frozenset(inner)
+  return rng
+
+
+prog = rowmax_program(4, 6)
+rng = open_loops(prog.toposort())
+for u in prog.toposort():
+  if u.op in (Ops.CONST, Ops.BUFFER, Ops.ALLOC): continue
+  print(f"{u.op.name:6} in loops {sorted(f'ridx{r.arg[0]}' for r in rng[u])}")
+
+# %% [markdown]
+# Read it against chapter 4: the accumulator's AFTER on `i` is in `ridx0` only; the initialisation too;
+# the loads, the max and the update are in both loops; the END of `ridx1` is back in `ridx0` alone; the
+# final read and the output store are in `ridx0`; the END of `ridx0` is in no loop.
+#
+# ## 5.2 A linearizer and a renderer for one loop nest
+#
+# With one nest of loops (loop ids 0, 1, 2, ... from the outside in, each closed by one END), the order is
+# simple: put every node at the depth of its innermost loop, keep the graph's order (sources before users)
+# within a depth, and emit an inner loop's whole body where its END is, because every node of the body
+# is a source of the END and everything that uses the loop's results uses the END.
+
+# %%
+def mini_linearize(prog: UOp) -> list:
+  """A loop program that is one loop nest -> lines (depth, kind, uop), kind "for", "end" or "node"."""
+  topo = prog.toposort()
+  ends = [u for u in topo if u.op is Ops.END]
+  assert sorted(r.arg[0] for e in ends for r in e.src[1:]) == list(range(len(ends))), "not one loop nest"
+  rng = open_loops(topo)
+  depth = lambda u: max((r.arg[0] + 1 for r in rng[u]), default=0)   # 1 + the id of the innermost loop
+  at: dict = {}
+  for u in topo:
+    if u.op not in (Ops.RANGE, Ops.CONST, Ops.BUFFER, Ops.ALLOC, Ops.SINK): at.setdefault(depth(u), []).append(u)
+  lines = []
+  def emit(d: int) -> None:
+    for u in at.get(d, []):                    # graph order: sources before users
+      if u.op is Ops.END:                      # the inner loop's body goes where its END is
+        lines.append((d, "for", u.src[1])); emit(d + 1); lines.append((d, "end", u.src[1]))
+      else: lines.append((d, "node", u))
+  emit(0)
+  return lines
+
+
+for d, kind, u in mini_linearize(prog):
+  print("  " * d + (f"{kind} ridx{u.arg[0]}" if kind != "node" else u.op.name))
+
+# %% [markdown]
+# The renderer walks those lines and names things: `data{slot}` for buffers, `acc{slot}` for state,
+# `ridx{id}` for loop variables, `t{n}` for every value. State is declared where it is first placed (its
+# first AFTER), which for `alloc(0).after(i)` is inside loop `i`. This mini renderer knows a handful of ops.
+
+# %%
+C_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<"}
+
+
+def mini_render(prog: UOp, name: str) -> str:
+  names, declared, values = {}, set(), [0]
+  def base(u: UOp) -> UOp:
+    while u.op is Ops.AFTER: u = u.src[0]
+    return u
+  def nm(u: UOp) -> str:
+    if u in names: return names[u]
+    if u.op is Ops.CONST:
+      if not u.dtype.is_float: return str(u.arg)
+      return "-INFINITY" if u.arg == -math.inf else f"{u.arg!r}f"
+    if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
+    if u.op is Ops.BUFFER: return f"data{u.arg.slot}"
+    return f"acc{base(u).arg.slot}"            # an ALLOC, or an AFTER on one
+  slots = sorted({u.arg.slot for u in prog.toposort() if u.op is Ops.BUFFER})
+  out = [f"void {name}({', '.join(f'float* data{s}' for s in slots)}) {{"]
+  for d, kind, u in mini_linearize(prog):
+    pad = "  " * (d + 1)
+    if kind == "for":
+      if u.arg[1] is AxisType.THREAD: out.append(pad + "#pragma omp parallel for")
+      out.append(f"{pad}for (int {nm(u)} = 0; {nm(u)} < {nm(u.src[0])}; {nm(u)}++) {{")
+    elif kind == "end": out.append(pad + "}")
+    elif u.op is Ops.AFTER:                    # state is declared where it is first placed
+      if base(u) not in declared:
+        declared.add(base(u))
+        out.append(f"{pad}float {nm(u)}[{base(u).arg.size}];")
+    elif u.op is Ops.INDEX: names[u] = f"{nm(u.src[0])}[{nm(u.src[1])}]"
+    elif u.op is Ops.STORE: out.append(f"{pad}{nm(u.src[0])} = {nm(u.src[1])};")
+    else:                                      # a value (LOAD or ALU), each in its own variable
+      if u.op is Ops.LOAD: expr = nm(u.src[0])
+      elif u.op is Ops.MAX: expr = f"fmaxf({nm(u.src[0])}, {nm(u.src[1])})"
+      else: expr = f"{nm(u.src[0])} {C_OPS[u.op]} {nm(u.src[1])}"
+      names[u] = f"t{values[0]}"; values[0] += 1
+      out.append(f"{pad}{u.dtype.c} {names[u]} = {expr};")
+  out.append("}")
+  return "\n".join(out)
+
+
+src = mini_render(rowmax_program(4, 6), "rowmax")
+print(src)
+
+# %% [markdown]
+# Note `int t0 = ridx0 * 6;`: the row offset does not depend on `ridx1`, so it is computed once per row,
+# outside the inner loop, with no optimisation pass asking for it. Does the C work? Compile it with
+# chapter 2's `Program` and compare with NumPy:
+
+# %%
+from uopc.runtime import Program
+
+rng_np = np.random.default_rng(0)
+a = rng_np.standard_normal((300, 500)).astype(np.float32)
+out = np.zeros(300, np.float32)
+Program(mini_render(rowmax_program(300, 500), "rowmax_mini"), "rowmax_mini")(a, out)
+print("mini linearizer + renderer, row max equals NumPy:", np.array_equal(out, a.max(1)))
+
+# %% [markdown]
+# ## 5.3 uopc's linearizer and renderer
+#
+# `uopc.linearize.linearize(sink)` does the same for any program whose loops nest: several loops side by
+# side in one scope (attention has three inside its row loop), one END closing several loops, loops whose
+# ids say nothing about depth. The nesting comes from the ENDs: the loops still open at an END enclose the
+# loops it closes. Inside one scope, nodes come in graph order and each inner loop is placed as late as
+# its users allow. Its output is a list of `Line(kind, uop)` (printed here without the constants, buffers
+# and ALLOCs, which become no line of C of their own):
+
+# %%
+from uopc.linearize import linearize
+from uopc.render_c import render_c
+
+depth = 0
+for ln in linearize(rowmax_program(4, 6)):
+  if ln.kind == "node" and ln.uop.op in (Ops.CONST, Ops.BUFFER, Ops.ALLOC): continue   # leaves: no line of C
+  if ln.kind == "close": depth -= 1
+  print("  " * depth + (f"{ln.kind} ridx{ln.uop.arg[0]}" if ln.kind != "node" else ln.uop.op.name))
+  if ln.kind == "open": depth += 1
+
+# %% [markdown]
+# `uopc.render_c.render_c(sink, name)` prints those lines. Compared with the mini renderer it adds what
+# makes generated C readable and fast:
+# - an ALU result used once is written inline, one used several times gets an `alu` variable;
+# - loads are `val`, state is `acc`, and a one-element ALLOC read only at `[0]` is a plain local variable
+#   (a register), not an array;
+# - the pragma goes on the THREAD loop only;
+# - the names are numbered in the order the lines are printed, so the same graph always prints the same
+#   text (notebooks and tests compare generated C as text).
+
+# %%
+print(render_c(rowmax_program(4, 6), "rowmax"))
+
+# %% [markdown]
+# ## 5.4 A GEMM by hand: naive
+#
+# `C = A @ B` with A of shape (M, K), B of shape (K, N), all row-major float32. The naive loop program has
+# the shape of the running max: one accumulator per output element, placed inside the two output loops,
+# initialised, updated in the `k` loop, read after it. The index expressions go through `simplify`
+# (chapter 3), as every index uopc generates does.
+
+# %%
+from uopc.symbolic import simplify
+
+
+def gemm_block(A: UOp, B: UOp, C: UOp, N: int, K: int, rows: tuple, cols: tuple, first_id: int, slot: int) -> UOp:
+  """C[r, c] = sum_k A[r, k] * B[k, c] for rows[0] <= r < rows[1], cols[0] <= c < cols[1]."""
+  i = range_(rows[1] - rows[0], first_id, AxisType.THREAD)
+  j, k = range_(cols[1] - cols[0], first_id + 1), range_(K, first_id + 2)
+  r, c = i + rows[0], j + cols[0]
+  acc = alloc(slot).after(i, j)                # one accumulator per output element
+  init = acc.index(0).store(0.0)
+  acck = acc.after(init, k)
+  a, b = A.index(simplify(r * K + k)).load(), B.index(simplify(k * N + c)).load()
+  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+  return C.index(simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
+
+
+def gemm_naive(M: int, N: int, K: int) -> UOp:
+  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
+  return sink(gemm_block(A, B, C, N, K, (0, M), (0, N), 0, 0))
+
+
+print(render_c(gemm_naive(512, 512, 512), "gemm"))
+
+# %%
+def check_gemm(build, M: int, N: int, K: int) -> bool:
+  rng_g = np.random.default_rng(M + 7 * N + 13 * K)
+  a, b = rng_g.standard_normal((M, K)).astype(np.float32), rng_g.standard_normal((K, N)).astype(np.float32)
+  c = np.full((M, N), np.nan, np.float32)      # every element must be written
+  Program(render_c(build(M, N, K), "gemm"), "gemm")(a, b, c)
+  return np.allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4 * math.sqrt(K))
+
+
+SHAPES = [(1, 1, 1), (4, 4, 4), (5, 7, 3), (64, 64, 64), (67, 33, 29), (128, 96, 200)]
+print("naive GEMM matches NumPy:", {shape: check_gemm(gemm_naive, *shape) for shape in SHAPES})
+
+# %% [markdown]
+# ## 5.5 A 4x4 register tile
+#
+# The naive kernel does one multiply-add per two loads, and its inner loop walks B down a column (a stride
+# of N floats) while one accumulator waits on its own previous value. A **register tile** computes a 4x4
+# block of C at once: in each step of `k` it loads 4 values of A (a column of the tile's rows) and 4 of B
+# (a row of the tile's columns) and does 16 multiply-adds into 16 accumulators. Every loaded value is used
+# four times, and the 16 accumulators are independent chains the CPU can overlap.
+#
+# In the loop IR that is 16 ALLOCs placed in the tile loops, 16 updates closed together by one END of `k`
+# (a SINK of the 16 stores under the END: chapter 11's key loop closes its three stores the same way),
+# and 16 output stores. When M or N is not a multiple of 4, the rows and columns left over are computed
+# by naive strips after the tiles (`gemm_block` above, with offsets).
+
+# %%
+def gemm_tiled(M: int, N: int, K: int) -> UOp:
+  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
+  M4, N4 = M - M % 4, N - N % 4
+  parts = []
+  if M4 and N4:
+    i, j, k = range_(M4 // 4, 0, AxisType.THREAD), range_(N4 // 4, 1), range_(K, 2)
+    accs = [alloc(t).after(i, j) for t in range(16)]                       # acc[4*r + c] for C[4i + r, 4j + c]
+    inits = [acc.index(0).store(0.0) for acc in accs]
+    a = [A.index(simplify((i * 4 + r) * K + k)).load() for r in range(4)]  # 4 loads of A ...
+    b = [B.index(simplify(k * N + j * 4 + c)).load() for c in range(4)]    # ... and 4 of B per k
+    updates = []
+    for t in range(16):
+      acck = accs[t].after(inits[t], k)
+      updates.append(acck.index(0).store(acck.index(0).load() + a[t // 4] * b[t % 4]))
+    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                          # one k loop for all 16
+    outs = [C.index(simplify((i * 4 + t // 4) * N + j * 4 + t % 4)).store(accs[t].after(loop_k).index(0).load())
+            for t in range(16)]
+    parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
+  if N4 < N: parts.append(gemm_block(A, B, C, N, K, (0, M), (N4, N), 3, 16))          # right strip, all rows
+  if M4 < M and N4: parts.append(gemm_block(A, B, C, N, K, (M4, M), (0, N4), 6, 17))  # bottom strip
+  return sink(*parts)
+
+
+print(render_c(gemm_tiled(512, 512, 512), "gemm4"))
+
+# %% [markdown]
+# Look at the `k` loop (`ridx2`): four loads of `data0` (A, at `alu5`, `alu5+512`, `alu5+1024`,
+# `alu5+1536`: one column of the tile's four rows) and four of `data1` (B, at `alu7` to `alu7+3`: one
+# row of its four columns), and sixteen `acc = (val+(a*b))` lines. The tile's row offset
+# `alu1 = ridx0*2048` and column offset `alu2 = ridx1*4` are computed outside the `k` loop, where they
+# belong. Check it, including shapes that leave remainders:
+
+# %%
+print("tiled GEMM matches NumPy:", {shape: check_gemm(gemm_tiled, *shape) for shape in SHAPES})
+print(render_c(gemm_tiled(6, 7, 5), "gemm4").count("#pragma omp parallel for"), "parallel loops for 6 x 7: "
+      "the tiles, the right strip (3 columns), the bottom strip (2 rows)")
+
+# %% [markdown]
+# ## 5.6 How fast?
+#
+# A GEMM does 2MNK floating-point operations (a multiply and an add per `k` per output). Time the naive and
+# the tiled kernels against NumPy (which calls an optimised BLAS library) at a few square sizes (best of
+# several runs after a warm-up) and report GFLOP/s:
+
+# %% tags=["nbval-ignore-output"]
+from uopc.helpers import best_of
+
+SIZES = [128, 256, 384, 512]
+
+
+def gflop_s(fn, flops: float) -> float:
+  """Best of at least five runs, and of about half a second of runs for fast ones (less noise on a busy machine)."""
+  t = best_of(fn, k=5)
+  return flops / min(t, best_of(fn, k=max(5, int(0.5 / t)), warmup=0)) / 1e9
+
+
+gflops: dict = {"naive": [], "4x4 tile": [], "NumPy (BLAS)": []}
+for n in SIZES:
+  a, b = rng_np.standard_normal((n, n)).astype(np.float32), rng_np.standard_normal((n, n)).astype(np.float32)
+  c = np.zeros((n, n), np.float32)
+  for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled)):
+    prg = Program(render_c(build(n, n, n), "gemm"), "gemm")
+    gflops[name].append(gflop_s(lambda: prg(a, b, c), 2 * n**3))
+  gflops["NumPy (BLAS)"].append(gflop_s(lambda: a @ b, 2 * n**3))
+print(f"{'n':>5} " + "".join(f"{name:>14}" for name in gflops) + "   (GFLOP/s)")
+for k_, n in enumerate(SIZES): print(f"{n:>5} " + "".join(f"{g[k_]:>14.1f}" for g in gflops.values()))
+print(f"tile / naive at n = {SIZES[-1]}: {gflops['4x4 tile'][-1] / gflops['naive'][-1]:.1f}x")
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(6.5, 3.8))
+for name, g in gflops.items(): ax.semilogy(SIZES, g, "o-", label=name)
+ax.set(xlabel="n (C = A @ B, all n x n float32)", ylabel="GFLOP/s (log scale)", title="hand-written GEMMs")
+ax.set_xticks(SIZES)
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What to read in the plot (the ratios, not the absolute numbers, carry over to other machines):
+# - The naive kernel is the slowest by a wide margin and gets slower as n grows: its inner loop reads B
+#   with a stride of n floats, so once B no longer fits in the cache every load is a cache miss.
+# - The 4x4 tile is an order of magnitude faster with the same arithmetic: each load now feeds four
+#   multiply-adds, and sixteen independent accumulators keep the CPU's floating-point units busy instead
+#   of waiting on one dependency chain.
+# - BLAS is faster still. It also packs A and B into contiguous panels, vectorises the tile (a row of
+#   the tile is one 256-bit register), and tiles for each cache level. Chapter 10 walks from this
+#   kernel toward that roof, one step at a time.
+#
+# ## 5.7 The showpiece: chapter 11's online attention
+#
+# Chapter 11 writes FlashAttention's online softmax directly in this loop IR (section 11.7). Here is its
+# listing, exactly as the book prints it. It has everything this chapter handled: a THREAD row loop, state
+# placed in it by AFTER edges (the running max `M`, sum `L` and output row `O`), three loops side by side
+# inside it, a dot-product reduction nested in the key loop, and one END closing the key loop over three
+# stores.
+
+# %%
+LOG2E = 1 / math.log(2)
+
+
+def online_attention_ir(N: int, D: int) -> UOp:
+  """FlashAttention-style online softmax as a UOp loop program. One query row per thread."""
+  f32 = dtypes.f32
+  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
+  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
+  scale = (1 / math.sqrt(D)) * LOG2E                     # work in base 2: exp(x) = exp2(x * log2 e)
+
+  i = range_(N, 0, AxisType.THREAD)
+  Mi, Li, Oi = M.after(i), L.after(i), O.after(i)
+  init_m = Mi.index(0).store(UOp.const(-math.inf))
+  init_l = Li.index(0).store(UOp.const(0.0))
+  d0 = range_(D, 1)
+  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
+
+  j = range_(N, 2)
+  # s = (q_i . k_j) * scale
+  Sj = S.after(i, j)
+  init_s = Sj.index(0).store(UOp.const(0.0))
+  e = range_(D, 3)
+  Se = Sj.after(init_s, e)
+  dot = Se.index(0).store(Se.index(0).load() + Q.index(i * D + e).load() * K.index(j * D + e).load()).end(e)
+  s = Sj.after(dot).index(0).load() * scale
+  # online softmax update
+  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
+  m_old = Mj.index(0).load()
+  m_new = m_old.maximum(s)
+  corr = UOp(Ops.EXP2, (m_old - m_new,))                # rescale what we accumulated so far
+  p = UOp(Ops.EXP2, (s - m_new,))
+  st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
+  d = range_(D, 4)
+  Od = Oi.after(init_o, j)
+  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
+  st_m = Mj.index(0).store(m_new)
+  loop_j = UOp(Ops.SINK, (st_l, st_o, st_m)).end(j)
+  # normalize
+  d2 = range_(D, 5)
+  out = OUT.index(i * D + d2).store(Oi.after(loop_j).index(d2).load() * Li.after(loop_j).index(0).load().recip())
+  return sink(out.end(d2, i))
+
+# %% [markdown]
+# The mini linearizer of 5.2 refuses it (three loops side by side inside the row loop are not one nest);
+# uopc's renders it:
+
+# %%
+try:
+  mini_linearize(online_attention_ir(1024, 64))
+except AssertionError as err:
+  print("mini_linearize:", err)
+flash_src = render_c(online_attention_ir(1024, 64), "flash")
+print(flash_src)
+
+# %% [markdown]
+# That is, character for character, the C printed in section 11.7 (this repository's tests compare the two).
+# Follow the scopes: `acc0` (running max), `acc1` (running sum) and `acc2[64]` (output row) are declared
+# inside the parallel `ridx0` loop, because `M.after(i)` placed them there: every thread has its own. The
+# key loop `ridx2` holds the dot-product loop `ridx3` with its accumulator `acc3`, then the update, then
+# the output loop `ridx4`; the normalisation loop `ridx5` comes after the key loop, because it reads
+# `Oi.after(loop_j)`. The values `corr` and `p` (`alu12`, `alu13`) are each used more than once, so they
+# are named once and computed once per key. Run it against NumPy:
+
+# %%
+def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+  s = q.astype(np.float64) @ k.T.astype(np.float64) / math.sqrt(q.shape[1])
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+
+
+flash = {}
+for N, D in [(1024, 64), (1000, 48), (3, 1), (1, 64)]:
+  q, k, v = (rng_np.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+  out = np.zeros(N * D, np.float32)
+  flash[N, D] = Program(render_c(online_attention_ir(N, D), "flash"), "flash")
+  flash[N, D](q, k, v, out)
+  print(f"N={N:5} D={D:3}: max error below 1e-5: {np.abs(out.reshape(N, D) - attention_ref(q, k, v)).max() < 1e-5}")
+
+# %% tags=["nbval-ignore-output"]
+N, D = 1024, 64
+q, k, v = (rng_np.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+out = np.zeros(N * D, np.float32)
+t = best_of(lambda: flash[N, D](q, k, v, out), k=10)
+print(f"online attention, N={N}, D={D}: {t * 1e3:.2f} ms, {4 * N * N * D / t / 1e9:.1f} GFLOP/s (4 N^2 D FLOPs)")
+
+# %% [markdown]
+# Section 11.8 discusses this number: one query row per thread means every key and value row loaded is used
+# for exactly one query, the same weakness the naive GEMM has, and the fix is the same, a register tile
+# (there, a block of queries per thread).
+#
+# ## Pitfalls
+# - **A load without an AFTER edge is hoisted.** The linearizer places a load in the innermost loop its
+#   *sources* use. A load of state that a loop updates, written without `.after(...)` naming that loop,
+#   depends on no loop variable and lands outside the loop: it reads a stale value. The placement rule that
+#   hoists `ridx0*6` for free hoists this too.
+# - **Unsimplified indices.** Build `A.index((i*4 + r)*K + k)` without `simplify` and the C carries
+#   `((alu1+0)*512)` for `r = 0`. The compiler cleans that up, but the text is harder to read, and chapter
+#   11's NOTES 12 shows unsimplified indices can change the loop structure itself.
+# - **Too many accumulators.** The 4x4 tile keeps 16 scalars live across the `k` loop, plus 8 loaded values.
+#   An 8x8 tile (64 accumulators) no longer fits in the 16 vector registers of AVX2 and spills to memory.
+#   Bigger tiles are not always faster; measure.
+# - **Sizes that are not multiples of the tile.** A tiled kernel that assumes `M % 4 == 0` reads and writes
+#   past the end of the arrays for other sizes, silently. Either handle the remainder (as `gemm_tiled` does
+#   with naive strips) or refuse the size with a clear error. Test with sizes like 67 x 33.
+# - **Timing the first call.** The first `Program` of a new source compiles it (tens of milliseconds) and
+#   the first call touches fresh memory. `best_of` warms up first.
+# - **Comparing generated C as text** is only possible because the renderer is deterministic: names are
+#   numbered in print order, never by object ids or set order. Keep it that way when you change it.
+#
+# ## Exercises (week 3)
+# 1. Write `gemm_naive` yourself from the description in 5.4, without looking, and check it against NumPy
+#    for the shapes of `SHAPES`.
+# 2. Write the 4x4 register tile. Then try 2x8 and 8x8 tiles: print the C, count the accumulators, and
+#    measure GFLOP/s at n = 512. Which is fastest here, and why (registers, loads per multiply-add)?
+# 3. Pass B transposed (B^T, shape (N, K)) so that the `k` loop reads both A and B^T contiguously. How much
+#    does the naive kernel gain? The tiled one?
+# 4. Extend `mini_linearize` to loops side by side (several ENDs at one depth), so that it accepts the
+#    row loop of chapter 11 with its three inner loops. What must decide the order of two sibling loops?
+# 5. The tiled kernel handles remainders with naive strips. Write a version that refuses sizes that are not
+#    multiples of 4 with a `ValueError` naming the size, and compare the code size of the two approaches.
+# 6. Count the loads and multiply-adds per `k` step of the naive and tiled kernels from their C, and
+#    predict the speedup from the ratio. How close is the measurement?
