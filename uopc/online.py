@@ -55,10 +55,13 @@ class Frame:
   placeholders: dict[tuple, UOp] = field(default_factory=dict)   # (member, idx) -> placeholder load
 
 
-def _placeholder(ctx, dtype) -> UOp:
-  a = UOp(Ops.ALLOC, (), ParamArg(10_000 + len(ctx.frames) * 100 + ctx.next_slot, dtype, (1,)))   # never rendered
-  ctx.next_slot += 1
-  return a.index(0).load()
+_placeholders = [0]
+
+
+def _placeholder(dtype) -> UOp:
+  """A stand-in value (a load of an ALLOC that is never rendered): unique, so it can be found and replaced."""
+  _placeholders[0] += 1
+  return UOp(Ops.ALLOC, (), ParamArg(-_placeholders[0], dtype, (1,))).index(0).load()
 
 
 def _factors(u: UOp) -> list[UOp]:
@@ -94,7 +97,7 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
   for fr in reversed(ctx.frames):
     if u in members and fr.j not in ranges_in(*idx):
       key = (u, idx)
-      if key not in fr.placeholders: fr.placeholders[key] = _placeholder(ctx, u.dtype)
+      if key not in fr.placeholders: fr.placeholders[key] = _placeholder(u.dtype)
       return fr.placeholders[key]
   if u in members and ("final", u, idx) in ctx.memo: return ctx.memo[("final", u, idx)]
   if u.arg[0] is Ops.ADD and u not in ctx.groups: body = u.src[0]          # a weighted sum: sum_j g(j) * softmax_j

@@ -1,0 +1,176 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # 11b. Appendix: the compiler finds flash attention by itself
+#
+# Chapter 11 computed attention three ways: unfused (six kernels, two N x N buffers), fused with recompute
+# (`fuse_reduce=True`: no N x N buffer, but Q K^T computed six times per row) and online softmax, written by hand
+# in the loop IR (section 11.7). This appendix teaches the compiler the algebra of section 11.6, so that the
+# Tensor one-liner
+#
+#     (q @ k.T * (1 / math.sqrt(D))).softmax(-1) @ v
+#
+# becomes one kernel making one pass over the keys, with nothing recomputed. The switch is
+# `Tensor.online_softmax = True`. It is off by default, because chapter 11's plans (six kernels unfused, two
+# fused) are the subject of that chapter.
+#
+# **What you'll see:** the three plans side by side; the generated kernel before and after; why the rewrite is
+# safe (it checks the exact form, and falls back when it does not match); softmax and log-sum-exp alone; and the
+# times of every version, including uopc's tiled FlashAttention kernel (`uopc.nn.scaled_dot_product_attention`).
+
+# %% tags=["nbval-ignore-output"]
+from uopc.bench import header
+print(header())   # the machine every timing below comes from
+
+# %%
+import math, re, sys
+from pathlib import Path
+import numpy as np
+ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "examples" / "flash_attention.py").exists())
+sys.path.insert(0, str(ROOT / "examples"))   # the book's example (works from the repo root or from chapters/)
+import flash_attention as book
+from uopc.tensor import Tensor
+from uopc.kernelize import make_plan
+
+def attention(q, k, v): return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
+
+N, D = 1024, 64
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+s = q @ k.T / math.sqrt(D)
+p = np.exp(s - s.max(-1, keepdims=True))
+ref = (p / p.sum(-1, keepdims=True)) @ v
+graph = attention(Tensor(q), Tensor(k), Tensor(v)).uop
+
+# %% [markdown]
+# ## Three plans for one graph
+#
+# `make_plan` takes the switch as its last argument. Read the three `explain()` outputs: the unfused plan cuts at
+# every REDUCE; the fused plan cuts nowhere but recomputes the dot product six times per (query, key) pair; the
+# online plan keeps a running max and sum, and computes each dot product once.
+
+# %%
+variants = (("unfused", False, Tensor.opt, False), ("fused (FlashOpt)", True, book.FlashOpt, False),
+            ("online softmax", False, Tensor.opt, True))
+for label, fuse, opt, online in variants:
+  plan = make_plan([graph], fuse, opt, online)
+  print(f"== {label}: kernels {[kk.name for kk in plan.kernels]}, temps {[n for _, n in plan.temps]}")
+  print(plan.explain())
+
+# %% [markdown]
+# The online plan has no temporary at all: with one pass over the keys, the kernel reads `V` row by row
+# (`v_j` for every output column at once), so the layout pass no longer copies it.
+#
+# ## The kernel
+#
+# Here is the whole generated kernel at a size small enough to print (N = 64, D = 4). Compare it with the book's
+# hand-written `online_attention_ir` (section 11.7): one parallel loop over rows, one loop over keys with the dot
+# product inside it, a running max, a running sum, and one accumulator per output column, all rescaled by the
+# same correction factor.
+
+# %%
+small = attention(Tensor(q[:64, :4]), Tensor(k[:64, :4]), Tensor(v[:64, :4])).uop
+print(make_plan([small], False, Tensor.opt, True).kernels[-1].src)
+
+# %% [markdown]
+# `acc1` is the running max (it starts at `-INFINITY`), `acc2` the running sum, `acc3` to `acc6` the four output
+# columns, and `acc0` the dot product q_i . k_j, started afresh for every key. Of the two `exp2f` lines, the first
+# is the correction `exp2(m_old - m_new)` that rescales everything accumulated so far, the second the weight of the
+# current key; the last lines divide by the running sum. The compiler wrote the book's kernel.
+#
+# ## How the rewrite works, and when it refuses
+#
+# `uopc.online` works in two places:
+#
+# 1. **The kernelizer** (`find_groups`) finds softmax's denominator: a REDUCE(ADD) over one axis of `exp2` of
+#    something minus a REDUCE(MAX) over an axis of the same length. With the switch on, those reductions, and the
+#    reductions their max reads (`S = Q K^T`), are not cut: they will be computed once per key inside one pass.
+# 2. **The reduce lowering** (`online_reduce`, called from `_reduce`). When rangeify lowers a sum over `j` (P V's
+#    reduction, or the denominator itself), it rangeifies the summand with *placeholders* standing for the row's
+#    max `m` and sum `l`, then checks the result factor by factor: exactly one factor must be
+#    `exp2((x(j) - m) * c)` with `c > 0`, where `x(j)` is *the same node* as the max's own source at `j` (hash
+#    consing makes that an identity test), the factors with `l` must not depend on `j`, and the rest is `g(j)`.
+#    Only then does it build the loop of section 11.6. Otherwise it restores the lowering context and lets
+#    `_reduce` do the ordinary thing.
+#
+# Here it refuses: the max is of `2x`, the exponent of `x`. The plan keeps the ordinary two passes (max, then
+# sum), and the answer is right.
+
+# %%
+x = rng.standard_normal((64, 100)).astype(np.float32)
+t = Tensor(x)
+wrong = (t - (t * 2).max(-1, keepdim=True)).exp().sum(-1)
+plan = make_plan([wrong.uop], False, Tensor.opt, True)
+print("loops over the 100 columns:", len(re.findall(r"< 100;", plan.kernels[-1].src)))
+Tensor.online_softmax = True
+print("matches NumPy:", np.allclose(wrong.numpy(), np.exp(x - (2 * x).max(-1, keepdims=True)).sum(-1), rtol=1e-5))
+Tensor.online_softmax = False
+
+# %% [markdown]
+# ## Softmax and log-sum-exp alone
+#
+# The same lowering turns softmax's max and sum into one pass (then one more pass writes the probabilities),
+# and log-sum-exp into a single pass.
+
+# %%
+cases = (("softmax", lambda t: t.softmax(-1)), ("log_softmax", lambda t: t.log_softmax(-1)),
+         ("logsumexp", lambda t: t.max(-1) + (t - t.max(-1, keepdim=True)).exp().sum(-1).log()))
+for name, fn in cases:
+  t = Tensor(x)
+  out = fn(t)
+  before, after = (make_plan([out.uop], False, Tensor.opt, on) for on in (False, True))
+  loops = lambda plan: sum(len(re.findall(r"< 100;", kk.src)) for kk in plan.kernels)
+  print(f"{name:12s} kernels {len(before.kernels)} -> {len(after.kernels)}, "
+        f"passes over a row {loops(before)} -> {loops(after)}")
+
+# %% [markdown]
+# ## Does it pay?
+#
+# Best of five after a warm-up, interleaved in one process (`uopc.bench.interleaved`): NumPy, the unfused and
+# fused Tensor plans, the book's hand-written online kernel, the online rewrite, and uopc's tiled FlashAttention
+# kernel (`uopc.nn.scaled_dot_product_attention`, 8 query rows by 32 keys per tile). The numbers depend on the
+# machine printed at the top and on what else ran on it.
+
+# %% tags=["nbval-ignore-output"]
+from uopc.bench import attention_peers, interleaved
+for n in (1024, 2048):
+  qn, kn, vn = (rng.standard_normal((n, D)).astype(np.float32) for _ in range(3))
+  fns = attention_peers(qn, kn, vn, False, {"fused"})
+  base = fns["numpy"]()
+  assert all(np.abs(f() - base).max() < 1e-4 for f in fns.values())
+  t = interleaved(fns, reps=3)
+  print(f"N={n}: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in t.items()))
+  print(f"        rewrite / book online = {t['rewrite'] / t['online']:.2f}, "
+        f"rewrite / flash = {t['rewrite'] / t['flash']:.2f}")
+
+# %% [markdown]
+# What to read in these lines: the rewrite does the same work as the book's online kernel (one dot product per
+# (query, key) pair, one pass), so their times should be close; both keep one query row per thread iteration, so
+# both are far from the register-tiled kernels. The tiled FlashAttention kernel shares every loaded key and value
+# row between 8 queries, which is the step Exercise 11.5 asks for.
+#
+# ## Pitfalls
+#
+# - **The state must live where the accumulators live.** The running max and sum are placed inside every output
+#   loop of the kernel. With the default 4 x 4 register tile the head dimension is a loop of 16 column blocks,
+#   and each block would make its own pass over the keys (section 11.4's lesson again). The default optimizer
+#   therefore unrolls the whole head dimension for a kernel that holds an online pass (`online_opts`).
+# - **Placeholders must not leak.** While the pass is being built, the row's max and sum are placeholders;
+#   anything memoized with a placeholder inside is discarded afterwards, or a later use would read a value that
+#   only exists inside the loop ("the loop program has a cycle").
+# - **All-masked rows.** A causal or padding mask written as `-inf` works (the rewrite sees `x + mask`); a row with
+#   every key masked gives NaN here, as it does in NumPy. `uopc.nn.scaled_dot_product_attention` returns zeros.
+#
+# ## Exercises
+#
+# 1. Make the rewrite fire for `exp` written as `(x - m).exp()` on a float64 tensor, and check the C.
+# 2. Extend `find_groups` to a softmax over a non-last axis (`softmax(0)`). Which check in `online_reduce` fails,
+#    and why is it right to fail?
+# 3. Give `online_opts` a query block (`rows=4`) and measure it against the tiled FlashAttention kernel.
