@@ -319,7 +319,29 @@ print(render_c(gemm_tiled(6, 7, 5), "gemm4").count("#pragma omp parallel for"), 
 #
 # A GEMM does 2MNK floating-point operations (a multiply and an add per `k` per output). Time the naive and
 # the tiled kernels against NumPy (which calls an optimised BLAS library) at a few square sizes (best of
-# several runs after a warm-up) and report GFLOP/s:
+# several runs after a warm-up) and report GFLOP/s.
+#
+# All three run on **one thread** here: one OpenMP thread for our kernels (set through the OpenMP runtime
+# the kernels already use) and one BLAS thread for NumPy (with `threadpoolctl`). On a machine shared with
+# other work, a parallel run ends when its slowest thread does, and a thread that lost its core waits a
+# whole scheduler time slice; single-thread numbers measure the kernels, not the neighbours.
+
+# %%
+import contextlib
+import ctypes
+import ctypes.util
+from threadpoolctl import threadpool_limits
+
+gomp = ctypes.CDLL(ctypes.util.find_library("gomp"))
+
+
+@contextlib.contextmanager
+def one_thread():
+  gomp.omp_set_num_threads(1)
+  try:
+    with threadpool_limits(1): yield
+  finally: gomp.omp_set_num_threads(os.cpu_count())
+
 
 # %% tags=["nbval-ignore-output"]
 from uopc.helpers import best_of
@@ -334,14 +356,15 @@ def gflop_s(fn, flops: float) -> float:
 
 
 gflops: dict = {"naive": [], "4x4 tile": [], "NumPy (BLAS)": []}
-for n in SIZES:
-  a, b = rng_np.standard_normal((n, n)).astype(np.float32), rng_np.standard_normal((n, n)).astype(np.float32)
-  c = np.zeros((n, n), np.float32)
-  for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled)):
-    prg = Program(render_c(build(n, n, n), "gemm"), "gemm")
-    gflops[name].append(gflop_s(lambda: prg(a, b, c), 2 * n**3))
-  gflops["NumPy (BLAS)"].append(gflop_s(lambda: a @ b, 2 * n**3))
-print(f"{'n':>5} " + "".join(f"{name:>14}" for name in gflops) + "   (GFLOP/s)")
+with one_thread():
+  for n in SIZES:
+    a, b = rng_np.standard_normal((n, n)).astype(np.float32), rng_np.standard_normal((n, n)).astype(np.float32)
+    c = np.zeros((n, n), np.float32)
+    for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled)):
+      prg = Program(render_c(build(n, n, n), "gemm"), "gemm")
+      gflops[name].append(gflop_s(lambda: prg(a, b, c), 2 * n**3))
+    gflops["NumPy (BLAS)"].append(gflop_s(lambda: a @ b, 2 * n**3))
+print(f"{'n':>5} " + "".join(f"{name:>14}" for name in gflops) + "   (GFLOP/s, one thread)")
 for k_, n in enumerate(SIZES): print(f"{n:>5} " + "".join(f"{g[k_]:>14.1f}" for g in gflops.values()))
 print(f"tile / naive at n = {SIZES[-1]}: {gflops['4x4 tile'][-1] / gflops['naive'][-1]:.1f}x")
 
@@ -350,7 +373,8 @@ import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
 for name, g in gflops.items(): ax.semilogy(SIZES, g, "o-", label=name)
-ax.set(xlabel="n (C = A @ B, all n x n float32)", ylabel="GFLOP/s (log scale)", title="hand-written GEMMs")
+ax.set(xlabel="n (C = A @ B, all n x n float32)", ylabel="GFLOP/s, one thread (log scale)",
+       title="hand-written GEMMs")
 ax.set_xticks(SIZES)
 ax.legend()
 fig.tight_layout()
@@ -358,14 +382,16 @@ plt.show()
 
 # %% [markdown]
 # What to read in the plot (the ratios, not the absolute numbers, carry over to other machines):
-# - The naive kernel is the slowest by a wide margin and gets slower as n grows: its inner loop reads B
-#   with a stride of n floats, so once B no longer fits in the cache every load is a cache miss.
-# - The 4x4 tile is an order of magnitude faster with the same arithmetic: each load now feeds four
-#   multiply-adds, and sixteen independent accumulators keep the CPU's floating-point units busy instead
-#   of waiting on one dependency chain.
-# - BLAS is faster still. It also packs A and B into contiguous panels, vectorises the tile (a row of
-#   the tile is one 256-bit register), and tiles for each cache level. Chapter 10 walks from this
-#   kernel toward that roof, one step at a time.
+# - The naive kernel is the slowest by a wide margin. Its inner loop reads B down a column, with a stride
+#   of n floats, and makes one multiply-add per two loads on a single dependency chain. It is worst at
+#   n = 512, where the stride is a power of two (2 KiB) and the rows of B it walks through compete for
+#   the same few cache sets.
+# - The 4x4 tile is an order of magnitude faster with the same arithmetic and about the same speed at
+#   every size: each load now feeds four multiply-adds, and sixteen independent accumulators keep the
+#   floating-point units busy instead of waiting on one chain.
+# - BLAS is several times faster still. It packs A and B into contiguous panels, vectorises the tile
+#   (a row of the tile is one 256-bit register), and tiles for each cache level. Chapter 10 walks from
+#   this kernel toward that roof, one step at a time.
 #
 # ## 5.7 The showpiece: chapter 11's online attention
 #
@@ -459,8 +485,11 @@ for N, D in [(1024, 64), (1000, 48), (3, 1), (1, 64)]:
 N, D = 1024, 64
 q, k, v = (rng_np.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 out = np.zeros(N * D, np.float32)
+with one_thread(): t1 = best_of(lambda: flash[N, D](q, k, v, out), k=5)
 t = best_of(lambda: flash[N, D](q, k, v, out), k=10)
-print(f"online attention, N={N}, D={D}: {t * 1e3:.2f} ms, {4 * N * N * D / t / 1e9:.1f} GFLOP/s (4 N^2 D FLOPs)")
+for what, tt in ((f"{os.cpu_count()} threads", t), ("one thread", t1)):
+  print(f"online attention, N={N}, D={D}, {what:>10}: {tt * 1e3:7.2f} ms, {4 * N * N * D / tt / 1e9:5.1f} GFLOP/s "
+        "(4 N^2 D FLOPs)")
 
 # %% [markdown]
 # Section 11.8 discusses this number: one query row per thread means every key and value row loaded is used
