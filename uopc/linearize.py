@@ -66,7 +66,8 @@ def loop_nesting(topo: list[UOp], rng: dict[UOp, frozenset[UOp]]) -> dict[UOp, l
   for r, chain in nest.items():
     for a, b in zip(chain, chain[1:]):
       if a not in full[b]:
-        raise LinearizeError(f"loops {rname(a)} and {rname(b)} both enclose {rname(r)} but not each other")
+        x, y = sorted((a, b), key=lambda q: q.arg[0])
+        raise LinearizeError(f"loops {rname(x)} and {rname(y)} both enclose {rname(r)} but not each other")
   return nest
 
 

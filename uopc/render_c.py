@@ -74,12 +74,17 @@ def render(sink: UOp, name: str) -> Rendered:
       a = u.src[0]
       if a not in decl_at or order[u] < order[decl_at[a]]: decl_at[a] = u
   for u in topo:
-    if u.op is Ops.ALLOC and u not in decl_at: decl_at[u] = u
+    # an ALLOC used directly (not through .after) is function-wide state: declared at the top
+    used_bare = u.op is Ops.ALLOC and any(x.op is not Ops.AFTER and u in x.src for x in topo)
+    if u.op is Ops.ALLOC and (u not in decl_at or used_bare): decl_at[u] = u
 
   buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.BUFFER}.items())
   slots = [s for s, _ in buffers]
   if len(set(slots)) != len([u for u in topo if u.op is Ops.BUFFER]):
     raise ValueError(f"{name}: two different BUFFERs share a slot ({slots})")
+  alloc_slots = [u.arg.slot for u in topo if u.op is Ops.ALLOC]
+  if len(set(alloc_slots)) != len(alloc_slots):
+    raise ValueError(f"{name}: two different ALLOCs share a slot ({sorted(alloc_slots)}): each is acc{{slot}} in the C")
   params = ", ".join(f"{u.arg.dtype.c}* restrict data{s}" for s, u in buffers)
   out = [f"void {name}({params}) {{"]
   names: dict[UOp, str] = {}

@@ -243,7 +243,9 @@ def sink(*srcs: UOp) -> UOp: return UOp(Ops.SINK, srcs)
 def pretty(u: UOp, indent: int = 0) -> str:
   """A UOp as the Python that builds it. Nodes used more than once are still written out each time."""
   pad = " " * indent
-  if u.op is Ops.CONST: return f"{pad}UOp.const({u.arg!r}, {u.dtype!r})"
+  if u.op is Ops.CONST:
+    v = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)
+    return f"{pad}UOp.const({v}, {u.dtype!r})"
   if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: return f"{pad}range_({u.src[0].arg}, {u.arg[0]}, {u.arg[1]!r})"
   head = f"{pad}UOp({u.op!r}"
   arg = "" if u.arg is None else f", arg={u.arg!r}"
