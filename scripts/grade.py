@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -105,8 +106,9 @@ class Session:
     self.stack.enter_context(self.client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
   def run(self, source: str, timeout: float) -> Outcome:
+    limit = max(1, math.ceil(timeout))   # nbclient counts whole seconds
     cell = new_code_cell(source)
-    cell.metadata["grade_timeout"] = max(1, int(timeout))
+    cell.metadata["grade_timeout"] = limit
     self.nb.cells.append(cell)
     self.replies.clear()
     t0 = time.perf_counter()
@@ -118,7 +120,7 @@ class Session:
     finally: cell.source = ""   # a long notebook's sources need not stay in memory twice
     dt = time.perf_counter() - t0
     content = self.replies[-1].get("content", {}) if self.replies and self.replies[-1] else {}
-    if content.get("ename") == TIMEOUT_NAME: return Outcome("timeout", f"Timeout: ran past {timeout:g} s", dt)
+    if content.get("ename") == TIMEOUT_NAME: return Outcome("timeout", f"Timeout: ran past {limit} s", dt)
     errors = [o for o in cell.outputs if o.get("output_type") == "error"]
     if content.get("status") == "error" or errors:
       ename = content.get("ename") or (errors[0].get("ename") if errors else "Error")

@@ -106,7 +106,8 @@ def test_hanging_cell_is_stopped_and_grading_goes_on(tmp_path):
   score = grade(write(nb, tmp_path), tmp_path, "--only", "size the matrices", "--timeout", "10")
   assert points(score) == {"size the matrices": 1}
   assert score["kernel_restarts"] == 0   # the interrupt stopped the loop: same kernel
-  assert {"cell": first_code + 1, "status": "timeout"}.items() <= score["student_cells"]["errors"][0].items()
+  hang = {"cell": first_code + 1, "status": "timeout", "error": "Timeout: ran past 10 s"}
+  assert hang in score["student_cells"]["errors"]
 
 
 def test_syntax_error_is_scored(tmp_path):
@@ -134,7 +135,7 @@ def test_dead_and_stuck_kernels_are_replaced(tmp_path):
   score = grade(student, tmp_path, "--timeout", "3", "--test-timeout", "3", solution=solution)
   assert points(score) == {"add": 3, "exit": 0, "hang": 0}
   statuses = [t["status"] for task in score["tasks"].values() for t in task["tests"]]
-  assert sorted(statuses) == ["dead", "ok", "ok", "timeout"] and score["kernel_restarts"] == 2
+  assert sorted(statuses) == ["dead", "ok", "ok", "timeout"] and score["kernel_restarts"] >= 2   # stuck, then dead
 
 
 def test_unreadable_notebook_and_usage_errors(tmp_path, capsys):
