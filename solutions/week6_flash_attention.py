@@ -686,8 +686,7 @@ def decode_merge_ir(D: int, T: int) -> UOp:
   PM, PL = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (T,))) for s in (0, 1))
   PO, OUT = UOp(Ops.BUFFER, (), ParamArg(2, f32, (T * D,))), UOp(Ops.BUFFER, (), ParamArg(3, f32, (D,)))
   alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
-  # .after() with no loops: M and L are declared at function scope, not inside their first loop
-  M, L, A = alloc(0, 1).after(), alloc(1, 1).after(), alloc(2, 1)
+  M, L, A = alloc(0, 1), alloc(1, 1), alloc(2, 1)   # M and L at function scope, A per output column d
   # m = the largest partial maximum
   t = range_(T, 0)
   Mt = M.after(M.index(0).store(UOp.const(-math.inf)), t)
@@ -752,8 +751,10 @@ the number of cores (here at most 2x; on a machine shared with other jobs the ti
 that, more chunks only help balance (the static schedule hands each thread T / threads chunks) and cost almost
 nothing: the merge kernel reads T x (D + 2) floats, 1,056 of them at T = 16, against 8.4 million for K and V.
 Decoding has almost no reuse (each key and value row is used once, for one query: about 0.5 flop per byte), so
-with all cores busy the ceiling is the bandwidth they can draw from L3 and memory, not their arithmetic. On a GPU
-the same split over thread blocks is what keeps hundreds of cores busy for a single query (Flash-Decoding, 2023).
+with all cores busy the ceiling is the bandwidth they can draw from L3 and memory, not their arithmetic. K and V
+together are 32 MB, the size of this CPU's L3 cache, so the times also depend on how much of it other jobs take:
+from run to run they vary several-fold here. On a GPU the same split over thread blocks is what keeps hundreds of
+cores busy for a single query (Flash-Decoding, 2023).
 """
 ### END SOLUTION
 show(ANSWER)
