@@ -34,8 +34,8 @@ from uopc.uop import Ops   # noqa: E402
 
 D = 64
 FUSED_MAX = 2048   # bench.attention skips fused above this: at 4096 one call takes seconds (6 passes of QK^T a row)
-IMPLS = ["unfused", "fused", "online", "numpy", "torch"]
-COLORS = {"unfused": "C0", "fused": "C1", "online": "C2", "numpy": "C3", "torch": "C4"}
+IMPLS = ["unfused", "fused", "online", "rewrite", "flash", "numpy", "torch"]
+COLORS = {"unfused": "C0", "fused": "C1", "online": "C2", "numpy": "C3", "torch": "C4", "rewrite": "C5", "flash": "C6"}
 
 
 class Progress:

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
   args = ap.parse_args(argv)
   print(header())
-  if args.what != "peak" and not args.no_peak:
+  if args.what == "attention" and not args.no_peak:
     PEAK[0] = peak(3)["fma_gflops"]
     print(f"# FMA peak         {PEAK[0]:.1f} GFLOP/s (measured now)")
   if args.what == "peak":

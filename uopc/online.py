@@ -89,7 +89,7 @@ def _substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
   """The value of REDUCE u at idx, computed in one online pass; None if u is not part of such a pass."""
-  from uopc.rangeify import rangeify, _axis_parts
+  from uopc.rangeify import rangeify, _axis_parts, _combos
   from uopc.uop import AxisType
   if u.arg[1] != 1 or not ctx.groups: return None
   members = {**{s: s for s in ctx.groups}, **{m: s for s, m in ctx.groups.items()}}
@@ -108,11 +108,12 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
   snapshot = (dict(ctx.memo), dict(ctx.reduce_ranges), ctx.next_range, ctx.next_slot)
   rkey = (u if u.arg[0] is Ops.ADD and u not in ctx.groups else members[u], frozenset(ranges_in(*idx)))
   if (parts := ctx.reduce_ranges.get(rkey)) is None:
-    parts = ctx.reduce_ranges[rkey] = [_axis_parts(ctx, n, 1, AxisType.REDUCE)]
+    parts = ctx.reduce_ranges[rkey] = [_axis_parts(ctx, n, ctx.opts.unroll, AxisType.REDUCE)]
   j = parts[0][0]
   if j.op is not Ops.RANGE: return _restore(ctx, snapshot)
+  keys = [c[0] for c in _combos(parts)]          # the keys of one iteration: a tile of `unroll` keys
   ctx.frames.append(Frame(j))
-  try: summand = rangeify(body, idx + (j,), ctx)
+  try: summands = [rangeify(body, idx + (kx,), ctx) for kx in keys]
   finally: fr = ctx.frames.pop()
   got = {k[0]: (k, p) for k, p in fr.placeholders.items()}
   sums = [m for m in got if m in ctx.groups]
@@ -122,19 +123,24 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
   (_, midx), pm = got[mx]
   if sums and (ctx.groups[sums[0]] is not mx or got[sums[0]][0][1] != midx): return _restore(ctx, snapshot)
   pl = got[sums[0]][1] if sums else None
-  # the summand must be g(j) * 2^((x(j) - m) c) * h, g free of m and l, h free of j
-  exps, g, h = [], [], []
-  for f in _factors(summand):
-    holds = set(f.toposort())
-    if pm in holds: exps.append(f)
-    elif pl is not None and pl in holds: h.append(f)
-    else: g.append(f)
-  if len(exps) != 1 or (form := _exp_form(exps[0], pm)) is None or any(j in ranges_in(f) for f in h):
-    return _restore(ctx, snapshot)
-  x, c = form
-  if rangeify(mx.src[0], midx + (j,), ctx) is not x: return _restore(ctx, snapshot)   # a max of a different value
-  if pl is not None and rangeify(sums[0].src[0], midx + (j,), ctx) is not exps[0]: return _restore(ctx, snapshot)
-  m_final, l_final, a_final = _online_loop(ctx, mx, midx, idx, j, x, c, g, u)
+  # each key's summand must be g(j) * 2^((x(j) - m) c) * h, g free of m and l, h free of j
+  xs, gs, hs, cs = [], [], [], set()
+  for kx, summand in zip(keys, summands):
+    exps, g, h = [], [], []
+    for f in _factors(summand):
+      holds = set(f.toposort())
+      if pm in holds: exps.append(f)
+      elif pl is not None and pl in holds: h.append(f)
+      else: g.append(f)
+    if len(exps) != 1 or (form := _exp_form(exps[0], pm)) is None or any(j in ranges_in(f) for f in h):
+      return _restore(ctx, snapshot)
+    x, c = form
+    if rangeify(mx.src[0], midx + (kx,), ctx) is not x: return _restore(ctx, snapshot)   # a max of a different value
+    if pl is not None and rangeify(sums[0].src[0], midx + (kx,), ctx) is not exps[0]: return _restore(ctx, snapshot)
+    xs.append(x); gs.append(g); hs.append(tuple(h)); cs.add(c)
+  if len(cs) != 1 or len(set(hs)) != 1: return _restore(ctx, snapshot)
+  h, c = list(hs[0]), cs.pop()
+  m_final, l_final, a_final = _online_loop(ctx, mx, midx, idx, j, xs, c, gs, u)
   # values computed with placeholders inside the pass are not the truth anywhere else: forget them
   marks = set(fr.placeholders.values())
   ctx.memo = {k: v for k, v in ctx.memo.items() if not isinstance(v, UOp) or marks.isdisjoint(v.toposort())}
@@ -154,9 +160,10 @@ def _restore(ctx, snapshot) -> None:
   return None
 
 
-def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, x: UOp, c: UOp, g: list[UOp], u: UOp):
-  """Build (or reuse) the running max and sum of this group's row, and one rescaled accumulator for u at idx."""
-  dt = x.dtype
+def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, xs: list[UOp], c: UOp, gs: list[list[UOp]], u: UOp):
+  """Build (or reuse) the running max and sum of this group's row, and one rescaled accumulator for u at idx.
+  xs: the scores of the keys one iteration takes (a tile), gs: each key's other factors."""
+  dt = xs[0].dtype
   # the state lives where the accumulators do: inside every output loop (a loop over output columns that are not
   # unrolled makes its own pass, as in section 11.4; an optimizer that unrolls them gets exactly one)
   key = ("online", mx, midx, frozenset(ranges_in(*idx)))
@@ -167,15 +174,18 @@ def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, x: UOp, c: UOp, g: list[UOp], 
     init_l = Lr.index(0).store(UOp.const(0.0, dt))
     Mj, Lj = Mr.after(init_m, j), Lr.after(init_l, j)
     m_old = Mj.index(0).load()
-    m_new = m_old.maximum(x)
+    m_new = m_old
+    for x in xs: m_new = m_new.maximum(x)
     corr = UOp(Ops.EXP2, ((m_old + m_new * -1) * c,))                 # rescale what was accumulated so far
-    p = UOp(Ops.EXP2, ((x + m_new * -1) * c,))
-    st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
+    ps = [UOp(Ops.EXP2, ((x + m_new * -1) * c,)) for x in xs]
+    tile = ps[0]
+    for p in ps[1:]: tile = tile + p
+    st_l = Lj.index(0).store(Lj.index(0).load() * corr + tile)
     st_m = Mj.index(0).store(m_new)
     state = UOp(Ops.SINK, (st_l, st_m))
     done = state.end(j)
-    ctx.memo[key] = (Mr, Lr, corr, p, state, done)
-  Mr, Lr, corr, p, state, done = ctx.memo[key]
+    ctx.memo[key] = (Mr, Lr, corr, ps, state, done)
+  Mr, Lr, corr, ps, state, done = ctx.memo[key]
   m_final = Mr.after(done).index(0).load()
   l_final = Lr.after(done).index(0).load()
   if u.arg[0] is not Ops.ADD or u in ctx.groups: return m_final, l_final, l_final
@@ -183,8 +193,10 @@ def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, x: UOp, c: UOp, g: list[UOp], 
   Ar = A.after(*ranges_in(*idx))
   init_a = Ar.index(0).store(UOp.const(0.0, dt))
   Aj = Ar.after(init_a, j)
-  weight = p
-  for f in g: weight = weight * f
+  weight = None
+  for p, g in zip(ps, gs):
+    for f in g: p = p * f
+    weight = p if weight is None else weight + p
   st_a = Aj.index(0).store(Aj.index(0).load() * corr + weight)
   a_final = Ar.after(UOp(Ops.SINK, (st_a, state)).end(j)).index(0).load()
   return m_final, l_final, a_final
