@@ -70,20 +70,38 @@ for label, fuse, opt, online in variants:
 #
 # ## The kernel
 #
-# Here is the whole generated kernel at a size small enough to print (N = 64, D = 4). Compare it with the book's
-# hand-written `online_attention_ir` (section 11.7): one parallel loop over rows, one loop over keys with the dot
-# product inside it, a running max, a running sum, and one accumulator per output column, all rescaled by the
-# same correction factor.
+# Here is the whole generated kernel at a size small enough to print (N = 64, D = 4), in its simplest form: one
+# query row and one key per iteration (the default optimizer takes a 4 x 4 tile of rows and keys, below). Compare it
+# with the book's hand-written `online_attention_ir` (section 11.7): one parallel loop over rows, one loop over keys
+# with the dot product inside it, a running max, a running sum, and one accumulator per output column, all
+# rescaled by the same correction factor.
 
 # %%
+from uopc.opt import layout_pass, online_opts
+from uopc.rangeify import lower, Ctx
+
+class OneRowOneKey:
+  """The online pass with no tile: one query row per thread iteration, one key per iteration of the pass."""
+  layout = staticmethod(layout_pass)
+  @staticmethod
+  def lower(body, out):
+    ctx = Ctx()
+    if (o := online_opts(body, rows=1, keys=1)) is not None: ctx.opts = o
+    return lower(body, out, ctx)
+
 small = attention(Tensor(q[:64, :4]), Tensor(k[:64, :4]), Tensor(v[:64, :4])).uop
-print(make_plan([small], False, Tensor.opt, True).kernels[-1].src)
+print(make_plan([small], False, OneRowOneKey, True).kernels[-1].src)
 
 # %% [markdown]
 # `acc1` is the running max (it starts at `-INFINITY`), `acc2` the running sum, `acc3` to `acc6` the four output
 # columns, and `acc0` the dot product q_i . k_j, started afresh for every key. Of the two `exp2f` lines, the first
 # is the correction `exp2(m_old - m_new)` that rescales everything accumulated so far, the second the weight of the
 # current key; the last lines divide by the running sum. The compiler wrote the book's kernel.
+#
+# The default optimizer (`online_opts`) takes 4 query rows per iteration of the parallel loop and 4 keys per
+# iteration of the pass: 16 dot products share one loop over the head dimension (each loaded q and k value
+# serves four of them, the register tile of chapter 10), and the running state is rescaled once per 4 keys.
+# Single thread, N = 1024, D = 64: 15.0 ms without the tile, 11.0 ms with it.
 #
 # ## How the rewrite works, and when it refuses
 #
@@ -108,7 +126,9 @@ x = rng.standard_normal((64, 100)).astype(np.float32)
 t = Tensor(x)
 wrong = (t - (t * 2).max(-1, keepdim=True)).exp().sum(-1)
 plan = make_plan([wrong.uop], False, Tensor.opt, True)
-print("loops over the 100 columns:", len(re.findall(r"< 100;", plan.kernels[-1].src)))
+lines = plan.kernels[-1].src.splitlines()
+passes = [ln.strip() for k, ln in enumerate(lines) if ln.strip().startswith("for (") and "#pragma" not in lines[k - 1]]
+print("passes over each row:", len(passes))   # the max, then the sum (each unrolled by 4: 25 iterations)
 Tensor.online_softmax = True
 print("matches NumPy:", np.allclose(wrong.numpy(), np.exp(x - (2 * x).max(-1, keepdims=True)).sum(-1), rtol=1e-5))
 Tensor.online_softmax = False
