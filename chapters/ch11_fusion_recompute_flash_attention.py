@@ -427,8 +427,13 @@ print(first_plan.explain())
 # explicit request win: with `fuse_reduce=True`, `make_plan` skips `stage_broadcast_compute`:
 
 # %%
-print("\n".join(line for line in inspect.getsource(uopc.kernelize._make_plan).splitlines()
-                if "fuse_reduce" in line and ("#" in line or "stage_broadcast_compute" in line)))
+def show_lines(path: str, first: int, last: int) -> None:
+  """Lines first..last of a file of this repository, as the book cites them (uopc/kernelize.py:121-125)."""
+  lines = (ROOT / path).read_text().splitlines()
+  print(f"{path}:{first}-{last}")
+  print("\n".join(lines[first - 1:last]))
+
+show_lines("uopc/kernelize.py", 121, 125)
 
 # %% [markdown]
 # and the example's docstring now describes the recomputation accurately. The lesson is about debugging, not

@@ -94,7 +94,8 @@ void fma_peak(float* restrict out, int iters) {
   #pragma omp parallel
   {
     vec a = {0};   /* different starting values: identical chains would be merged into one by the compiler */
-    vec x0 = a, x1 = a + 1, x2 = a + 2, x3 = a + 3, x4 = a + 4, x5 = a + 5, x6 = a + 6, x7 = a + 7, x8 = a + 8, x9 = a + 9;
+    vec x0 = a, x1 = a + 1, x2 = a + 2, x3 = a + 3, x4 = a + 4;
+    vec x5 = a + 5, x6 = a + 6, x7 = a + 7, x8 = a + 8, x9 = a + 9;
     vec b = a + 0.999999f, c = a + 1e-7f;
     for (int i = 0; i < iters; i++) {   /* 10 independent chains hide the FMA latency */
       x0 = x0 * b + c; x1 = x1 * b + c; x2 = x2 * b + c; x3 = x3 * b + c; x4 = x4 * b + c;

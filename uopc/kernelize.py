@@ -60,26 +60,6 @@ class Plan:
     return "\n".join(self.notes)
 
 
-def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """u with every node in mapping replaced (the replaced node's sources are not visited)."""
-  memo: dict[UOp, UOp] = {}
-  def go(x: UOp) -> UOp:
-    if x in mapping: return mapping[x]
-    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
-    return memo[x]
-  return go(u)
-
-
-def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
-  """Replace each Tensor's data by input k (in order of first use), so graphs of the same shape are one object."""
-  arrays, mapping = [], {}
-  for u in UOp(Ops.SINK, tuple(roots)).toposort():
-    if u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
-      mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
-      arrays.append(u.arg.array)
-  return ([substitute(r, mapping) for r in roots] if mapping else list(roots)), arrays
-
-
 strip_detach = [(Pat(Ops.DETACH, (Pat.var("x"),)), lambda x: x)]   # gradients are not a kernel's business
 
 
@@ -125,15 +105,6 @@ def _materialize_points(roots: list[UOp], fuse_reduce: bool) -> list[UOp]:
   return m
 
 
-def kernel_name(body: UOp) -> str:
-  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
-  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
-  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
-
-
-_plans: dict[tuple, Plan] = {}
-
-
 def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> Plan:
   """Kernels, temporaries and outputs for computing roots. Cached per graph shape."""
   roots, _ = normalize(roots)
@@ -146,17 +117,13 @@ def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_soft
 
 
 def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = False) -> Plan:
+  asked = _stages(roots)   # STAGEs the program itself asked for (contiguous()), for explain()
   roots = [graph_rewrite(r, strip_detach) for r in roots]
-  staged = _stages(roots)
   # fuse_reduce asks for "never write the big intermediate", so don't stage broadcasts either
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
-  by_broadcast = _stages(roots) - staged
-  one_pass: set[UOp] = set()
-  online_notes: list[str] = []
-  if online_softmax: roots, one_pass, by_broadcast, online_notes = _online_fusion(roots, by_broadcast)
   if opt is not None: roots = opt.layout(roots)
-  by_layout = _stages(roots) - staged - by_broadcast
-  points = [p for p in _materialize_points(roots, fuse_reduce) if p not in one_pass or p in roots]
+  points = _materialize_points(roots, fuse_reduce)
+  if online_softmax: roots, points = _online_fusion(roots, fuse_reduce)   # one pass for softmax (uopc.online)
   # where each point's value lives: an output if it is a root, else a temporary
   home: dict[UOp, UOp] = {}
   temps: list[tuple[DType, int]] = []
@@ -180,71 +147,8 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = 
     # every other point is read back from its buffer, viewed in the point's shape
     body = substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p})
     kernels.append(_make_kernel(body, home[p], opt))
-  notes = [f"{k.name:<16s} {_why(p, roots, by_broadcast, by_layout)}{_recompute_note(k)}"
-           for p, k in zip(points, kernels)]
-  notes += online_notes
-  notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
-  if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
-  return Plan(kernels, temps, outs, notes=notes)
+  return Plan(kernels, temps, outs, notes=_explain(roots, points, kernels, temps, asked, fuse_reduce, online_softmax))
 
-
-def _online_fusion(roots: list[UOp], by_broadcast: set[UOp]) -> tuple[list[UOp], set[UOp], set[UOp], list[str]]:
-  """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
-  computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
-  broadcast of its result is not staged either."""
-  from uopc.online import find_groups, _reachable
-  from uopc.uop import ALU, MOVEMENT
-  groups = find_groups(roots)
-  one_pass = set(groups) | set(groups.values())
-  for mx in groups.values(): one_pass |= {x for x in _reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
-  unstage = {s for s in by_broadcast if not one_pass.isdisjoint(s.toposort())}
-  if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
-  notes = []
-  for sm, mx in find_groups(roots).items():
-    # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
-    users = [u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)
-             and u is not sm and mx in _reachable(u.src[0], ALU | MOVEMENT)]
-    notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
-                 f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
-  return roots, one_pass, by_broadcast - unstage, notes
-
-
-def _stages(roots: list[UOp]) -> set[UOp]:
-  return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
-
-
-def _why(p: UOp, roots: list[UOp], by_broadcast: set[UOp], by_layout: set[UOp]) -> str:
-  """The rule that made p a materialization point."""
-  if p in roots: return "root: an output of the graph"
-  if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
-  if p in by_broadcast:
-    factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
-    return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
-  if p in by_layout: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
-  return "STAGE: asked for (contiguous())"
-
-
-def _users(roots: list[UOp], p: UOp) -> list[UOp]:
-  """The EXPANDs whose source is p, through movement ops."""
-  from uopc.uop import MOVEMENT
-  out = []
-  for u in UOp(Ops.SINK, tuple(roots)).toposort():
-    if u.op is not Ops.EXPAND: continue
-    b = u.src[0]
-    while b.op in MOVEMENT and b is not p: b = b.src[0]
-    if b is p: out.append(u)
-  return out
-
-
-def _layout_stride(p: UOp) -> int | None:
-  from uopc.opt import last_axis_stride
-  return last_axis_stride(p.src[0])
-
-
-def _recompute_note(k: Kernel) -> str:
-  if not k.recompute: return ""
-  parts = [f"{u.arg[0].name.lower()}{list(u.shape)} x{n:g}" for u, n in k.recompute.items()]
-  return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
 
 
 def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
@@ -270,17 +174,24 @@ def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
   return kernel
 
 
-def _evaluations(ctx: Ctx, acc_trips: dict[int, int], local: UOp, body: UOp) -> dict[UOp, float]:
-  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute)."""
-  from uopc.render_c import base_alloc
-  total: dict[UOp, int] = {}
-  for key, val in ctx.memo.items():
-    u = key[0]
-    if len(key) != 2 or not isinstance(u, UOp) or u.op is not Ops.REDUCE or u is local: continue
-    if val.op is not Ops.LOAD: continue
-    a = base_alloc(val.src[0].src[0])
-    if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
-  return {u: n / prod(u.shape) for u, n in total.items()}
+def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """u with every node in mapping replaced (the replaced node's sources are not visited)."""
+  memo: dict[UOp, UOp] = {}
+  def go(x: UOp) -> UOp:
+    if x in mapping: return mapping[x]
+    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
+    return memo[x]
+  return go(u)
+
+
+def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
+  """Replace each Tensor's data by input k (in order of first use), so graphs of the same shape are one object."""
+  arrays, mapping = [], {}
+  for u in UOp(Ops.SINK, tuple(roots)).toposort():
+    if u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
+      mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
+      arrays.append(u.arg.array)
+  return ([substitute(r, mapping) for r in roots] if mapping else list(roots)), arrays
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> list[np.ndarray]:
@@ -311,3 +222,106 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   if DEBUG >= 2:
     print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
   return outs
+
+
+# ---- the plan cache and kernel names ----
+_plans: dict[tuple, Plan] = {}
+
+
+def kernel_name(body: UOp) -> str:
+  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
+  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
+  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
+
+
+# ---- explain(), and the online-softmax fusion (the appendix to chapter 11) ----
+def _online_fusion(roots: list[UOp], fuse_reduce: bool) -> tuple[list[UOp], list[UOp]]:
+  """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
+  computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
+  broadcast of its result is not staged either."""
+  from uopc.online import find_groups, _reachable
+  from uopc.uop import ALU, MOVEMENT
+  groups = find_groups(roots)
+  one_pass = set(groups) | set(groups.values())
+  for mx in groups.values(): one_pass |= {x for x in _reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
+  unstage = {s for s in _stages(roots) if s.src[0] not in roots and not one_pass.isdisjoint(s.toposort())}
+  if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
+  one_pass = {x for x in UOp(Ops.SINK, tuple(roots)).toposort() if x.op is Ops.REDUCE and _in_group(x, roots)}
+  return roots, [p for p in _materialize_points(roots, fuse_reduce) if p not in one_pass or p in roots]
+
+
+def _in_group(x: UOp, roots: list[UOp]) -> bool:
+  from uopc.online import find_groups, _reachable
+  from uopc.uop import ALU, MOVEMENT
+  groups = find_groups(roots)
+  if x in groups or x in groups.values(): return True
+  return any(x in _reachable(mx.src[0], ALU | MOVEMENT) for mx in groups.values())
+
+
+def _stages(roots: list[UOp]) -> set[UOp]:
+  return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+
+
+def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online_softmax: bool) -> list[str]:
+  notes = [f"{k.name:<16s} {_why(p, roots, asked)}{_recompute_note(k)}" for p, k in zip(points, kernels)]
+  if online_softmax:
+    from uopc.online import find_groups, _reachable
+    from uopc.uop import ALU, MOVEMENT
+    for sm, mx in find_groups(roots).items():
+      # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
+      users = [u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)
+               and u is not sm and mx in _reachable(u.src[0], ALU | MOVEMENT)]
+      notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
+                   f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
+  notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
+  if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
+  return notes
+
+
+def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
+  """The rule that made p a materialization point."""
+  from uopc.uop import MOVEMENT
+  if p in roots: return "root: an output of the graph"
+  if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
+  if p in asked: return "STAGE: asked for (contiguous())"
+  base = p.src[0]
+  while base.op in MOVEMENT: base = base.src[0]
+  if base.op is Ops.BUFFER: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
+  factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
+  return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
+
+
+def _users(roots: list[UOp], p: UOp) -> list[UOp]:
+  """The EXPANDs whose source is p, through movement ops."""
+  from uopc.uop import MOVEMENT
+  out = []
+  for u in UOp(Ops.SINK, tuple(roots)).toposort():
+    if u.op is not Ops.EXPAND: continue
+    b = u.src[0]
+    while b.op in MOVEMENT and b is not p: b = b.src[0]
+    if b is p: out.append(u)
+  return out
+
+
+def _layout_stride(p: UOp) -> int | None:
+  from uopc.opt import last_axis_stride
+  return last_axis_stride(p.src[0])
+
+
+def _recompute_note(k: Kernel) -> str:
+  if not k.recompute: return ""
+  parts = [f"{u.arg[0].name.lower()}{list(u.shape)} x{n:g}" for u, n in k.recompute.items()]
+  return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
+
+
+def _evaluations(ctx: Ctx, acc_trips: dict[int, int], local: UOp, body: UOp) -> dict[UOp, float]:
+  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute)."""
+  from uopc.render_c import base_alloc
+  total: dict[UOp, int] = {}
+  for key, val in ctx.memo.items():
+    u = key[0]
+    if len(key) != 2 or not isinstance(u, UOp) or u.op is not Ops.REDUCE or u is local: continue
+    if val.op is not Ops.LOAD: continue
+    a = base_alloc(val.src[0].src[0])
+    if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
+  return {u: n / prod(u.shape) for u, n in total.items()}
