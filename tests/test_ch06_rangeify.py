@@ -22,11 +22,6 @@ from uopc.uop import Ops, ParamArg, UOp, range_
 pytestmark = pytest.mark.ch06
 
 
-@pytest.fixture(autouse=True)
-def tensor_settings():
-  old = Tensor.fuse_reduce, Tensor.opt
-  yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 def buf(slot: int, *shape: int, dtype=dtypes.f32) -> UOp:

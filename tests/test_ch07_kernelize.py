@@ -12,11 +12,6 @@ from uopc.uop import Ops
 pytestmark = pytest.mark.ch07
 
 
-@pytest.fixture(autouse=True)
-def tensor_settings():
-  old = Tensor.fuse_reduce, Tensor.opt
-  yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 class FlashOpt:

@@ -12,11 +12,6 @@ from uopc.tensor import Tensor
 pytestmark = pytest.mark.ch08
 
 
-@pytest.fixture(autouse=True)
-def tensor_settings():
-  old = Tensor.fuse_reduce, Tensor.opt
-  yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -10,12 +10,6 @@ from uopc.tensor import Tensor, gradient
 pytestmark = pytest.mark.ch09
 
 
-@pytest.fixture(autouse=True)
-def tensor_settings():
-  """Tests may switch Tensor.fuse_reduce and Tensor.opt; put them back after each one."""
-  old = Tensor.fuse_reduce, Tensor.opt
-  yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 rng = np.random.default_rng(0)

@@ -25,11 +25,6 @@ import flash_attention as book   # noqa: E402
 pytestmark = pytest.mark.ch11
 
 
-@pytest.fixture(autouse=True)
-def tensor_settings():
-  old = Tensor.fuse_reduce, Tensor.opt
-  yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 def inputs(n: int, d: int) -> tuple[np.ndarray, ...]:

@@ -8,11 +8,6 @@ from uopc.kernelize import make_plan
 pytestmark = pytest.mark.online
 
 
-@pytest.fixture(autouse=True)
-def restore_switches():
-  old = Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax
-  yield
-  Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = old
 
 
 def np_softmax(x, axis=-1):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute
 from uopc.dtype import DType, np_dtype
 from uopc.helpers import DEBUG, prod
 from uopc.rangeify import lower, Ctx, ONLINE_SOFTMAX
@@ -174,14 +174,14 @@ def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
   return kernel
 
 
-def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """u with every node in mapping replaced (the replaced node's sources are not visited)."""
-  memo: dict[UOp, UOp] = {}
-  def go(x: UOp) -> UOp:
-    if x in mapping: return mapping[x]
-    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
-    return memo[x]
-  return go(u)
+# ---- the plan cache and kernel names ----
+_plans: dict[tuple, Plan] = {}
+
+
+def kernel_name(body: UOp) -> str:
+  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
+  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
+  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
 
 
 def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
@@ -222,16 +222,6 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   if DEBUG >= 2:
     print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
   return outs
-
-
-# ---- the plan cache and kernel names ----
-_plans: dict[tuple, Plan] = {}
-
-
-def kernel_name(body: UOp) -> str:
-  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
-  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
-  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
 
 
 # ---- explain(), and the online-softmax fusion (the appendix to chapter 11) ----

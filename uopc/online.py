@@ -18,7 +18,7 @@ reduce to the ordinary lowering (the pattern did not match: a max of a different
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
-from uopc.uop import UOp, Ops, ParamArg, MOVEMENT, ALU
+from uopc.uop import UOp, Ops, ParamArg, MOVEMENT, ALU, substitute
 from uopc.symbolic import ranges_in
 
 
@@ -76,15 +76,6 @@ def _exp_form(e: UOp, m: UOp) -> tuple[UOp, UOp] | None:
   x, neg = inner.src
   if neg.op is not Ops.MUL or neg.src[0] is not m or neg.src[1].op is not Ops.CONST or neg.src[1].arg != -1: return None
   return x, c
-
-
-def _substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  memo: dict[UOp, UOp] = {}
-  def go(x: UOp) -> UOp:
-    if x in mapping: return mapping[x]
-    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
-    return memo[x]
-  return go(u)
 
 
 def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
@@ -150,7 +141,7 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
     if group_sum is not None: ctx.memo[("final", group_sum, midx)] = l_final
   if u in members: return m_final if u is mx else l_final
   out = a_final
-  for f in h: out = out * _substitute(f, {pl: l_final} if pl is not None else {})
+  for f in h: out = out * substitute(f, {pl: l_final} if pl is not None else {})
   return out
 
 

@@ -270,6 +270,16 @@ def render_expr(u: UOp, names: dict[UOp, str]) -> str:
   return f"{u.op.name.lower()}({', '.join(render_expr(s, names) for s in u.src)})"
 
 
+def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """u with every node in mapping replaced (the replaced node's sources are not visited)."""
+  memo: dict[UOp, UOp] = {}
+  def go(x: UOp) -> UOp:
+    if x in mapping: return mapping[x]
+    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
+    return memo[x]
+  return go(u)
+
+
 # ---- rewriting ----
 class Pat:
   """A pattern over UOps. Pat(Ops.ADD, (Pat.var("x"), Pat.cvar("c"))) matches x + c and binds x and c."""
