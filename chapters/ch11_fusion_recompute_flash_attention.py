@@ -862,8 +862,8 @@ for n in (1024, 2048, 4096):
 # 25 MB (or 100 MB at 2048) of traffic.
 #
 # The second and third do not hold on this machine: **the unfused version is not merely competitive with the online
-# kernel, it beats it**, by a factor of 2.4 to 2.9 in single-thread CPU time at N = 1024, 2048 and 4096 in the
-# run committed here (the book had them within noise at 1024 and online 5% ahead at 2048). Why:
+# kernel, it beats it**, by a factor of two to three in single-thread CPU time at N = 1024, 2048 and 4096 (the cell
+# above prints this run's ratios; the book had them within noise at 1024 and online 5% ahead at 2048). Why:
 #
 # - **The unfused kernels got faster than the book's; the online kernel did not.** The book's DEBUG lines (11.3)
 #   show its row-sum and P kernels at 1.8-2.3 and 1.9-3.2 ms: they called glibc's scalar `exp2f`. This repository's
@@ -879,8 +879,8 @@ for n in (1024, 2048, 4096):
 #   longer fit, and unfused still wins, because its arithmetic is so much more efficient.
 #
 # NumPy sits close to the unfused version: its two matmuls are OpenBLAS GEMMs and its softmax is five elementwise
-# passes (12 passes over N x N arrays in all, Chapter 1); in the committed run it is faster up to N = 1024 and slower
-# beyond, where its extra passes no longer fit in the cache.
+# passes (12 passes over N x N arrays in all, Chapter 1); which of the two is ahead depends on N and on the run
+# (the sweep above), and NumPy falls behind once its extra passes no longer fit in the cache.
 #
 # Wall-clock numbers taken while other work shares the two cores also punish the unfused version in a way a quiet
 # machine would not: each of its six kernels ends with an OpenMP barrier, and when one of the two threads is
