@@ -91,6 +91,12 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
       if key not in fr.placeholders: fr.placeholders[key] = _placeholder(u.dtype)
       return fr.placeholders[key]
   if u in members and ("final", u, idx) in ctx.memo: return ctx.memo[("final", u, idx)]
+  # a weighted sum whose output columns are all unrolled keeps them in one array, updated by a loop over the columns
+  # inside the pass (the book's acc2[64]): one pass serves every column, and the column loop vectorises
+  columns = u not in members and len(idx) > 0 and idx[-1].op is Ops.CONST and u.shape[-1] > 1
+  if columns and ("columns", u, idx[:-1]) in ctx.memo:
+    arr, scale = ctx.memo[("columns", u, idx[:-1])]
+    return arr.index(idx[-1]).load() * scale if scale is not None else arr.index(idx[-1]).load()
   if u.arg[0] is Ops.ADD and u not in ctx.groups: body = u.src[0]          # a weighted sum: sum_j g(j) * softmax_j
   elif u in members: body = members[u].src[0]                           # the group's own sum (softmax alone, logsumexp)
   else: return None
@@ -103,8 +109,10 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
   j = parts[0][0]
   if j.op is not Ops.RANGE: return _restore(ctx, snapshot)
   keys = [c[0] for c in _combos(parts)]          # the keys of one iteration: a tile of `unroll` keys
+  col = ctx.range(u.shape[-1], AxisType.LOOP) if columns else None
+  at = idx[:-1] + (col,) if columns else idx
   ctx.frames.append(Frame(j))
-  try: summands = [rangeify(body, idx + (kx,), ctx) for kx in keys]
+  try: summands = [rangeify(body, at + (kx,), ctx) for kx in keys]
   finally: fr = ctx.frames.pop()
   got = {k[0]: (k, p) for k, p in fr.placeholders.items()}
   sums = [m for m in got if m in ctx.groups]
@@ -126,12 +134,13 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
     if len(exps) != 1 or (form := _exp_form(exps[0], pm)) is None or any(j in ranges_in(f) for f in h):
       return _restore(ctx, snapshot)
     x, c = form
+    if col is not None and col in ranges_in(x): return _restore(ctx, snapshot)
     if rangeify(mx.src[0], midx + (kx,), ctx) is not x: return _restore(ctx, snapshot)   # a max of a different value
     if pl is not None and rangeify(sums[0].src[0], midx + (kx,), ctx) is not exps[0]: return _restore(ctx, snapshot)
     xs.append(x); gs.append(g); hs.append(tuple(h)); cs.add(c)
   if len(cs) != 1 or len(set(hs)) != 1: return _restore(ctx, snapshot)
   h, c = list(hs[0]), cs.pop()
-  m_final, l_final, a_final = _online_loop(ctx, mx, midx, idx, j, xs, c, gs, u)
+  m_final, l_final, a_final = _online_loop(ctx, mx, midx, idx, j, xs, c, gs, u, col)
   # values computed with placeholders inside the pass are not the truth anywhere else: forget them
   marks = set(fr.placeholders.values())
   ctx.memo = {k: v for k, v in ctx.memo.items() if not isinstance(v, UOp) or marks.isdisjoint(v.toposort())}
@@ -140,9 +149,14 @@ def online_reduce(u: UOp, idx: tuple[UOp, ...], ctx) -> UOp | None:
     group_sum = next((s for s, m in ctx.groups.items() if m is mx), None)
     if group_sum is not None: ctx.memo[("final", group_sum, midx)] = l_final
   if u in members: return m_final if u is mx else l_final
-  out = a_final
-  for f in h: out = out * substitute(f, {pl: l_final} if pl is not None else {})
-  return out
+  scale = None
+  for f in h:
+    f = substitute(f, {pl: l_final} if pl is not None else {})
+    scale = f if scale is None else scale * f
+  if columns:
+    ctx.memo[("columns", u, idx[:-1])] = (a_final, scale)
+    a_final = a_final.index(idx[-1]).load()
+  return a_final * scale if scale is not None else a_final
 
 
 def _restore(ctx, snapshot) -> None:
@@ -151,7 +165,8 @@ def _restore(ctx, snapshot) -> None:
   return None
 
 
-def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, xs: list[UOp], c: UOp, gs: list[list[UOp]], u: UOp):
+def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, xs: list[UOp], c: UOp, gs: list[list[UOp]], u: UOp,
+                 col: UOp | None = None):
   """Build (or reuse) the running max and sum of this group's row, and one rescaled accumulator for u at idx.
   xs: the scores of the keys one iteration takes (a tile), gs: each key's other factors."""
   dt = xs[0].dtype
@@ -180,14 +195,24 @@ def _online_loop(ctx, mx: UOp, midx, idx, j: UOp, xs: list[UOp], c: UOp, gs: lis
   m_final = Mr.after(done).index(0).load()
   l_final = Lr.after(done).index(0).load()
   if u.arg[0] is not Ops.ADD or u in ctx.groups: return m_final, l_final, l_final
-  A = ctx.alloc(dt)
-  Ar = A.after(*ranges_in(*idx))
-  init_a = Ar.index(0).store(UOp.const(0.0, dt))
-  Aj = Ar.after(init_a, j)
   weight = None
   for p, g in zip(ps, gs):
     for f in g: p = p * f
     weight = p if weight is None else weight + p
-  st_a = Aj.index(0).store(Aj.index(0).load() * corr + weight)
-  a_final = Ar.after(UOp(Ops.SINK, (st_a, state)).end(j)).index(0).load()
-  return m_final, l_final, a_final
+  if col is None:   # one accumulator
+    A = ctx.alloc(dt)
+    Ar = A.after(*ranges_in(*idx))
+    init_a = Ar.index(0).store(UOp.const(0.0, dt))
+    Aj = Ar.after(init_a, j)
+    st_a = Aj.index(0).store(Aj.index(0).load() * corr + weight)
+    return m_final, l_final, Ar.after(UOp(Ops.SINK, (st_a, state)).end(j)).index(0).load()
+  # one array of accumulators, every column updated by a loop inside the pass; returned unindexed
+  n = col.src[0].arg
+  A = UOp(Ops.ALLOC, (), ParamArg(ctx.next_slot, dt, (n,)))
+  ctx.next_slot += 1
+  Ar = A.after(*ranges_in(*idx))
+  c0 = ctx.range(n, col.arg[1])
+  init_a = Ar.index(c0).store(UOp.const(0.0, dt)).end(c0)
+  Aj = Ar.after(init_a, j, col)
+  st_a = Aj.index(col).store(Aj.index(col).load() * corr + weight).end(col)
+  return m_final, l_final, Ar.after(UOp(Ops.SINK, (st_a, state)).end(j))
