@@ -47,14 +47,16 @@ def header() -> str:
 def interleaved(fns: dict[str, Callable[[], object]], reps: int = 5, warmup: int = 1,
                 settle: float = 0.1) -> dict[str, float]:
   """Best seconds of each function, running them in turn so every peer sees the same machine state. Before each
-  timed call the machine settles for `settle` seconds: OpenBLAS's and OpenMP's worker threads keep spinning for a
-  while after a call returns, and would steal the cores from whichever peer runs next."""
+  timed call the machine settles for `settle` seconds (OpenBLAS's and OpenMP's worker threads keep spinning for a
+  while after a call returns, and would steal the cores from whichever peer runs next), then the function runs
+  once untimed, so that its own threads are awake and the cores at speed when the timed call starts."""
   for _ in range(warmup):
     for f in fns.values(): f()
   best = {k: math.inf for k in fns}
   for _ in range(reps):
     for k, f in fns.items():
       time.sleep(settle)
+      f()
       t0 = time.perf_counter(); f(); best[k] = min(best[k], time.perf_counter() - t0)
   return best
 
