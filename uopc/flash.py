@@ -44,6 +44,9 @@ def flash_attention_ir(heads: int, nq: int, nk: int, d: int, rows: int = 4, keys
   blocks = nq // rows
   b = range_(heads * blocks, 0, AxisType.THREAD)        # one (head, query block) per iteration
   h, qb = b // blocks, b % blocks
+  if causal:   # block qb has qb+1 tiles of keys; OpenMP hands each thread a contiguous run of iterations, so take the
+    # blocks in the order 0, n-1, 1, n-2, ...: every run then mixes short and long blocks (balanced threads)
+    qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)
   q0 = h * (nq * d) + qb * (rows * d)                    # first element of the block's queries
   o0 = h * (nq * dv) + qb * (rows * dv)
   Mb, Lb, Ob = M.after(b), L.after(b), O.after(b)
