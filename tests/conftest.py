@@ -1,6 +1,11 @@
 """Shared test setup."""
+import sys
+from pathlib import Path
 import pytest
 from uopc.tensor import Tensor
+
+# the book's example (examples/ is not a package): tests import its attention and FlashOpt rather than copy them
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 
 @pytest.fixture(autouse=True)

@@ -140,16 +140,7 @@ def test_nested_reduce_inside_a_consumer(monkeypatch):
 
 
 # ---- the O(N^3) bug of section 11.5 ----
-class FlashOpt:
-  """The book's FlashOpt: upcast the last output axis (up to 16), thread the first."""
-  from uopc.opt import layout_pass as layout
-  @staticmethod
-  def lower(body, out):
-    return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], 16)}, thread=0)))
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-  return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
+from flash_attention import FlashOpt, attention   # noqa: E402  (the book's, from examples/; see conftest.py)
 
 
 def reshape_simplify_off(monkeypatch) -> None:

@@ -5,7 +5,6 @@ import pytest
 import uopc.kernelize
 from uopc.kernelize import _fused_work, _materialize_points, make_plan, normalize, stage_broadcast_compute
 from uopc.opt import DefaultOpt
-from uopc.rangeify import Ctx, Opts, lower
 from uopc.tensor import Tensor
 from uopc.uop import Ops
 
@@ -14,16 +13,7 @@ pytestmark = pytest.mark.ch07
 
 
 
-class FlashOpt:
-  """The book's FlashOpt (section 11.4)."""
-  from uopc.opt import layout_pass as layout
-  @staticmethod
-  def lower(body, out):
-    return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], 16)}, thread=0)))
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-  return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
+from flash_attention import FlashOpt, attention   # noqa: E402  (the book's, from examples/; see conftest.py)
 
 
 def attention_graph(N: int, D: int):

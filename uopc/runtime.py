@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 import ctypes
+import functools
 import ctypes.util
 import hashlib
 import os
@@ -99,6 +100,7 @@ def compiler_version(cc: str) -> str:
   return _version_cache[cc]
 
 
+@functools.cache
 def machine_id() -> str:
   """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
   try: cpu = "\n".join(re.findall(r"^(?:model name|flags)\s*:.*$", Path("/proc/cpuinfo").read_text(), re.M)[:2])
