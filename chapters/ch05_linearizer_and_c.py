@@ -128,6 +128,7 @@ for d, kind, u in mini_linearize(prog):
 
 # %%
 C_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<"}
+C_TYPES = {dtypes.f32: "float", dtypes.i32: "int", dtypes.bool: "bool"}   # how C spells each dtype
 
 
 def mini_render(prog: UOp, name: str) -> str:
@@ -162,7 +163,7 @@ def mini_render(prog: UOp, name: str) -> str:
       elif u.op is Ops.MAX: expr = f"fmaxf({nm(u.src[0])}, {nm(u.src[1])})"
       else: expr = f"{nm(u.src[0])} {C_OPS[u.op]} {nm(u.src[1])}"
       names[u] = f"t{values[0]}"; values[0] += 1
-      out.append(f"{pad}{u.dtype.c} {names[u]} = {expr};")
+      out.append(f"{pad}{C_TYPES[u.dtype]} {names[u]} = {expr};")
   out.append("}")
   return "\n".join(out)
 

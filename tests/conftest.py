@@ -1,11 +1,13 @@
-"""Shared test setup."""
-import sys
-from pathlib import Path
+"""Shared test setup. Tests take the book's code from examples/ with uopc.book.load_example, never a copy."""
 import pytest
+from uopc.kernelize import isolated_plans
 from uopc.tensor import Tensor
 
-# the book's example (examples/ is not a package): tests import its attention and FlashOpt rather than copy them
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+@pytest.fixture
+def fresh_plans():
+  """A plan cache of the test's own (for tests that patch a pass); the ordinary plans come back afterwards."""
+  with isolated_plans(): yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Chapter 5: the linearizer and the C renderer, on the book's online_attention_ir and on hand-written GEMMs.
 
-The book's kernel (tests/book_flash.py, chapter 11, section 11.7) must render to exactly the C the book prints,
+The book's kernel (examples/flash_attention.py, chapter 11, section 11.7) must render to exactly the C the book prints,
 run correctly, and keep its per-thread state inside the parallel loop. Structural checks parse the C's loops.
 """
 import importlib.util
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import pytest
-from book_flash import online_attention_ir
+from uopc.book import load_example
 from uopc.dtype import dtypes
 from uopc.linearize import linearize
 from uopc.render_c import render_c
@@ -22,6 +22,7 @@ from uopc.symbolic import simplify
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 
 pytestmark = pytest.mark.ch05
+online_attention_ir = load_example("flash_attention").online_attention_ir
 ROOT = Path(__file__).resolve().parent.parent
 
 # the C printed in section 11.7 for N = 1024, D = 64
@@ -248,17 +249,15 @@ def test_hoisted_state_is_wrong_without_reinitialisation():
 
 
 DETERMINISM = """
-import sys
-sys.path.insert(0, {tests!r})
-from book_flash import online_attention_ir
+from uopc.book import load_example
 from uopc.render_c import render_c
-print(render_c(online_attention_ir(1024, 64), "flash"))
+print(render_c(load_example("flash_attention").online_attention_ir(1024, 64), "flash"))
 """
 
 
 def test_deterministic_across_processes():
   """Same graph, same text, in fresh processes with different hash seeds (no set or dict-of-id ordering leaks)."""
-  code = DETERMINISM.format(tests=str(ROOT / "tests"))
+  code = DETERMINISM
   outs = []
   for seed in ("0", "1", "12345"):
     env = dict(os.environ, PYTHONHASHSEED=seed)

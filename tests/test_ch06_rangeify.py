@@ -5,11 +5,8 @@ because the recomputed reduction gives the same answer, only more slowly.
 """
 import math
 import re
-import sys
 import numpy as np
 import pytest
-import uopc.kernelize
-import uopc.rangeify
 from uopc.dtype import dtypes
 from uopc.kernelize import make_plan
 from uopc.rangeify import Ctx, Opts, lower, rangeify, ravel, unravel
@@ -124,9 +121,8 @@ def test_unrolled_reduce_is_one_loop_with_a_tree():
   assert re.findall(r"< (\d+);", src) == ["3", "2"]
 
 
-def test_nested_reduce_inside_a_consumer(monkeypatch):
+def test_nested_reduce_inside_a_consumer(fresh_plans):
   """softmax's denominator with the max fused in: the max's accumulator is per row, outside the sum's loop."""
-  monkeypatch.setattr(uopc.kernelize, "_plans", {})
   a = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
   x = Tensor(a)
   y = (x - x.max(-1, keepdim=True)).exp().sum(-1)
@@ -140,19 +136,14 @@ def test_nested_reduce_inside_a_consumer(monkeypatch):
 
 
 # ---- the O(N^3) bug of section 11.5 ----
-from flash_attention import FlashOpt, attention   # noqa: E402  (the book's, from examples/; see conftest.py)
+from uopc.book import load_example, reshape_simplify   # noqa: E402
+FlashOpt, attention = load_example("flash_attention").FlashOpt, load_example("flash_attention").attention
 
 
-def reshape_simplify_off(monkeypatch) -> None:
-  """Patch uopc.rangeify.simplify to a no-op when rangeify's RESHAPE rule calls it (from its generator expression);
-  every other caller, the final cleanup in lower included, still simplifies. Plans are rebuilt with the patch."""
-  real = uopc.rangeify.simplify
-  def patched(u):
-    f = sys._getframe(1)
-    if f.f_code.co_name == "<genexpr>": f = f.f_back
-    return u if f.f_code.co_name == "rangeify" else real(u)
-  monkeypatch.setattr(uopc.rangeify, "simplify", patched)
-  monkeypatch.setattr(uopc.kernelize, "_plans", {})
+@pytest.fixture
+def reshape_simplify_off():
+  """The RESHAPE rule without its simplify (uopc.book.reshape_simplify); plans made meanwhile stay apart."""
+  with reshape_simplify(False): yield
 
 
 def fused_attention_kernel(N: int, D: int = 64):
@@ -171,8 +162,7 @@ def row_stats(src: str) -> tuple[list, list, list]:
   return max_loops, inits[sum_acc][1], pv_loop
 
 
-def test_fused_attention_row_stats_are_once_per_row(monkeypatch):
-  monkeypatch.setattr(uopc.kernelize, "_plans", {})
+def test_fused_attention_row_stats_are_once_per_row(fresh_plans):
   _, k = fused_attention_kernel(512)
   max_loops, sum_loops, pv_loop = row_stats(k.src)
   assert max_loops == [[("ridx0", 512)]] and sum_loops == [("ridx0", 512)]   # in the row loop only
@@ -181,8 +171,7 @@ def test_fused_attention_row_stats_are_once_per_row(monkeypatch):
   assert evals[(Ops.MAX, (512,))] == 1 and evals[(Ops.ADD, (512,))] == 1
 
 
-def test_unsimplified_reshape_moves_row_stats_into_the_key_loop(monkeypatch):
-  reshape_simplify_off(monkeypatch)
+def test_unsimplified_reshape_moves_row_stats_into_the_key_loop(reshape_simplify_off):
   _, k = fused_attention_kernel(512)
   max_loops, sum_loops, pv_loop = row_stats(k.src)
   assert max_loops and all(pv_loop in loops for loops in max_loops)
@@ -191,17 +180,16 @@ def test_unsimplified_reshape_moves_row_stats_into_the_key_loop(monkeypatch):
   assert evals[(Ops.MAX, (512,))] >= 512 and evals[(Ops.ADD, (512,))] >= 512
 
 
-def test_unsimplified_reshape_gives_the_same_output(monkeypatch):
+def test_unsimplified_reshape_gives_the_same_output(fresh_plans):
   N, D = 64, 64
   q, k, v = (np.random.default_rng(s).standard_normal((N, D)).astype(np.float32) for s in range(3))
   Tensor.fuse_reduce, Tensor.opt = True, FlashOpt
-  monkeypatch.setattr(uopc.kernelize, "_plans", {})
   good = attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
-  reshape_simplify_off(monkeypatch)
-  out = attention(Tensor(q), Tensor(k), Tensor(v))
-  _, slow = fused_attention_kernel(N)
-  assert pv_loop_holds_max(slow.src)
-  np.testing.assert_allclose(out.numpy(), good, rtol=1e-6, atol=1e-7)
+  with reshape_simplify(False):
+    out = attention(Tensor(q), Tensor(k), Tensor(v))
+    _, slow = fused_attention_kernel(N)
+    assert pv_loop_holds_max(slow.src)
+    np.testing.assert_allclose(out.numpy(), good, rtol=1e-6, atol=1e-7)
   s = q @ k.T / math.sqrt(D)
   p = np.exp(s - s.max(-1, keepdims=True))
   np.testing.assert_allclose(good, p / p.sum(-1, keepdims=True) @ v, rtol=1e-4, atol=1e-5)

@@ -5,15 +5,13 @@ import pytest
 import uopc.kernelize
 from uopc.kernelize import _fused_work, _materialize_points, make_plan, normalize, stage_broadcast_compute
 from uopc.opt import DefaultOpt
+from uopc.book import load_example
 from uopc.tensor import Tensor
 from uopc.uop import Ops
 
 pytestmark = pytest.mark.ch07
-
-
-
-
-from flash_attention import FlashOpt, attention   # noqa: E402  (the book's, from examples/; see conftest.py)
+book = load_example("flash_attention")
+FlashOpt, attention = book.FlashOpt, book.attention
 
 
 def attention_graph(N: int, D: int):
@@ -155,13 +153,12 @@ def test_fused_work_counts_alu_ops_times_elements():
 
 
 @pytest.mark.parametrize("staging", [True, False])
-def test_layernorm_matmul_values_with_and_without_staging(staging, monkeypatch):
+def test_layernorm_matmul_values_with_and_without_staging(staging, monkeypatch, fresh_plans):
   T, C = 16, 32
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal((T, C)).astype(np.float32), rng.standard_normal((C, 4 * C)).astype(np.float32)
   if not staging:
     monkeypatch.setattr(uopc.kernelize, "stage_broadcast_compute", lambda roots, factor=4: roots)
-    monkeypatch.setattr(uopc.kernelize, "_plans", {})
   out = layernorm(Tensor(x)) @ Tensor(w)
   plan = make_plan([out.uop], False, DefaultOpt)
   assert ("broadcast rule" in plan.explain()) == staging

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 import numpy as np
 import pytest
-import uopc.kernelize
 from uopc.dtype import dtypes
 from uopc.kernelize import make_plan
 from uopc.opt import default_opts
 from uopc.rangeify import Ctx, Opts, lower
+from uopc.book import load_example
 from uopc.render_c import render_c
 from uopc.runtime import FLAGS, Program
 from uopc.tensor import Tensor
@@ -24,16 +24,13 @@ from uopc.uop import Ops, ParamArg, UOp
 
 pytestmark = pytest.mark.ch10
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-import flash_attention as book  # noqa: E402
+book = load_example("flash_attention")
 
 
 @pytest.fixture(autouse=True)
-def fresh_plans(monkeypatch):
-  monkeypatch.setattr(uopc.kernelize, "_plans", {})
-  old = Tensor.fuse_reduce, Tensor.opt
+def own_plans(fresh_plans):
+  """Every test of this file builds its plans afresh (several patch the optimizer's heuristics)."""
   yield
-  Tensor.fuse_reduce, Tensor.opt = old
 
 
 # ---- building and reading kernels ----

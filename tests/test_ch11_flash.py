@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 import uopc.kernelize
 import uopc.rangeify
-from uopc.kernelize import make_plan
-from uopc.rangeify import Ctx, Opts, lower
+from uopc.book import flash_opt, load_example, reshape_simplify
+from uopc.kernelize import clear_plans, make_plan
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.tensor import Tensor
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-import flash_attention as book   # noqa: E402
+book = load_example("flash_attention")
 
 pytestmark = pytest.mark.ch11
 
@@ -36,16 +35,6 @@ def reference(q, k, v) -> np.ndarray:
   s = q.astype(np.float64) @ k.T.astype(np.float64) / math.sqrt(q.shape[1])
   p = np.exp(s - s.max(-1, keepdims=True))
   return (p / p.sum(-1, keepdims=True)) @ v
-
-
-def flash_opt(upcast: int):
-  """FlashOpt with another upcast of the head dimension (FlashOpt itself is flash_opt(16))."""
-  class Opt:
-    from uopc.opt import layout_pass as layout
-    @staticmethod
-    def lower(body, out):
-      return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], upcast)}, thread=0)))
-  return Opt
 
 
 def attention_plan(n: int, d: int, fuse: bool, opt=None):
@@ -163,21 +152,9 @@ def test_book_flash_opt_is_upcast_16():
 
 # ---- the O(N^3) bug: the accumulator placement flips without the RESHAPE rule's simplify ----
 @pytest.fixture
-def reshape_simplify_off(monkeypatch):
-  """Patch uopc.rangeify.simplify to do nothing when called from rangeify's RESHAPE rule (a generator expression
-  inside rangeify), and keep the plans made meanwhile out of the cache."""
-  real = uopc.rangeify.simplify
-
-  def off(u):
-    f = sys._getframe(1)
-    if f.f_code.co_name == "<genexpr>": f = f.f_back
-    return u if f.f_code.co_name == "rangeify" else real(u)
-  saved = dict(uopc.kernelize._plans)
-  uopc.kernelize._plans.clear()
-  monkeypatch.setattr(uopc.rangeify, "simplify", off)
-  yield
-  uopc.kernelize._plans.clear()
-  uopc.kernelize._plans.update(saved)
+def reshape_simplify_off():
+  """The RESHAPE rule without its simplify (uopc.book.reshape_simplify); plans made meanwhile stay apart."""
+  with reshape_simplify(False): yield
 
 
 def softmax_accumulators(src: str, n: int) -> dict[str, bool]:
@@ -226,8 +203,8 @@ def test_cubic_and_fixed_kernels_give_the_same_output(reshape_simplify_off):
   n, d = 64, 16
   q, k, v = inputs(n, d)
   cubic = run_fused(q, k, v)
-  uopc.rangeify.simplify = uopc.rangeify.symbolic.simplify   # monkeypatch restores it afterwards
-  uopc.kernelize._plans.clear()
+  uopc.rangeify.simplify = uopc.rangeify.symbolic.simplify   # the fixture restores it afterwards
+  clear_plans()
   fixed = run_fused(q, k, v)
   assert np.abs(cubic - fixed).max() < 1e-6
 

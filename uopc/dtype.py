@@ -1,4 +1,5 @@
-"""Data types: what a value is in Python, in NumPy and in C."""
+"""Data types: what a value is in Python and in NumPy. How each is spelled in a kernel is the renderer's business
+(uopc.renderer: each dialect has its table of type names)."""
 from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
@@ -8,7 +9,6 @@ import numpy as np
 class DType:
   name: str
   itemsize: int
-  c: str          # the C type the renderer writes
   kind: str       # "f" float, "i" signed int, "u" unsigned int, "b" bool, "v" void
 
   def __repr__(self): return f"dtypes.{self.name}"
@@ -19,14 +19,14 @@ class DType:
 
 
 class dtypes:
-  f32 = float32 = DType("f32", 4, "float", "f")
-  f64 = float64 = DType("f64", 8, "double", "f")
-  f16 = float16 = DType("f16", 2, "_Float16", "f")
-  i32 = int32 = DType("i32", 4, "int", "i")
-  i64 = int64 = DType("i64", 8, "long long", "i")
-  u8 = uint8 = DType("u8", 1, "unsigned char", "u")
-  bool = DType("bool", 1, "bool", "b")
-  void = DType("void", 0, "void", "v")
+  f32 = float32 = DType("f32", 4, "f")
+  f64 = float64 = DType("f64", 8, "f")
+  f16 = float16 = DType("f16", 2, "f")
+  i32 = int32 = DType("i32", 4, "i")
+  i64 = int64 = DType("i64", 8, "i")
+  u8 = uint8 = DType("u8", 1, "u")
+  bool = DType("bool", 1, "b")
+  void = DType("void", 0, "v")
   int = i32      # the type of loop indices
   default_float = f32
 

@@ -33,10 +33,11 @@ class ContextVar:
 
 
 DEBUG = ContextVar("DEBUG", 0)
+DEVICE = ContextVar("DEVICE", "CPU")   # where Tensors are realized unless they say otherwise (uopc.device)
 
 
 @contextlib.contextmanager
-def Context(**kwargs: int):
+def Context(**kwargs):
   """with Context(DEBUG=2): ... -- set switches for a block, restore them after."""
   unknown = [k for k in kwargs if k not in ContextVar._registry]
   if unknown: raise KeyError(f"Context: unknown switch {unknown}, known are {sorted(ContextVar._registry)}")

@@ -1,19 +1,31 @@
 """The kernelizer and realize: a tensor graph -> a Plan of kernels -> results.
 
 make_plan cuts the graph at materialization points (roots, STAGEs, REDUCEs), gives each point a
-kernel that computes it into a buffer, and caches the Plan per graph shape. realize runs a plan on
-the actual arrays, reusing its temporaries from one run to the next.
+kernel that computes it into a buffer, and caches the Plan per graph shape and options. realize runs a
+plan on the actual arrays, reusing its temporaries from one run to the next.
+
+The pipeline, as make_plan runs it (each step is a function below with a docstring):
+  normalize                 Tensor data -> numbered inputs, so graphs of the same shape are one object
+  strip_detach              DETACH removed (gradients are not a kernel's business)
+  stage_broadcast_compute   expensive tensors that are broadcast get a STAGE (unless fuse_reduce)
+  opt.layout                the optimizer's layout pass (copies for stride-1 reduces)
+  _materialize_points       where kernels are cut: roots, STAGEs, REDUCEs (unless fuse_reduce)
+  _online_fusion            softmax groups are not cut when online softmax is on
+  _homes                    each point's buffer: an output or a temporary
+  _make_kernel              per point: lower (opt.lower), render and compile on the options' device
 """
 from __future__ import annotations
+import contextlib
 import time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, ALU, MOVEMENT
 from uopc.dtype import DType, np_dtype
-from uopc.helpers import DEBUG, prod
-from uopc.rangeify import lower, Ctx, ONLINE_SOFTMAX
-from uopc.render_c import render
-from uopc.runtime import Program
+from uopc.device import Device, get_device
+from uopc.helpers import DEBUG, DEVICE, prod
+from uopc.online import find_groups, reachable
+from uopc.options import Options, call_with_options
+from uopc.rangeify import lower, Ctx, reduce_accumulators
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +50,7 @@ class PlanBuf:
 @dataclass
 class Kernel:
   name: str
-  prg: Program
+  prg: object                   # the device's program: prg(*buffers) runs it
   args: list[tuple[str, int]]   # per data slot: ("in", k), ("temp", k) or ("out", k)
   flops: int
   src: str
@@ -61,11 +73,6 @@ class Plan:
 
 
 strip_detach = [(Pat(Ops.DETACH, (Pat.var("x"),)), lambda x: x)]   # gradients are not a kernel's business
-
-
-def is_contiguous_buffer(u: UOp) -> bool:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
 
 
 def _fused_work(u: UOp) -> int:
@@ -105,26 +112,136 @@ def _materialize_points(roots: list[UOp], fuse_reduce: bool) -> list[UOp]:
   return m
 
 
-def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> Plan:
-  """Kernels, temporaries and outputs for computing roots. Cached per graph shape."""
-  roots, _ = normalize(roots)
-  key = (tuple(roots), fuse_reduce, opt, online_softmax)
-  if (plan := _plans.get(key)) is not None: return plan
-  ONLINE_SOFTMAX[0] = online_softmax   # the layout pass and every lowering below read it
-  try: _plans[key] = plan = _make_plan(roots, fuse_reduce, opt, online_softmax)
-  finally: ONLINE_SOFTMAX[0] = False
-  return plan
-
-
-def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = False) -> Plan:
+def _make_plan(roots: list[UOp], options: Options) -> Plan:
+  """Normalized tensor-level roots -> a Plan: the passes of the module docstring, in order, each a named function
+  that takes tensor-level roots and gives them back rewritten, then one compiled kernel per materialization point."""
+  fuse_reduce = options.fuse_reduce
+  opt = BoundOpt(options.opt, options) if options.opt is not None else None
   asked = _stages(roots)   # STAGEs the program itself asked for (contiguous()), for explain()
   roots = [graph_rewrite(r, strip_detach) for r in roots]
   # fuse_reduce asks for "never write the big intermediate", so don't stage broadcasts either
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
   if opt is not None: roots = opt.layout(roots)
   points = _materialize_points(roots, fuse_reduce)
-  if online_softmax: roots, points = _online_fusion(roots, fuse_reduce)   # one pass for softmax (uopc.online)
-  # where each point's value lives: an output if it is a root, else a temporary
+  if options.online_softmax: roots, points = _online_fusion(roots, fuse_reduce)   # one pass for softmax
+  home, temps, outs = _homes(roots, points)
+  device = get_device(options.device)
+  kernels = [_make_kernel(_kernel_body(p, points, home), home[p], opt, options, device) for p in points]
+  notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, options.online_softmax)
+  return Plan(kernels, temps, outs, notes=notes)
+
+
+def is_contiguous_buffer(u: UOp) -> bool:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
+              options: Options | None = None) -> Plan:
+  """Kernels, temporaries and outputs for computing roots. Cached per graph shape and options."""
+  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value)
+  return plan_for(normalize(roots)[0], options)
+
+
+def plan_for(roots: list[UOp], options: Options) -> Plan:
+  """make_plan for roots already normalized (realize normalizes once and calls this)."""
+  key = (tuple(roots), options)
+  if (plan := _plans.get(key)) is None: _plans[key] = plan = _make_plan(roots, options)
+  return plan
+
+
+class BoundOpt:
+  """An optimizer with the options of this realize attached, called as the book calls one: layout(roots) and
+  lower(body, out). Optimizers that declare an `options` parameter receive them (uopc.options)."""
+  def __init__(self, opt, options: Options): self.opt, self.options = opt, options
+
+  def layout(self, roots: list[UOp]) -> list[UOp]:
+    return call_with_options(self.opt.layout, roots, options=self.options)
+
+  def lower(self, body: UOp, out: UOp) -> UOp:
+    return call_with_options(self.opt.lower, body, out, options=self.options)
+
+
+# ---- the plan cache and kernel names ----
+_plans: dict[tuple, Plan] = {}   # (normalized roots, options) -> Plan
+
+
+def clear_plans() -> None:
+  """Forget every cached plan (the compiled objects stay in the disk cache)."""
+  _plans.clear()
+
+
+@contextlib.contextmanager
+def isolated_plans():
+  """Plans made inside the block are thrown away after it, and the plans from before are back: for experiments that
+  patch a pass (the book's reshape-simplify experiment) and must neither use nor leave behind ordinary plans."""
+  saved = dict(_plans)
+  _plans.clear()
+  try: yield
+  finally:
+    _plans.clear(); _plans.update(saved)
+
+
+def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
+  """Replace each Tensor's data by input k (in order of first use), so graphs of the same shape are one object.
+  One substitution over one SINK of all the roots: shared subgraphs are rebuilt once."""
+  arrays, mapping = [], {}
+  whole = UOp(Ops.SINK, tuple(roots))
+  for u in whole.toposort():
+    if u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
+      mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
+      arrays.append(u.arg.array)
+  return (list(substitute(whole, mapping).src) if mapping else list(roots)), arrays
+
+
+def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
+            options: Options | None = None) -> list[np.ndarray]:
+  """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs.
+  Buffers are host NumPy arrays on every device; a device's program maps them to its memory."""
+  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value)
+  t0 = time.perf_counter()
+  norm, arrays = normalize(roots)
+  plan = plan_for(norm, options)
+  debug, device = options.debug, get_device(options.device)
+  t1 = time.perf_counter()
+  if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
+  temps = plan.temp_arrays
+  outs: list[np.ndarray] = []
+  for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
+    outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else device.alloc(o[0], o[1]))
+  pick = {"in": arrays, "temp": temps, "out": outs}
+  for k in plan.kernels:
+    bufs = [pick[kind][n] for kind, n in k.args]
+    if debug >= 4: print(k.src)
+    ts = time.perf_counter()
+    k.prg(*bufs)
+    dt = time.perf_counter() - ts
+    if debug >= 2:
+      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s"
+      if debug >= 3:   # the same kernel again, on memory it has already touched
+        ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
+        line += f"   again {again * 1e3:8.3f} ms"
+      print(line)
+  t2 = time.perf_counter()
+  if debug >= 2:
+    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+  return outs
+
+
+def plan_count() -> int:
+  """How many plans are cached (tests and chapters check that a plan was reused, not rebuilt)."""
+  return len(_plans)
+
+
+# ---- one kernel per point ----
+def kernel_name(body: UOp) -> str:
+  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
+  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
+  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
+
+
+def _homes(roots: list[UOp], points: list[UOp]) -> tuple[dict[UOp, UOp], list, list]:
+  """Where each point's value lives: an output BUFFER if it is a root, else a temporary; and each root's output."""
   home: dict[UOp, UOp] = {}
   temps: list[tuple[DType, int]] = []
   outs: list = []
@@ -141,17 +258,16 @@ def _make_plan(roots: list[UOp], fuse_reduce: bool, opt, online_softmax: bool = 
     if p not in home:
       home[p] = UOp(Ops.BUFFER, (), PlanBuf("temp", len(temps), p.dtype, (prod(p.shape),)))
       temps.append((p.dtype, prod(p.shape)))
-  kernels = []
-  for p in points:
-    body = p.src[0] if p.op is Ops.STAGE else p
-    # every other point is read back from its buffer, viewed in the point's shape
-    body = substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p})
-    kernels.append(_make_kernel(body, home[p], opt))
-  return Plan(kernels, temps, outs, notes=_explain(roots, points, kernels, temps, asked, fuse_reduce, online_softmax))
+  return home, temps, outs
 
 
+def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp]) -> UOp:
+  """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape."""
+  body = p.src[0] if p.op is Ops.STAGE else p
+  return substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p})
 
-def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
+
+def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device) -> Kernel:
   """Number the kernel's buffers data0, data1, ... in order of first use, the output last; lower, render, compile."""
   args, mapping = [], {}
   for u in body.toposort():
@@ -161,67 +277,16 @@ def _make_kernel(body: UOp, out_buf: UOp, opt) -> Kernel:
   local = substitute(body, mapping)
   out = UOp(Ops.BUFFER, (), ParamArg(len(args), out_buf.dtype, out_buf.arg.shape))
   args.append((out_buf.arg.kind, out_buf.arg.n))
-  before = Ctx.latest
-  ast = opt.lower(local, out) if opt is not None else lower(local, out)
-  # an input the simplified program never reads (a slice of padding) is not a parameter of the C function
+  ast = opt.lower(local, out) if opt is not None else lower(local, out, Ctx(options=options))
+  # an input the simplified program never reads (a slice of padding) is not a parameter of the kernel
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
   args = [a for k, a in enumerate(args) if k in used]
-  name = kernel_name(body)
-  r = render(ast, name)
-  kernel = Kernel(name, Program(r.src, name), args, r.flops, r.src, ast, body)
-  if Ctx.latest is not before and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
-    kernel.recompute = _evaluations(Ctx.latest, r.acc_trips, local, body)
+  r = device.renderer.render(ast, kernel_name(body))
+  kernel = Kernel(r.src.name, device.compile(r.src), args, r.flops, r.src, ast, body)
+  accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
+  if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
+    kernel.recompute = _evaluations(accs, r.acc_trips)
   return kernel
-
-
-# ---- the plan cache and kernel names ----
-_plans: dict[tuple, Plan] = {}
-
-
-def kernel_name(body: UOp) -> str:
-  """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
-  kind = "r" if any(x.op is Ops.REDUCE for x in body.toposort()) else "e"
-  return kind + "_" + "_".join(str(s) for s in (body.shape or (1,)))
-
-
-def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
-  """Replace each Tensor's data by input k (in order of first use), so graphs of the same shape are one object."""
-  arrays, mapping = [], {}
-  for u in UOp(Ops.SINK, tuple(roots)).toposort():
-    if u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
-      mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
-      arrays.append(u.arg.array)
-  return ([substitute(r, mapping) for r in roots] if mapping else list(roots)), arrays
-
-
-def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False) -> list[np.ndarray]:
-  """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs."""
-  t0 = time.perf_counter()
-  norm, arrays = normalize(roots)
-  plan = make_plan(norm, fuse_reduce, opt, online_softmax)
-  t1 = time.perf_counter()
-  if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
-  temps = plan.temp_arrays
-  outs: list[np.ndarray] = []
-  for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
-    outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else np.empty(o[1], np_dtype(o[0])))
-  pick = {"in": arrays, "temp": temps, "out": outs}
-  for k in plan.kernels:
-    bufs = [pick[kind][n] for kind, n in k.args]
-    if DEBUG >= 4: print(k.src)
-    ts = time.perf_counter()
-    k.prg(*bufs)
-    dt = time.perf_counter() - ts
-    if DEBUG >= 2:
-      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s"
-      if DEBUG >= 3:   # the same kernel again, on memory it has already touched
-        ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
-        line += f"   again {again * 1e3:8.3f} ms"
-      print(line)
-  t2 = time.perf_counter()
-  if DEBUG >= 2:
-    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
-  return outs
 
 
 # ---- explain(), and the online-softmax fusion (the appendix to chapter 11) ----
@@ -229,11 +294,9 @@ def _online_fusion(roots: list[UOp], fuse_reduce: bool) -> tuple[list[UOp], list
   """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
   computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
   broadcast of its result is not staged either."""
-  from uopc.online import find_groups, _reachable
-  from uopc.uop import ALU, MOVEMENT
   groups = find_groups(roots)
   one_pass = set(groups) | set(groups.values())
-  for mx in groups.values(): one_pass |= {x for x in _reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
+  for mx in groups.values(): one_pass |= {x for x in reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
   unstage = {s for s in _stages(roots) if s.src[0] not in roots and not one_pass.isdisjoint(s.toposort())}
   if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
   one_pass = {x for x in UOp(Ops.SINK, tuple(roots)).toposort() if x.op is Ops.REDUCE and _in_group(x, roots)}
@@ -241,11 +304,9 @@ def _online_fusion(roots: list[UOp], fuse_reduce: bool) -> tuple[list[UOp], list
 
 
 def _in_group(x: UOp, roots: list[UOp]) -> bool:
-  from uopc.online import find_groups, _reachable
-  from uopc.uop import ALU, MOVEMENT
   groups = find_groups(roots)
   if x in groups or x in groups.values(): return True
-  return any(x in _reachable(mx.src[0], ALU | MOVEMENT) for mx in groups.values())
+  return any(x in reachable(mx.src[0], ALU | MOVEMENT) for mx in groups.values())
 
 
 def _stages(roots: list[UOp]) -> set[UOp]:
@@ -255,12 +316,10 @@ def _stages(roots: list[UOp]) -> set[UOp]:
 def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online_softmax: bool) -> list[str]:
   notes = [f"{k.name:<16s} {_why(p, roots, asked)}{_recompute_note(k)}" for p, k in zip(points, kernels)]
   if online_softmax:
-    from uopc.online import find_groups, _reachable
-    from uopc.uop import ALU, MOVEMENT
     for sm, mx in find_groups(roots).items():
       # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
       users = [u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)
-               and u is not sm and mx in _reachable(u.src[0], ALU | MOVEMENT)]
+               and u is not sm and mx in reachable(u.src[0], ALU | MOVEMENT)]
       notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
                    f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
   notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
@@ -270,7 +329,6 @@ def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online_sof
 
 def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
   """The rule that made p a materialization point."""
-  from uopc.uop import MOVEMENT
   if p in roots: return "root: an output of the graph"
   if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
   if p in asked: return "STAGE: asked for (contiguous())"
@@ -304,14 +362,12 @@ def _recompute_note(k: Kernel) -> str:
   return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
 
 
-def _evaluations(ctx: Ctx, acc_trips: dict[int, int], local: UOp, body: UOp) -> dict[UOp, float]:
-  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute)."""
-  from uopc.render_c import base_alloc
+def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int]) -> dict[UOp, float]:
+  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute).
+  accs: (REDUCE, the load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
+  from uopc.renderer import base_alloc
   total: dict[UOp, int] = {}
-  for key, val in ctx.memo.items():
-    u = key[0]
-    if len(key) != 2 or not isinstance(u, UOp) or u.op is not Ops.REDUCE or u is local: continue
-    if val.op is not Ops.LOAD: continue
+  for u, val in accs:
     a = base_alloc(val.src[0].src[0])
     if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
   return {u: n / prod(u.shape) for u, n in total.items()}

@@ -1,11 +1,14 @@
 """Optimizers: how a kernel's loops are shaped (Opts), and the layout pass that runs before kernelizing.
 
 An optimizer is any object with two functions, `layout(roots) -> roots` and `lower(body, out) -> loop
-program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11) is another one.
+program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11) is another one. Either function may
+also take `options=` (uopc.options.Options): the kernelizer passes the realize's options to those that declare it.
 """
 from __future__ import annotations
 from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
 from uopc.rangeify import lower, rangeify, Ctx, Opts
+from uopc.online import OnlineSoftmax, find_groups
+from uopc.options import Options
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
 
@@ -22,15 +25,15 @@ def last_axis_stride(view: UOp) -> int | None:
   return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None
 
 
-def layout_pass(roots: list[UOp]) -> list[UOp]:
-  """Copy an operand whose reduce axis is not contiguous in memory (V in P V), so the reduce reads it with stride 1."""
-  from uopc.rangeify import ONLINE_SOFTMAX
-  from uopc.online import find_groups
+def layout_pass(roots: list[UOp], options: Options | None = None) -> list[UOp]:
+  """Copy an operand whose reduce axis is not contiguous in memory (V in P V), so the reduce reads it with stride 1.
+  Takes and gives tensor-level roots (a copy is a STAGE)."""
+  online = options is not None and options.online_softmax
   todo: set[UOp] = set()
   for u in UOp(Ops.SINK, tuple(roots)).toposort():
     if u.op is not Ops.REDUCE or u.arg[1] != 1: continue
     # an online pass walks the reduce axis once and unrolls the output columns: it wants rows, not columns, of V
-    if ONLINE_SOFTMAX[0] and find_groups([u.src[0]]): continue
+    if online and find_groups([u.src[0]]): continue
     stack, seen = [u.src[0]], set()
     while stack:
       x = stack.pop()
@@ -65,8 +68,7 @@ def online_opts(body: UOp, rows: int = 4, keys: int = 8) -> Opts | None:
   dimension), so that one pass over the keys feeds every output column (a loop over column blocks would repeat the
   pass, section 11.4); take `rows` query rows per iteration of the threaded loop and `keys` keys per iteration of
   the pass (a rows x keys tile of dot products sharing one loop, one rescale per tile). None if body has no such
-  pass. Single thread, N = 1024, D = 64: 15.2 ms at 1 x 1, 10.0 ms at 4 x 4, 8.6 ms at 4 x 8 (NOTES 16)."""
-  from uopc.online import find_groups
+  pass. NOTES 16 measures the tile sizes."""
   shape = body.shape
   if body.op is not Ops.REDUCE or not shape or shape[-1] > 256 or not find_groups([body]): return None
   upcast = {len(shape) - 1: shape[-1]}
@@ -79,7 +81,11 @@ class DefaultOpt:
   layout = staticmethod(layout_pass)
 
   @staticmethod
-  def lower(body: UOp, out: UOp) -> UOp:
-    ctx = Ctx(opts=default_opts(body))
-    if ctx.online and (o := online_opts(body)) is not None: ctx.opts = o
+  def lower(body: UOp, out: UOp, options: Options | None = None) -> UOp:
+    """A kernel body -> its loop program, with the default opts (or the online ones, where an online pass fits)."""
+    options = options or Options()
+    ctx = Ctx(opts=default_opts(body), options=options)
+    if options.online_softmax:
+      ctx.lowerings = (OnlineSoftmax(body),)
+      if (o := online_opts(body)) is not None: ctx.opts = o
     return lower(body, out, ctx)

@@ -7,13 +7,15 @@ feeds an accumulator, placed inside exactly the loops its output index uses.
 from __future__ import annotations
 import itertools
 import math
+import weakref
 from dataclasses import dataclass, field
-from typing import ClassVar
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink
 from uopc.dtype import DType
-from uopc.symbolic import simplify, ranges_in   # noqa: F401  (module attribute: scripts patch uopc.rangeify.simplify)
+from uopc.options import Options
+# the RESHAPE rule calls simplify through this module attribute, and only it does (everything else calls
+# symbolic.simplify): patching uopc.rangeify.simplify switches off exactly the rule of section 11.5
+from uopc.symbolic import simplify, ranges_in
 from uopc import symbolic
-from uopc.online import online_reduce, find_groups
 
 
 @dataclass(frozen=True)
@@ -29,33 +31,37 @@ class Opts:
   def __hash__(self): return hash((tuple(sorted(self.upcast.items())), self.unroll, self.thread))
 
 
-ONLINE_SOFTMAX = [False]   # the default for new Ctxs; make_plan turns it on while it lowers (Tensor.online_softmax)
-
-
 @dataclass
 class Ctx:
-  """Everything one lowering shares: the opts, the memo, the reduce loops made so far, the ids handed out."""
+  """Everything one lowering shares: the opts, the options, the memo of (node, index) -> value, the reduce loops
+  made so far, the ids handed out, and the other reduce lowerings to try first (such as uopc.online's)."""
   opts: Opts = field(default_factory=Opts)
+  options: Options = field(default_factory=Options)
   memo: dict = field(default_factory=dict)
   reduce_ranges: dict = field(default_factory=dict)
   next_range: int = 0
   next_slot: int = 0
-  online: bool = field(default_factory=lambda: ONLINE_SOFTMAX[0])   # lower softmax groups in one pass (uopc.online)
-  groups: dict = field(default_factory=dict)                          # online groups of the body: sum -> max
-  frames: list = field(default_factory=list)                          # online passes being built
-  latest: ClassVar[Ctx | None] = None   # the last lowering's context, read by Plan.explain
-
-  def __post_init__(self): Ctx.latest = self
+  lowerings: tuple = ()                               # objects with lower_reduce(u, idx, ctx) -> UOp | None
+  scratch: dict = field(default_factory=dict)         # each lowering's own memo, by its name
 
   def range(self, n: int, axis_type: AxisType) -> UOp:
     r = UOp(Ops.RANGE, (UOp.const(n),), (self.next_range, axis_type))
     self.next_range += 1
     return r
 
-  def alloc(self, dtype: DType) -> UOp:
-    a = UOp(Ops.ALLOC, (), ParamArg(self.next_slot, dtype, (1,)))
+  def alloc(self, dtype: DType, n: int = 1) -> UOp:
+    a = UOp(Ops.ALLOC, (), ParamArg(self.next_slot, dtype, (n,)))
     self.next_slot += 1
     return a
+
+  def fork(self) -> Ctx:
+    """A copy to attempt a lowering on: adopt() it if the attempt works, drop it if not (nothing leaks back)."""
+    return Ctx(self.opts, self.options, dict(self.memo), dict(self.reduce_ranges), self.next_range, self.next_slot,
+               self.lowerings, {k: dict(v) for k, v in self.scratch.items()})
+
+  def adopt(self, trial: Ctx) -> None:
+    self.memo, self.reduce_ranges, self.scratch = trial.memo, trial.reduce_ranges, trial.scratch
+    self.next_range, self.next_slot = trial.next_range, trial.next_slot
 
 
 def identity(rop: Ops, dtype: DType):
@@ -88,7 +94,7 @@ def _axis_parts(ctx: Ctx, size: int, factor: int, axis_type: AxisType) -> tuple[
 
 def _combos(parts: list[tuple[UOp, int]]) -> list[tuple[UOp, ...]]:
   """Every unrolled copy of an index: the product of r*factor + k over the axes."""
-  axes = [[r] if f == 1 else [simplify(r * f + k) for k in range(f)] for r, f in parts]
+  axes = [[r] if f == 1 else [symbolic.simplify(r * f + k) for k in range(f)] for r, f in parts]
   return list(itertools.product(*axes))
 
 
@@ -136,12 +142,13 @@ def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
     valid = ok if valid is None else valid & ok
     inner.append(i - lo if lo else i)
   if valid is None or (valid.op is Ops.CONST and valid.arg): return rangeify(u.src[0], tuple(inner), ctx)
-  safe = tuple(simplify(valid.where(j, 0)) for j in inner)
+  safe = tuple(symbolic.simplify(valid.where(j, 0)) for j in inner)
   return valid.where(rangeify(u.src[0], safe, ctx), UOp.const(0, u.dtype))
 
 
 def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
-  if ctx.online and (r := online_reduce(u, idx, ctx)) is not None: return r   # one pass for softmax (uopc.online)
+  for special in ctx.lowerings:   # e.g. one online pass for softmax (uopc.online)
+    if (r := special.lower_reduce(u, idx, ctx)) is not None: return r
   rop, n = u.arg
   x = u.src[0]
   rshape = x.shape[len(x.shape) - n:]
@@ -169,12 +176,26 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Tensor-level kernel body -> loop program (a SINK) that stores body, row-major, into the BUFFER out."""
   ctx = ctx or Ctx()
-  if ctx.online: ctx.groups = find_groups([body])
   shape = body.shape
   kinds = [AxisType.THREAD if k == ctx.opts.thread else AxisType.LOOP for k in range(len(shape))]
   parts = [_axis_parts(ctx, s, ctx.opts.upcast.get(k, 1), kinds[k]) for k, s in enumerate(shape)]
-  stores = [out.index(simplify(ravel(idx, shape))).store(rangeify(body, idx, ctx)) for idx in _combos(parts)]
+  stores = [out.index(symbolic.simplify(ravel(idx, shape))).store(rangeify(body, idx, ctx)) for idx in _combos(parts)]
   ranges = [r for r, _ in parts if r.op is Ops.RANGE]
   # merge_ends: all the stores of a register tile close the output loops together
   prog = sink(UOp(Ops.SINK, tuple(stores)).end(*ranges)) if ranges else sink(*stores)
-  return simplify(prog)   # the final cleanup of every index expression in the program
+  prog = symbolic.simplify(prog)   # the final cleanup of every index expression in the program
+  _accumulators[prog] = tuple((k[0], v) for k, v in ctx.memo.items() if k[0].op is Ops.REDUCE and v.op is Ops.LOAD)
+  return prog
+
+
+# what each lowered program's fused reductions became (REDUCE, the load of its accumulator): for Plan.explain
+_accumulators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def reduce_accumulators(prog: UOp) -> tuple[tuple[UOp, UOp], ...] | None:
+  """(REDUCE, load of its accumulator) for every reduction lower() placed in prog; None if lower did not make it."""
+  return _accumulators.get(prog)
+
+
+# other lowerings build on these (the book prints the underscored names in _reduce)
+axis_parts, combos = _axis_parts, _combos

@@ -17,9 +17,12 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import cffi
+from uopc.dtype import np_dtype
+from uopc.renderer import Signature, check_identifier
 
 # Reassociating float sums lets the compiler vectorize reductions. Unlike -ffast-math this keeps infinities and NaNs
 # meaningful, which the online softmax needs (its running max starts at -INFINITY). See NOTES 2.
@@ -113,8 +116,18 @@ def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
   return h.hexdigest()[:32]
 
 
-def _parse_signature(src: str, name: str) -> list[tuple[str, bool, bool]]:
-  """The parameters of `void name(...)` as (C base type, is_pointer, is_const)."""
+@dataclass(frozen=True)
+class Arg:
+  """What a caller must pass for one kernel parameter."""
+  ctype: str            # the C type, for messages and for the cffi declaration
+  dtype: np.dtype
+  pointer: bool
+  writes: bool          # a pointer the kernel may store through (a read-only array is refused)
+  size: int | None      # elements the kernel indexes (known for rendered kernels, None for hand-written C)
+
+
+def signature_from_c(src: str, name: str) -> list[Arg]:
+  """The parameters of hand-written C `void name(...)`. Rendered kernels carry their signature and never get here."""
   m = re.search(r"\bvoid\s+" + re.escape(name) + r"\s*\(([^)]*)\)", src)
   if m is None: raise CompileError(f"no function `void {name}(...)` in the source:\n{numbered(src)}")
   params = [p.strip() for p in m.group(1).split(",") if p.strip() and p.strip() != "void"]
@@ -125,8 +138,14 @@ def _parse_signature(src: str, name: str) -> list[tuple[str, bool, bool]]:
     words = re.sub(r"\bconst\b", "", p.replace("*", " ")).split()
     base = " ".join(words[:-1])   # drop the parameter name
     if base not in C_TO_NP: raise CompileError(f"{name}: parameter type {base!r} is not supported (in {p!r})")
-    out.append((base, is_ptr, is_const))
+    out.append(Arg(base, np.dtype(C_TO_NP[base]), is_ptr, is_ptr and not is_const, None))
   return out
+
+
+def args_of(signature: Signature) -> list[Arg]:
+  """A rendered kernel's parameters, from the signature its renderer returned."""
+  from uopc.render_c import C
+  return [Arg(C.type(p.dtype), np_dtype(p.dtype), True, p.writes, p.size) for p in signature.params]
 
 
 _build_lock = threading.Lock()
@@ -171,13 +190,16 @@ def _intact(so_path: Path) -> bool:
 
 
 class Program:
-  """A compiled C function, callable with NumPy arrays and Python scalars."""
+  """A compiled C function, callable with NumPy arrays and Python scalars. src is C text: a rendered kernel
+  (render_c's result carries its signature) or hand-written C, whose `void name(...)` line is read."""
 
   def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
+    check_identifier(name)   # the name becomes a file name and a symbol: nothing else may reach the disk or cc
     self.src, self.name = src, name
     full = src if src.lstrip().startswith("#") else PRELUDE + src
     self.flags = tuple(flags) if flags is not None else FLAGS
-    self.params = _parse_signature(src, name)
+    signature = getattr(src, "signature", None)
+    self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
     cc = compiler()
     key = cache_key(full, cc, self.flags)
     # the content hash is in the file name: a rebuilt object never reuses a path this process already loaded
@@ -189,7 +211,9 @@ class Program:
     self.compile_s = time.perf_counter() - t0
     # one FFI per kernel: a second cdef of the same function name in one FFI would fail
     self.ffi = cffi.FFI()
-    decl = ", ".join(f"{'const ' if c else ''}{t}{'*' if p else ''}" for t, p, c in self.params)
+    # a rendered kernel takes only buffers: declared as void* here, so cffi need not parse every C type (_Float16)
+    decl = ", ".join("void*" if signature is not None else f"{'' if a.writes or not a.pointer else 'const '}{a.ctype}"
+                     f"{'*' if a.pointer else ''}" for a in self.params)
     self.ffi.cdef(f"void {name}({decl});")
     try: self.lib = self.ffi.dlopen(str(self.path))
     except OSError:
@@ -199,31 +223,32 @@ class Program:
       self.cached = False
       self.lib = self.ffi.dlopen(str(self.path))
     self.fn = getattr(self.lib, name)
+    self.rendered = signature is not None
 
   def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, cached={self.cached})"
 
-  def _convert(self, k: int, arg, param):
-    base, is_ptr, is_const = param
-    want = C_TO_NP[base]
-    if is_ptr:
+  def _convert(self, k: int, arg, a: Arg):
+    want = a.dtype.name
+    if a.pointer:
       if not isinstance(arg, np.ndarray):
-        raise TypeError(f"{self.name}: argument {k} must be a NumPy array of {np.dtype(want).name} ({base}*), "
+        raise TypeError(f"{self.name}: argument {k} must be a NumPy array of {want} ({a.ctype}*), "
                         f"got {type(arg).__name__}")
-      if arg.dtype != want:
-        raise TypeError(f"{self.name}: argument {k} has dtype {arg.dtype}, "
-                        f"the kernel expects {np.dtype(want).name} ({base}*)")
+      if arg.dtype != a.dtype:
+        raise TypeError(f"{self.name}: argument {k} has dtype {arg.dtype}, the kernel expects {want} ({a.ctype}*)")
       if not arg.flags.c_contiguous:
         raise ValueError(f"{self.name}: argument {k} (shape {arg.shape}, strides {arg.strides}) is not C-contiguous; "
                          "pass np.ascontiguousarray(x)")
-      if not is_const and not arg.flags.writeable:
-        raise ValueError(f"{self.name}: argument {k} is read-only, but the kernel may write through {base}*; "
+      if a.writes and not arg.flags.writeable:
+        raise ValueError(f"{self.name}: argument {k} is read-only, but the kernel may write through {a.ctype}*; "
                          "pass a copy")
-      return self.ffi.from_buffer(f"{base}[]", arg, require_writable=not is_const)
+      if a.size is not None and arg.size < a.size:
+        raise ValueError(f"{self.name}: argument {k} has {arg.size} elements, the kernel indexes {a.size}")
+      return self.ffi.from_buffer("char[]" if self.rendered else f"{a.ctype}[]", arg, require_writable=a.writes)
     if isinstance(arg, np.ndarray) and arg.ndim != 0:
-      raise TypeError(f"{self.name}: argument {k} is a scalar {base}, got an array of shape {arg.shape}")
-    if np.issubdtype(want, np.integer):
+      raise TypeError(f"{self.name}: argument {k} is a scalar {a.ctype}, got an array of shape {arg.shape}")
+    if np.issubdtype(a.dtype, np.integer):
       if isinstance(arg, (float, np.floating)):
-        raise TypeError(f"{self.name}: argument {k} is an integer ({base}), got {arg!r}")
+        raise TypeError(f"{self.name}: argument {k} is an integer ({a.ctype}), got {arg!r}")
       return int(arg)
     return float(arg)
 

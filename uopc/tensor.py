@@ -11,9 +11,10 @@ from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, np_dtype
-from uopc.helpers import prod
+from uopc.helpers import DEBUG, DEVICE, prod
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
+from uopc.options import Options
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
 _requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
@@ -75,9 +76,14 @@ class Tensor:
   def __repr__(self): return f"<Tensor shape={self.shape} dtype={self.dtype}>"
 
   # ---- running ----
+  @staticmethod
+  def options() -> Options:
+    """The options a realize runs with now: the book's switches on Tensor, DEVICE= and DEBUG=, read once."""
+    return Options(Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax, DEVICE.value, DEBUG.value)
+
   def realize(self) -> Tensor:
     if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
-    (out,) = realize([self.uop], Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax)
+    (out,) = realize([self.uop], options=Tensor.options())
     self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
     buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
     self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)

@@ -1,0 +1,54 @@
+"""Devices: where kernels run. A device is a table of four things:
+
+  renderer   loop program -> source text + signature      (uopc.renderer: a CStyleRenderer dialect)
+  compile    rendered source -> a program, prg(*buffers)  (CPU: the system C compiler, cached, loaded with cffi)
+  alloc      (dtype, n) -> a buffer of n elements          (CPU: a NumPy array)
+  copyin / copyout   NumPy array <-> buffer                (CPU: the array itself, no copy)
+
+The kernelizer asks the options for the device's name and this registry for the device; it never imports a
+renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device.
+"""
+from __future__ import annotations
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+import numpy as np
+from uopc.dtype import DType, np_dtype
+from uopc.renderer import CStyleRenderer, KernelSource
+
+
+@dataclass(frozen=True)
+class Device:
+  name: str
+  renderer: CStyleRenderer
+  compile: Callable[[KernelSource], Callable]    # source -> program
+  alloc: Callable[[DType, int], Any]
+  copyin: Callable[[np.ndarray], Any]           # a flat, C-contiguous host array -> a buffer holding it
+  copyout: Callable[[Any], np.ndarray]          # a buffer -> a flat host array
+
+
+def _cpu() -> Device:
+  from uopc.render_c import C
+  from uopc.runtime import Program
+  return Device("CPU", C, lambda src: Program(src, src.name), lambda dtype, n: np.empty(n, np_dtype(dtype)),
+                lambda a: a, lambda b: b)
+
+
+# name -> a function that builds the device (called once, on first use: a backend's imports stay lazy)
+DEVICES: dict[str, Callable[[], Device]] = {"CPU": _cpu}
+
+
+def canonical(name: str) -> str:
+  """The registry's spelling of a device name: "cpu" -> "CPU"."""
+  if not isinstance(name, str): raise TypeError(f"a device name is a string such as 'CPU', got {name!r}")
+  key = name.upper()
+  if key not in DEVICES: raise ValueError(f"unknown device {name!r}; known devices are {sorted(DEVICES)}")
+  return key
+
+
+@functools.cache
+def _open(name: str) -> Device: return DEVICES[name]()
+
+
+def get_device(name: str = "CPU") -> Device:
+  return _open(canonical(name))

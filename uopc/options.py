@@ -1,0 +1,34 @@
+"""The options of one realize: every switch that changes what the compiler produces, in one frozen value.
+
+realize builds it once from the book's switches (Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax) and the
+environment (DEVICE=, DEBUG=); make_plan keys its cache on it; the lowering context (rangeify.Ctx) carries it. No pass
+reads a global switch.
+"""
+from __future__ import annotations
+import functools
+import inspect
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Options:
+  fuse_reduce: bool = False      # do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
+  opt: Any = None                # the optimizer: layout(roots) and lower(body, out), e.g. DefaultOpt or the book's
+  online_softmax: bool = False   # lower softmax groups in one online pass (uopc.online, chapter 11 appendix)
+  device: str = "CPU"            # where the kernels run (uopc.device)
+  debug: int = field(default=0, compare=False)   # how much realize prints; never changes a plan, so not in the key
+
+  def replace(self, **changes) -> Options: return replace(self, **changes)
+
+
+@functools.cache
+def _takes_options(fn: Callable) -> bool:
+  try: return "options" in inspect.signature(fn).parameters
+  except (TypeError, ValueError): return False
+
+
+def call_with_options(fn: Callable, *args, options: Options) -> Any:
+  """fn(*args, options=options) if fn declares an `options` parameter, else fn(*args): the book's optimizers
+  (FlashOpt.lower(body, out)) predate options and keep working."""
+  return fn(*args, options=options) if _takes_options(fn) else fn(*args)

@@ -1,0 +1,229 @@
+"""The C-style renderer: a linearized loop program -> the source of one kernel, and its typed signature.
+
+One renderer serves every C-like language. A dialect (C with OpenMP, OpenCL C, CUDA C) is a subclass that sets a
+few class attributes: the words before the function, how a buffer parameter is declared, the type names, what a
+THREAD loop is. Loads are named val, shared ALU results alu, accumulators acc{slot}, parameters data{slot}, loop
+variables ridx{id}; an ALU result used once is written inline. Same graph, same text.
+
+render() returns the source together with its Signature (each buffer's dtype, element count and whether the kernel
+writes it), so a runtime never has to read the parameters back out of the text.
+"""
+from __future__ import annotations
+import math
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+from uopc.uop import UOp, Ops, AxisType, ALU
+from uopc.dtype import DType, dtypes
+from uopc.linearize import linearize, rname
+
+
+@dataclass(frozen=True)
+class Param:
+  """One kernel parameter: data{slot}, a pointer to `size` elements of dtype."""
+  name: str
+  dtype: DType
+  size: int
+  writes: bool     # the kernel stores through it (an input may be read-only memory)
+
+
+@dataclass(frozen=True)
+class Signature:
+  params: tuple[Param, ...]
+
+  def __len__(self): return len(self.params)
+
+
+class KernelSource(str):
+  """The text of a kernel (a str, as the book prints it) that also knows its function name and signature."""
+  name: str
+  signature: Signature
+
+  def __new__(cls, text: str, name: str, signature: Signature):
+    s = super().__new__(cls, text)
+    s.name, s.signature = name, signature
+    return s
+
+
+@dataclass
+class Rendered:
+  src: KernelSource
+  flops: int                    # float ops executed: an inlined op runs where its user is written
+  acc_trips: dict[int, int]     # ALLOC slot -> how many times its declaration runs (trips of the loops around it)
+
+  @property
+  def signature(self) -> Signature: return self.src.signature
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_identifier(name: str, what: str = "kernel name") -> str:
+  """Names reach the source text: only C identifiers do (no spaces, quotes, slashes or keywords of the shell)."""
+  if not isinstance(name, str) or not IDENTIFIER.fullmatch(name) or len(name) > 200:
+    raise ValueError(f"{what} {name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
+  return name
+
+
+def _fn(name: str):
+  """A C math function: exp2f for float, exp2 for double."""
+  return lambda r, d, x: f"{name}{'f' if d is dtypes.f32 else ''}({x})"
+
+
+class CStyleRenderer:
+  """The renderer every C-like dialect shares. Subclasses change the class attributes, not the walk."""
+  device: ClassVar[str] = "CPU"
+  kernel_prefix: ClassVar[str] = "void "                # before the function name
+  buffer_decl: ClassVar[str] = "{type}* restrict {name}"
+  thread_pragma: ClassVar[str | None] = "#pragma omp parallel for"   # written above a THREAD loop
+  types: ClassVar[dict[DType, str]] = {
+    dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
+    dtypes.u8: "unsigned char", dtypes.bool: "bool"}
+  # how each ALU op is written, given the renderer, the result dtype and the rendered sources
+  code_for_op: ClassVar[dict[Ops, Callable]] = {
+    Ops.ADD: lambda r, d, a, b: f"({a}+{b})", Ops.MUL: lambda r, d, a, b: f"({a}*{b})",
+    Ops.IDIV: lambda r, d, a, b: f"({a}/{b})", Ops.MOD: lambda r, d, a, b: f"({a}%{b})",
+    Ops.MAX: lambda r, d, a, b: f"(({a}>{b})?{a}:{b})",
+    Ops.CMPLT: lambda r, d, a, b: f"({a}<{b})", Ops.CMPNE: lambda r, d, a, b: f"({a}!={b})",
+    Ops.AND: lambda r, d, a, b: f"({a}&{b})", Ops.OR: lambda r, d, a, b: f"({a}|{b})",
+    Ops.XOR: lambda r, d, a, b: f"({a}^{b})",
+    Ops.WHERE: lambda r, d, c, a, b: f"({c}?{a}:{b})",
+    Ops.EXP2: _fn("exp2"), Ops.LOG2: _fn("log2"), Ops.SQRT: _fn("sqrt"), Ops.SIN: _fn("sin"),
+    Ops.RECIP: lambda r, d, x: f"({r.const(1.0, d)}/{x})",
+    Ops.CAST: lambda r, d, x: f"(({r.type(d)}){x})",
+  }
+
+  def type(self, dtype: DType) -> str:
+    if dtype not in self.types:
+      raise TypeError(f"{type(self).__name__}: dtype {dtype} is not supported on device {self.device}")
+    return self.types[dtype]
+
+  def const(self, v, dtype: DType) -> str:
+    if not isinstance(v, numbers.Real):   # anything else would be pasted into the source
+      raise TypeError(f"a constant must be a Python number, got {type(v).__name__} {v!r}")
+    if dtype.is_float:
+      if math.isnan(v): return "NAN"
+      if math.isinf(v): return "INFINITY" if v > 0 else "-INFINITY"
+      return f"{v!r}f" if dtype is dtypes.f32 else repr(v)
+    if dtype is dtypes.bool: return "1" if v else "0"
+    return f"{v}ll" if dtype.itemsize == 8 else str(v)
+
+  def open_loop(self, r: UOp, name: str, bound: str) -> list[str]:
+    """The lines that open loop r (a THREAD loop gets the dialect's pragma)."""
+    pragma = [self.thread_pragma] if r.arg[1] is AxisType.THREAD and self.thread_pragma else []
+    return pragma + [f"for (int {name} = 0; {name} < {bound}; {name}++) {{"]
+
+  def render(self, sink: UOp, name: str) -> Rendered:
+    """The source of `name` computing the loop program under sink, its signature and what it costs."""
+    check_identifier(name)
+    lines = linearize(sink)
+    topo = sink.toposort()
+    uses: dict[UOp, int] = {}
+    max_users: set[UOp] = set()   # sources of a MAX: ((a>b)?a:b) writes each twice
+    for u in topo:
+      for s in u.src: uses[s] = uses.get(s, 0) + 1
+      if u.op is Ops.MAX: max_users.update(u.src)
+    doubles: set[UOp] = set()     # inline expressions that hold a MAX
+    # an ALLOC is declared where it is first placed inside loops (its outermost .after), else at the top
+    decl_at: dict[UOp, UOp] = {}
+    order = {ln.uop: k for k, ln in enumerate(lines) if ln.kind == "node"}
+    for u in topo:
+      if u.op is Ops.AFTER and u.src[0].op is Ops.ALLOC and u in order:
+        a = u.src[0]
+        if a not in decl_at or order[u] < order[decl_at[a]]: decl_at[a] = u
+    for u in topo:
+      # an ALLOC used directly (not through .after) is function-wide state: declared at the top
+      used_bare = u.op is Ops.ALLOC and any(x.op is not Ops.AFTER and u in x.src for x in topo)
+      if u.op is Ops.ALLOC and (u not in decl_at or used_bare): decl_at[u] = u
+
+    buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.BUFFER}.items())
+    slots = [s for s, _ in buffers]
+    if len(set(slots)) != len([u for u in topo if u.op is Ops.BUFFER]):
+      raise ValueError(f"{name}: two different BUFFERs share a slot ({slots})")
+    alloc_slots = [u.arg.slot for u in topo if u.op is Ops.ALLOC]
+    if len(set(alloc_slots)) != len(alloc_slots):
+      raise ValueError(f"{name}: two different ALLOCs share a slot ({sorted(alloc_slots)}): each is acc{{slot}} in the "
+                       "source")
+    stored = {base_buffer(u.src[0].src[0]) for u in topo if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    signature = Signature(tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers))
+    params = ", ".join(self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params)
+    out = [f"{self.kernel_prefix}{name}({params}) {{"]
+    names: dict[UOp, str] = {}
+    ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
+    trips, flops = [1], 0
+    depth, counter = 1, [0]
+    def emit(text: str): out.append("  " * depth + text)
+    def new_name(prefix: str) -> str:
+      counter[0] += 1
+      return f"{prefix}{counter[0]}"
+    # a one-element ALLOC only ever read at [0] is a plain local variable (a register), anything else an array
+    at_zero = lambda i: i.op is Ops.CONST and i.arg == 0
+    indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not at_zero(u.src[1])}
+    scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed}
+    acc_trips: dict[int, int] = {}
+    def declare(a: UOp) -> None:
+      acc_trips[a.arg.slot] = trips[-1]
+      t = self.type(a.arg.dtype)
+      emit(f"{t} acc{a.arg.slot};" if a in scalar else f"{t} acc{a.arg.slot}[{a.arg.size}];")
+
+    for u in topo:   # leaves every line may refer to
+      if u.op is Ops.CONST: names[u] = self.const(u.arg, u.dtype)
+      elif u.op is Ops.BUFFER: names[u] = f"data{u.arg.slot}"
+      elif u.op is Ops.ALLOC: names[u] = f"acc{u.arg.slot}"
+      elif u.op is Ops.RANGE: names[u] = rname(u)
+
+    for ln in lines:
+      u = ln.uop
+      if ln.kind == "open":
+        for text in self.open_loop(u, names[u], names[u.src[0]]): emit(text)
+        depth += 1
+        trips.append(trips[-1] * (u.src[0].arg if u.src[0].op is Ops.CONST else 1))
+        continue
+      if ln.kind == "close":
+        depth -= 1; emit("}"); trips.pop()
+        continue
+      if u.op is Ops.ALLOC:
+        if decl_at[u] is u: declare(u)
+      elif u.op is Ops.AFTER:
+        names[u] = names[u.src[0]]
+        if u.src[0].op is Ops.ALLOC and decl_at[u.src[0]] is u: declare(u.src[0])
+      elif u.op is Ops.INDEX:
+        base, i = u.src
+        names[u] = names[base] if base_alloc(base) in scalar else f"{names[base]}[{names[i]}]"
+      elif u.op is Ops.LOAD:
+        names[u] = new_name("val")
+        emit(f"{self.type(u.dtype)} {names[u]} = {names[u.src[0]]};")
+      elif u.op is Ops.STORE:
+        emit(f"{names[u.src[0]]} = {names[u.src[1]]};")
+        flops += ops_in.get(u.src[1], 0) * trips[-1]
+      elif u.op in ALU:
+        if u.op not in self.code_for_op:
+          raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
+        expr = self.code_for_op[u.op](self, u.dtype, *[names[s] for s in u.src])
+        ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) + sum(ops_in.get(s, 0) for s in u.src)
+        if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)
+        # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
+        if uses.get(u, 0) > 1 or (u in max_users and u in doubles):
+          names[u] = new_name("alu")
+          emit(f"{self.type(u.dtype)} {names[u]} = {expr};")
+          flops += ops_in.pop(u) * trips[-1]
+        else: names[u] = expr
+      elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
+      else:
+        raise NotImplementedError(f"{type(self).__name__}: {u.op} has no source form (is this a tensor-level op in a "
+                                  "loop program?)")
+    out.append("}")
+    return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips)
+
+
+def base_alloc(u: UOp) -> UOp | None:
+  """The ALLOC under a chain of AFTERs, if any."""
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u if u.op is Ops.ALLOC else None
+
+
+def base_buffer(u: UOp) -> UOp | None:
+  """The BUFFER under a chain of AFTERs, if any."""
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u if u.op is Ops.BUFFER else None
