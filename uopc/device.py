@@ -6,7 +6,8 @@
   copyin / copyout   NumPy array <-> buffer                (CPU: the array itself, no copy)
 
 The kernelizer asks the options for the device's name and this registry for the device; it never imports a
-renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device.
+renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device. "CL"
+(OpenCL on PoCL, uopc.device_cl) and "CUDA" (NVRTC, launched where a GPU is: uopc.device_cuda) are two such entries.
 """
 from __future__ import annotations
 import functools
@@ -34,8 +35,18 @@ def _cpu() -> Device:
                 lambda a: a, lambda b: b)
 
 
+def _cl() -> Device:
+  from uopc.device_cl import cl_device
+  return cl_device()
+
+
+def _cuda() -> Device:
+  from uopc.device_cuda import cuda_device
+  return cuda_device()
+
+
 # name -> a function that builds the device (called once, on first use: a backend's imports stay lazy)
-DEVICES: dict[str, Callable[[], Device]] = {"CPU": _cpu}
+DEVICES: dict[str, Callable[[], Device]] = {"CPU": _cpu, "CL": _cl, "CUDA": _cuda}
 
 
 def canonical(name: str) -> str:

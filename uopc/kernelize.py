@@ -217,15 +217,21 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
     k.prg(*bufs)
     dt = time.perf_counter() - ts
     if debug >= 2:
-      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s"
+      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s" + _on(device)
       if debug >= 3:   # the same kernel again, on memory it has already touched
         ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
         line += f"   again {again * 1e3:8.3f} ms"
       print(line)
   t2 = time.perf_counter()
   if debug >= 2:
-    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+    print(f"realize{_on(device, ' on ')}: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, "
+          f"run {(t2 - t1) * 1e3:.1f} ms")
   return outs
+
+
+def _on(device: Device, sep: str = "  ") -> str:
+  """The device, in a DEBUG line (the CPU's lines stay as the book prints them)."""
+  return "" if device.name == "CPU" else f"{sep}{device.name}"
 
 
 def plan_count() -> int:

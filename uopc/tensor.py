@@ -7,6 +7,7 @@
 from __future__ import annotations
 import math
 import weakref
+from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
@@ -15,8 +16,25 @@ from uopc.helpers import DEBUG, DEVICE, prod
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
+from uopc.device import canonical
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
+
+
+# ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
+@dataclass(frozen=True, eq=False, repr=False)
+class DeviceData(TensorData):
+  """Tensor data placed on a device by the program (Tensor(x, device="CL"), t.to("CL")). Plain TensorData follows
+  DEVICE=. The array is a host array on every device (uopc.device)."""
+  device: str = "CPU"
+
+
+def device_of(u: UOp) -> str | None:
+  """The device a graph's data was placed on (None: none was named, DEVICE= decides)."""
+  found = {x.arg.device for x in u.toposort() if x.op is Ops.BUFFER and isinstance(x.arg, DeviceData)}
+  if len(found) > 1:
+    raise ValueError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
+  return found.pop() if found else None
 _requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
 
 
@@ -44,7 +62,7 @@ class Tensor:
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.online; chapter 11 appendix)
 
-  def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False):
+  def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp): self.uop = data
     else:
       arr = np.asarray(data)
@@ -53,8 +71,9 @@ class Tensor:
       elif arr.dtype == np.int64 and not isinstance(data, np.ndarray): arr = arr.astype(np.int32)
       dt = from_np(arr.dtype)
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
-      buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
+      buf = UOp(Ops.BUFFER, (), _data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
+    if isinstance(data, UOp) and device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
     self.grad, self.lazy = None, None
     self.requires_grad = requires_grad
 
@@ -73,6 +92,10 @@ class Tensor:
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
+  @property
+  def device(self) -> str:
+    """Where this Tensor is realized: the device its data was placed on, else DEVICE= (CPU by default)."""
+    return device_of(self.uop) or canonical(DEVICE.value)
   def __repr__(self): return f"<Tensor shape={self.shape} dtype={self.dtype}>"
 
   # ---- running ----
@@ -83,9 +106,11 @@ class Tensor:
 
   def realize(self) -> Tensor:
     if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
-    (out,) = realize([self.uop], options=Tensor.options())
+    placed = device_of(self.uop)
+    options = Tensor.options() if placed is None else Tensor.options().replace(device=placed)
+    (out,) = realize([self.uop], options=options)
     self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
-    buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
+    buf = UOp(Ops.BUFFER, (), _data(out, self.dtype, placed))
     self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)
     return self
 
@@ -94,6 +119,16 @@ class Tensor:
     b = self.uop
     while b.op is Ops.RESHAPE: b = b.src[0]   # a reshape of a reshape of data is still data
     return b.arg.array.reshape(self.shape)
+
+  def to(self, device: str) -> Tensor:
+    """This Tensor's values on another device: realized where it is now, then placed on `device`. Buffers are host
+    arrays on every device, so nothing is copied here; the device's program maps them when a kernel runs."""
+    device = canonical(device)
+    self.realize()
+    b = self.uop
+    while b.op is Ops.RESHAPE: b = b.src[0]
+    buf = UOp(Ops.BUFFER, (), DeviceData(b.arg.array, b.arg.dtype, b.arg.shape, device))
+    return Tensor(buf if self.shape == b.arg.shape else UOp(Ops.RESHAPE, (buf,), self.shape))
 
   def item(self):
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -323,6 +358,11 @@ def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
   """d f / d w for every w in wrt, as lazy Tensors (see uopc.autograd)."""
   from uopc.autograd import gradient as _gradient
   return _gradient(f, wrt)
+
+
+def _data(flat: np.ndarray, dtype: DType, device: str | None) -> TensorData:
+  return TensorData(flat, dtype, (flat.size,)) if device is None else DeviceData(flat, dtype, (flat.size,),
+                                                                                   canonical(device))
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
