@@ -61,8 +61,8 @@ def nvrtc_compile(src: str, name: str, arch: str = DEFAULT_ARCH) -> bytes:
       size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
       log = b" " * size
       nvrtc.nvrtcGetProgramLog(prog, log)
-      raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{log.decode(errors='replace').strip()}\n\n"
-                         f"source:\n{numbered(src)}")
+      text = log.decode(errors="replace").strip("\0 \n")
+      raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{text}\n\nsource:\n{numbered(src)}")
     size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
     cubin = b" " * size
     _check((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "nvrtcGetCUBIN")

@@ -140,3 +140,23 @@ def _rebuild(prog: UOp, mapping: dict[UOp, UOp], split: dict[UOp, tuple[UOp, ...
       memo[u] = u.replace(src=(memo[u.src[0]], *deps)) if deps else memo[u.src[0]]
     else: memo[u] = u.replace(src=tuple(memo[s] for s in u.src)) if u.src else u
   return memo[prog]
+
+
+def traffic(prog: UOp) -> dict[str, int]:
+  """Bytes a launch of prog moves, counted per access executed (a value loaded twice counts twice; no cache): loads
+  and stores of `global` memory (the BUFFERs) and of `local` memory (LocalArg ALLOCs). Registers (other ALLOCs) are
+  free. prog may still have launch loops: they are made SPECIAL first, every work-item counted."""
+  from uopc.linearize import linearize
+  from uopc.renderer import base_alloc, base_buffer, is_local
+  prog, launch = to_special(prog)
+  out = {"global_load": 0, "global_store": 0, "local_load": 0, "local_store": 0}
+  trips = [launch.items]
+  for ln in linearize(prog):
+    u = ln.uop
+    if ln.kind == "open": trips.append(trips[-1] * (_size(u) if u.src[0].op is Ops.CONST else 1)); continue
+    if ln.kind == "close": trips.pop(); continue
+    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
+    base = u.src[0].src[0]
+    space = "global" if base_buffer(base) is not None else "local" if is_local(base_alloc(base) or u) else None
+    if space: out[f"{space}_{'load' if u.op is Ops.LOAD else 'store'}"] += trips[-1] * u.src[0].dtype.itemsize
+  return out
