@@ -1082,3 +1082,144 @@ for _block in (16, 32):
 # **8. In FlashAttention's backward pass, why is recomputing P cheaper than storing it?**
 # Storing P costs O(N²) writes and reads of slow global memory; recomputing it from Q, K and the saved log-sum-exp
 # costs O(N² D) FLOPs on fast tensor cores, block by block, entirely on chip (Exercise 9 does the same on a CPU).
+
+# %% [markdown]
+# # Chapter 12 exercises: GPUs
+#
+# The exercises of Chapter 12 (`chapters/ch12_gpus`), run on the CL device: OpenCL on PoCL, a CPU that runs GPU
+# programs with real work-groups, local memory and barriers. The same rules as above: a task cell, visible checks,
+# hidden tests with the points below.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | ★ 10 | block sizes | 1 |
+# | ★ 11 | warp transactions | 2 |
+# | ★★ 12 | row sum kernel | 3 |
+
+# %%
+import warnings
+import pyopencl as cl
+from uopc.device_cl import cl_queue
+from uopc.gpu import default_block
+
+cl_ctx, cl_q = cl_queue()   # the PoCL device uopc found by name
+
+
+def run_cl(src: str, name: str, arrays: list, out: np.ndarray, global_size: tuple, local_size: tuple) -> np.ndarray:
+  """Build src, launch `name` over global_size in work-groups of local_size on arrays + [out], return out."""
+  with warnings.catch_warnings():   # a non-empty build log is a warning
+    warnings.simplefilter("ignore")
+    kernel = cl.Kernel(cl.Program(cl_ctx, src).build(), name)
+  mf = cl.mem_flags
+  bufs = [cl.Buffer(cl_ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
+  out_buf = cl.Buffer(cl_ctx, mf.WRITE_ONLY, out.nbytes)
+  kernel(cl_q, global_size, local_size, *bufs, out_buf)
+  cl.enqueue_copy(cl_q, out, out_buf)
+  return out
+
+# %% [markdown]
+# ## Exercise 10 (★): block sizes
+#
+# A launch needs a work-group size for each of its (up to three) axes. Write the default chooser of Section 12.3:
+# for each axis in order (dimension 0 first), the largest work-group that divides the axis, with the product of
+# all the work-groups at most `limit`. A divisor, so the grid covers each axis exactly and no work-item needs a
+# bounds check.
+
+# %%
+# TASK: block sizes
+def block_sizes(sizes: list[int], limit: int = 256) -> list[int]:
+  """Work-items per work-group for each axis: the largest divisor of the axis within what `limit` leaves."""
+  ### BEGIN SOLUTION
+  out, left = [], limit
+  for n in sizes:
+    b = max(d for d in range(1, min(n, left) + 1) if n % d == 0)
+    out.append(b)
+    left //= b
+  return out
+  ### END SOLUTION
+
+
+# %%
+print(block_sizes([1024, 1024]), block_sizes([64, 64]), block_sizes([37, 5]), block_sizes([257]))
+
+# %% tags=["hidden-test"]
+# POINTS: block sizes 1
+for _sizes, _limit in [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
+                       ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16)]:
+  _got = block_sizes(_sizes, _limit)
+  assert _got == default_block(_sizes, _limit), (_sizes, _limit, _got)
+
+# %% [markdown]
+# ## Exercise 11 (★): warp transactions
+#
+# The 32 work-items of a warp load together, and memory serves them in 128-byte segments. Write
+# `warp_transactions(index, n_warps)`: `index(i)` is the element (a float, 4 bytes) that work-item i loads; count,
+# for each of the first `n_warps` warps (work-items 0-31, 32-63, ...), the distinct 128-byte segments its loads fall
+# in, and return the total. Then compare the patterns below, and explain the last line in one sentence.
+
+# %%
+# TASK: warp transactions
+def warp_transactions(index, n_warps: int, itemsize: int = 4, warp: int = 32, segment: int = 128) -> int:
+  """Memory transactions the first n_warps warps need when work-item i loads element index(i)."""
+  ### BEGIN SOLUTION
+  return sum(len({index(w * warp + lane) * itemsize // segment for lane in range(warp)}) for w in range(n_warps))
+  ### END SOLUTION
+
+
+# %%
+for name, fn in [("x[i]", lambda i: i), ("x[2*i]", lambda i: 2 * i), ("x[1024*i]", lambda i: 1024 * i),
+                 ("tile read down columns, x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32)]:
+  print(f"{name:<46} {warp_transactions(fn, 4):>4} transactions for 4 warps")
+
+# %% tags=["hidden-test"]
+# POINTS: warp transactions 2
+assert warp_transactions(lambda i: i, 4) == 4
+assert warp_transactions(lambda i: 2 * i, 4) == 8
+assert warp_transactions(lambda i: 1024 * i, 2) == 64
+assert warp_transactions(lambda i: 7, 3) == 3                     # a broadcast: one segment per warp
+assert warp_transactions(lambda i: i + 16, 1) == 2                # misaligned by half a segment
+assert warp_transactions(lambda i: i, 2, itemsize=8) == 4         # doubles: 256 bytes per warp
+assert warp_transactions(lambda i: (i % 32) * 32 + i // 32, 4) == 128
+
+# %% [markdown]
+# ## Exercise 12 (★★): a work-group reduction in OpenCL C
+#
+# Write `row_sum_kernel(width)`: the OpenCL C source of `__kernel void row_sum(__global const float* x,
+# __global float* out)` that sums each row of a row-major (rows, width) matrix. One work-group of `width`
+# work-items per row (width is a power of two, at most 256): each work-item loads one element into a `__local`
+# array, then the group adds pairs in a tree, halving the active work-items each step, with
+# `barrier(CLK_LOCAL_MEM_FENCE)` wherever one work-item's store must be seen by another's load; work-item 0 stores
+# the row's sum. `run_cl(src, "row_sum", [x], out, (rows * width,), (width,))` runs it.
+
+# %%
+# TASK: row sum kernel
+def row_sum_kernel(width: int) -> str:
+  """OpenCL C for row_sum(x, out): out[r] = sum of row r of a (rows, width) matrix, one work-group per row."""
+  ### BEGIN SOLUTION
+  return f"""__kernel void row_sum(__global const float* x, __global float* out) {{
+  __local float tile[{width}];
+  int lid = get_local_id(0), row = get_group_id(0);
+  tile[lid] = x[row * {width} + lid];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = {width // 2}; s > 0; s >>= 1) {{
+    if (lid < s) tile[lid] += tile[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  if (lid == 0) out[row] = tile[0];
+}}"""
+  ### END SOLUTION
+
+
+# %%
+_x = np.random.default_rng(12).standard_normal((5, 64)).astype(np.float32)
+got = run_cl(row_sum_kernel(64), "row_sum", [_x], np.empty(5, np.float32), (5 * 64,), (64,))
+print("row sums match NumPy:", matches(got, _x.sum(1)))
+
+# %% tags=["hidden-test"]
+# POINTS: row sum kernel 3
+for _rows, _width in [(7, 128), (3, 256), (9, 16), (1, 2)]:
+  _x = np.random.default_rng(_rows * _width).standard_normal((_rows, _width)).astype(np.float32)
+  _src = row_sum_kernel(_width)
+  assert "__local" in _src and "barrier(" in _src, "the reduction must use local memory and barriers"
+  _got = run_cl(_src, "row_sum", [_x], np.empty(_rows, np.float32), (_rows * _width,), (_width,))
+  assert matches(_got, _x.sum(1)), (_rows, _width)
