@@ -214,8 +214,10 @@ print("local stores ", (x.size + groups * sum(steps)) * 4, "bytes; local loads "
 # The **launch opt**, `uopc.gpu.launch_axes`, takes the loops that enclose every statement of a kernel (its output
 # loops, whose iterations share nothing), splits each into GLOBAL x LOCAL (r = g*b + l) and gives dimension 0 to the
 # innermost one, so neighbouring work-items write neighbouring addresses. The default chooser gives each axis the
-# largest work-group that divides it and keeps the group within 256 work-items; a divisor, so no work-item needs a
-# bounds check. Here is the loop program of a row sum, before and after, both printed by the C renderer:
+# largest work-group that divides it and keeps the group within 256 work-items, and within a quarter of the launch,
+# so that there are at least four work-groups to spread over the compute units where the kernel has that much work.
+# A divisor, so no work-item needs a bounds check. Here is the loop program of a row sum, before and after, both
+# printed by the C renderer:
 
 # %%
 from uopc.dtype import dtypes
@@ -255,8 +257,8 @@ print(f"{'local id':<14}" + "".join(f"{r.code_for_workitem.get('lidx', '-'):<42}
 print(f"{'bool buffer':<14}" + "".join(f"{r.types[dtypes.bool]:<42}" for r in (C, CL, CUDA)))
 
 # %% [markdown]
-# The same row sum through the OpenCL dialect. The renderer runs the launch opt (the default chooser gives one
-# work-group of 24), turns the launch loops into SPECIALs, and the signature it returns carries the launch sizes, so
+# The same row sum through the OpenCL dialect. The renderer runs the launch opt (the default chooser gives four
+# work-groups of 6), turns the launch loops into SPECIALs, and the signature it returns carries the launch sizes, so
 # the runtime never reads the source:
 
 # %%
@@ -328,7 +330,8 @@ print("fused on CL, max error below 1e-5:  ", np.abs(fused - ref).max() < 1e-5)
 # %% [markdown]
 # The plans, rendered for OpenCL. Each kernel's launch: the unfused Q K^T kernel (`r_128_128`) has a 4 x 4
 # register tile per work-item (Chapter 10's upcast), so its 128 x 128 outputs are 32 x 32 work-items; the fused
-# kernel gives one work-item to each query row and 16 of its output columns.
+# kernel gives one work-item to each query row, which walks its output columns 16 at a time. The default chooser
+# keeps four work-groups in every launch here: the kernels are small.
 
 # %%
 Q, K, V = (Tensor(a) for a in (q, k, v))

@@ -105,7 +105,7 @@ def test_device_env_and_to():
 
 
 def test_debug_lines_name_the_device(capsys):
-  a = arr(8, 8)
+  a = arr(256, 8)
   with Context(DEBUG=4): Tensor(a, device="CL").exp().sum(-1).numpy()
   out = capsys.readouterr().out
   assert "__kernel void" in out and "get_local_id(0)" in out
@@ -119,6 +119,13 @@ def test_unsupported_dtype_is_a_clear_error():
 
 
 # ---- the launch opt ----
+def test_default_launch_leaves_several_work_groups():
+  prog, launch = to_special(launch_axes(book.online_attention_ir(256, 8)))
+  assert launch.grid == (4,) and launch.block == (64,)
+  prog, launch = to_special(launch_axes(book.online_attention_ir(4096, 8)))
+  assert launch.grid == (16,) and launch.block == (256,)
+
+
 def test_default_block_divides_and_respects_the_limit():
   assert default_block([1024, 1024]) == [256, 1]
   assert default_block([64, 64]) == [64, 4]
@@ -156,7 +163,7 @@ def test_parallel_loops_are_the_output_loops():
   loops = parallel_loops(prog)
   assert [r.arg for r in loops] == [(0, AxisType.THREAD)]   # the query rows; the loops over keys are not parallel
   special, launch = to_special(launch_axes(prog))
-  assert launch.grid == (1,) and launch.block == (32,)
+  assert launch.grid == (4,) and launch.block == (8,)
   assert not any(u.op is Ops.RANGE and u.arg[0] == 0 for u in special.toposort())
 
 

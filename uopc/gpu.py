@@ -22,6 +22,8 @@ from uopc import symbolic
 MAX_DIMS = 3                                   # OpenCL and CUDA launch in at most 3 dimensions
 MAX_GRID = (2**31 - 1, 65535, 65535)           # CUDA's limits on work-groups per dimension (OpenCL's are larger)
 BLOCK_LIMIT = 256                              # default work-items per work-group (a multiple of the 32-wide warp)
+MIN_GROUPS = 4                                 # default: at least this many work-groups, where the axes allow, so
+                                               # that more than one compute unit (SM) gets work
 LAUNCH = (AxisType.GLOBAL, AxisType.LOCAL)
 
 
@@ -74,14 +76,16 @@ def has_launch(prog: UOp) -> bool:
   return any((u.op is Ops.RANGE and u.arg[1] in LAUNCH) or u.op is Ops.SPECIAL for u in prog.toposort())
 
 
-def launch_axes(prog: UOp, limit: int = BLOCK_LIMIT, block: tuple[int, ...] | None = None) -> UOp:
+def launch_axes(prog: UOp, limit: int = BLOCK_LIMIT, block: tuple[int, ...] | None = None,
+                min_groups: int = MIN_GROUPS) -> UOp:
   """The GPU opt: the innermost (up to 3) parallel loops of prog become GLOBAL x LOCAL loop pairs, with work-groups
-  from `block` (dimension 0 first) or the default chooser under `limit`. A program that already has launch axes, or
-  has no parallel loop, comes back unchanged."""
+  from `block` (dimension 0 first) or the default chooser: at most `limit` work-items a group, and groups small
+  enough that there are `min_groups` of them where the launch has that many work-items. A program that already has
+  launch axes, or has no parallel loop, comes back unchanged."""
   if has_launch(prog): return prog
   loops = parallel_loops(prog)[-MAX_DIMS:][::-1]   # innermost first: dimension 0
   sizes = [_size(r) for r in loops]
-  blocks = list(block) if block is not None else default_block(sizes, limit)
+  blocks = list(block) if block is not None else default_block(sizes, min(limit, max(1, prod(sizes) // min_groups)))
   if len(blocks) < len(loops): loops, sizes = loops[:len(blocks)], sizes[:len(blocks)]
   for d, (n, b) in enumerate(zip(sizes, blocks)):
     if b < 1 or n % b: raise ValueError(f"launch_axes: a work-group of {b} does not divide axis {d} of size {n}")
