@@ -104,11 +104,24 @@ def test_device_env_and_to():
   with pytest.raises(ValueError, match="unknown device"): Tensor(a, device="TPU")
 
 
+def test_plans_are_made_and_cached_per_device(fresh_plans):
+  from uopc.device_cl import CLProgram
+  from uopc.kernelize import plan_count
+  from uopc.options import Options
+  a = arr(5, 6)
+  for device in ("CPU", "CL", "CL"): Tensor(a, device=device).exp().sum(0).numpy()
+  assert plan_count() == 2
+  root = (Tensor(a).exp().sum(0)).uop
+  plan = make_plan([root], options=Options(opt=Tensor.opt, device="CL"))
+  assert all(isinstance(k.prg, CLProgram) for k in plan.kernels)
+  assert make_plan([root], options=Options(opt=Tensor.opt)) is not plan
+
+
 def test_debug_lines_name_the_device(capsys):
   a = arr(256, 8)
   with Context(DEBUG=4): Tensor(a, device="CL").exp().sum(-1).numpy()
   out = capsys.readouterr().out
-  assert "__kernel void" in out and "get_local_id(0)" in out
+  assert "__kernel __attribute__((reqd_work_group_size(" in out and "get_local_id(0)" in out
   assert any("GFLOP/s  CL" in line for line in out.splitlines())
   assert "realize on CL:" in out
 
@@ -188,7 +201,9 @@ def test_rendered_opencl_and_cuda_structure():
     for k in plan.kernels:
       cl, cu = CL.render(k.ast, k.name), CUDA.render(k.ast, k.name)
       for r in (cl, cu): assert "#pragma omp" not in r.src and r.signature.launch.items > 1, (name, k.name)
-      assert cl.src.startswith("__kernel void ") and "__global float* restrict data0" in cl.src
+      bx, by = (cl.signature.launch.block + (1, 1))[:2]
+      assert cl.src.startswith(f"__kernel __attribute__((reqd_work_group_size({bx},{by},1))) void ")
+      assert "__global float* restrict data0" in cl.src
       assert "get_local_id(0)" in cl.src and "threadIdx.x" in cu.src
       assert cu.src.startswith(f'extern "C" __global__ void __launch_bounds__({cu.signature.launch.threads}) ')
       assert cl.flops == cu.flops == k.flops   # the same work, counted per work-item times the launch

@@ -5,7 +5,8 @@ axes (unless an optimizer already chose them), and those become the group and lo
 the shared walk prints it with this dialect's words:
 
                  OpenCL C                        CUDA C
-  kernel         __kernel void                   extern "C" __global__ void __launch_bounds__(threads)
+  kernel         __kernel void                   extern "C" __global__ void
+  launch bounds  reqd_work_group_size(x,y,z)     __launch_bounds__(threads)
   buffer         __global float* restrict        float* __restrict__
   group id       get_group_id(0)                 blockIdx.x
   local id       get_local_id(0)                 threadIdx.x
@@ -36,7 +37,8 @@ class GPURenderer(CStyleRenderer):
 
 class OpenCLRenderer(GPURenderer):
   device = "CL"
-  kernel_prefix = "__kernel void "
+  # the work-group size is fixed at compile time: the compiler may specialize for it (PoCL does)
+  kernel_prefix = "__kernel __attribute__((reqd_work_group_size({block}))) void "
   buffer_decl = "__global {type}* restrict {name}"
   # OpenCL C has no bool or `long long` buffers: bool is stored as a byte, 64-bit ints are `long`; no half arithmetic
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long", dtypes.u8: "uchar",

@@ -76,7 +76,7 @@ def _fn(name: str):
 class CStyleRenderer:
   """The renderer every C-like dialect shares. Subclasses change the class attributes, not the walk."""
   device: ClassVar[str] = "CPU"
-  kernel_prefix: ClassVar[str] = "void "                # before the function name ({threads}: work-items per group)
+  kernel_prefix: ClassVar[str] = "void "                # before the name ({threads}, {block}: the work-group size)
   buffer_decl: ClassVar[str] = "{type}* restrict {name}"
   thread_pragma: ClassVar[str | None] = "#pragma omp parallel for"   # written above a THREAD loop
   # GPU words (chapter 12): a SPECIAL launch index, a work-group barrier, the qualifier of a local-memory array
@@ -157,7 +157,8 @@ class CStyleRenderer:
     launch = launch_of(topo)
     signature = Signature(signature.params, launch)
     params = ", ".join(self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params)
-    out = [f"{self.kernel_prefix.format(threads=launch.threads)}{name}({params}) {{"]
+    block = ",".join(str(b) for b in (launch.block + (1, 1, 1))[:3])
+    out = [f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{"]
     names: dict[UOp, str] = {}
     ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
     trips, flops = [launch.items], 0   # every work-item runs the body once
