@@ -242,19 +242,22 @@ print("default work-groups for (1024, 1024), (64, 64), (37, 5):", default_block(
 
 # %% [markdown]
 # A dialect is a table. `uopc.render_gpu` sets, for OpenCL C and CUDA C, the words the one C-style renderer
-# (`uopc.renderer.CStyleRenderer`) prints; the walk over the program is shared with C. (`{threads}` becomes the
-# work-group size: CUDA's `__launch_bounds__` promises the compiler no larger block, so it may use more registers.)
+# (`uopc.renderer.CStyleRenderer`) prints; the walk over the program is shared with C. (`{block}` and `{threads}`
+# become the work-group size: OpenCL's `reqd_work_group_size` and CUDA's `__launch_bounds__` promise it to the
+# compiler, which may then specialize the kernel for it, or give each thread more registers.)
 
 # %%
 from uopc.render_c import C
 from uopc.render_gpu import CL, CUDA
 
-rows = ["kernel_prefix", "buffer_decl", "thread_pragma", "barrier", "smem_prefix"]
-for attr in rows:
-  print(f"{attr:<14}" + "".join(f"{str(getattr(r, attr)):<42}" for r in (C, CL, CUDA)))
-print(f"{'group id':<14}" + "".join(f"{r.code_for_workitem.get('gidx', '-'):<42}" for r in (C, CL, CUDA)))
-print(f"{'local id':<14}" + "".join(f"{r.code_for_workitem.get('lidx', '-'):<42}" for r in (C, CL, CUDA)))
-print(f"{'bool buffer':<14}" + "".join(f"{r.types[dtypes.bool]:<42}" for r in (C, CL, CUDA)))
+table = {attr: [repr(getattr(r, attr)) for r in (C, CL, CUDA)]
+         for attr in ("kernel_prefix", "buffer_decl", "thread_pragma", "barrier", "smem_prefix")}
+table["group id"] = [repr(r.code_for_workitem.get("gidx")) for r in (C, CL, CUDA)]
+table["local id"] = [repr(r.code_for_workitem.get("lidx")) for r in (C, CL, CUDA)]
+table["bool type"] = [repr(r.types[dtypes.bool]) for r in (C, CL, CUDA)]
+for attr, words in table.items():
+  print(attr)
+  for dialect, w in zip(("C", "OpenCL", "CUDA"), words): print(f"  {dialect:<7} {w}")
 
 # %% [markdown]
 # The same row sum through the OpenCL dialect. The renderer runs the launch opt (the default chooser gives four
