@@ -66,6 +66,18 @@ def test_int_and_bool_on_cl():
   np.testing.assert_array_equal(on_cl(lambda x: x > 0, a), a > 0)
 
 
+def test_f64_i64_u8_and_casts_on_cl():
+  a = rng.standard_normal((33, 7))
+  np.testing.assert_allclose(on_cl(lambda x: x.exp().sum(-1), a), np.exp(a).sum(-1), rtol=1e-12)
+  f = a.astype(np.float32)
+  np.testing.assert_array_equal(on_cl(lambda x: (x * 10).cast(dtypes.i32), f), (f * 10).astype(np.int32))
+  np.testing.assert_array_equal(on_cl(lambda x: (x * 0.3).cast(dtypes.bool), f), (f * 0.3).astype(bool))
+  big = np.arange(40, dtype=np.int64).reshape(5, 8) * 10**10   # needs 64 bits
+  np.testing.assert_array_equal(on_cl(lambda x: x.sum(-1), big), big.sum(-1))
+  small = np.arange(24, dtype=np.uint8)
+  np.testing.assert_array_equal(on_cl(lambda x: x + x, small), small * 2)
+
+
 def test_matmul_on_cl():
   a, b = arr(17, 23), arr(23, 19)
   np.testing.assert_allclose(on_cl(lambda x, y: x @ y, a, b), a @ b, rtol=1e-5, atol=1e-5)
