@@ -195,16 +195,8 @@ for size_mb in (4, 64):
 
 # %% tags=["nbval-ignore-output"]
 import contextlib
-import uopc.kernelize
 from uopc.helpers import Context
-
-
-@contextlib.contextmanager
-def fresh_plans():
-  saved = uopc.kernelize._plans
-  uopc.kernelize._plans = {}
-  try: yield
-  finally: uopc.kernelize._plans = saved
+from uopc.kernelize import isolated_plans as fresh_plans   # a plan cache of its own for the block
 
 
 q, k, v = map(Tensor, [rng.standard_normal((N, D)).astype(np.float32) for _ in range(3)])
@@ -328,8 +320,8 @@ print(f"total {total:,}; the book's 4 N^2 D = {4 * N * N * D:,}, plus O(N^2) for
 #   when a kernel that writes a big buffer looks slow, compare DEBUG=3's "again" column before optimizing
 #   its loops.
 # - **Cached plans hold memory.** Every plan keeps its temporaries for the life of the process: a plan at
-#   N = 4096 holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans; clear
-#   `uopc.kernelize._plans` or pad to a few sizes.
+#   N = 4096 holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans; call
+#   `uopc.kernelize.clear_plans()` or pad to a few sizes.
 # - **Outputs are fresh; temporaries are not.** A caller may keep an output; nobody may keep a temporary.
 #   A kernel that read a temporary before writing it would see the previous run's values.
 # - **The cache key is the graph's shape, not its data,** and also `fuse_reduce` and the optimizer object.

@@ -56,31 +56,25 @@ print(f"date:     {datetime.date.today()}")
 # ## Setup
 #
 # The chapter's code lives in `examples/flash_attention.py` (the book's listing, unchanged). `examples/` is not
-# a package, so we load the file by its path, found from the installed `uopc` (this works from any folder the
-# notebook runs in). `ref_attention` is the NumPy reference every kernel is checked against, in float64.
+# a package, so `uopc.book.load_example` loads the file by its path, found from the installed `uopc` (this
+# works from any folder the notebook runs in). `ref_attention` is the NumPy reference every kernel is checked
+# against, in float64.
 
 # %%
-import importlib.util
 import math
 import time
-from pathlib import Path
 import numpy as np
 from IPython.display import Markdown, display
-import uopc.uop
 from uopc.uop import UOp, Ops, ParamArg, AxisType, Pat, graph_rewrite, sink, range_
 from uopc.dtype import dtypes
 from uopc.render_c import render_c
 from uopc.runtime import Program
-from uopc.rangeify import lower, Ctx, Opts
 from uopc.symbolic import simplify
 from uopc.tensor import Tensor, gradient
 from uopc.kernelize import Plan, make_plan, realize, stage_broadcast_compute
-from uopc.opt import layout_pass
+from uopc.book import flash_opt, load_example
 
-ROOT = Path(uopc.uop.__file__).resolve().parents[1]   # the repository this uopc was installed from
-_spec = importlib.util.spec_from_file_location("flash_attention", ROOT / "examples" / "flash_attention.py")
-fa = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fa)
+fa = load_example("flash_attention")
 attention, online_attention_ir, FlashOpt, LOG2E = fa.attention, fa.online_attention_ir, fa.FlashOpt, fa.LOG2E
 f32 = dtypes.f32
 
@@ -180,23 +174,6 @@ assert score_bytes(1000, itemsize=2) == 2_000_000
 # Pick N different from D and from every other loop length, so that a loop's length says what it is.
 
 # %%
-_flash_opts: dict[int, type] = {}
-
-
-def flash_opt(upcast: int) -> type:
-  """The book's FlashOpt with the head dimension upcast by `upcast` (one class per upcast: plans are cached by it)."""
-  if upcast not in _flash_opts:
-    class Opt:
-      layout = staticmethod(layout_pass)
-
-      @staticmethod
-      def lower(body, out):
-        return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], upcast)}, thread=0)))
-    Opt.__name__ = Opt.__qualname__ = f"FlashOpt{upcast}"
-    _flash_opts[upcast] = Opt
-  return _flash_opts[upcast]
-
-
 def fused_plan(N: int, D: int, upcast: int = 16) -> Plan:
   """The plan of attention with fuse_reduce=True and flash_opt(upcast)."""
   q, k, v = (Tensor(x) for x in qkv(N, D))

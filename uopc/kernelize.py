@@ -19,7 +19,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, ALU, MOVEMENT
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, ALU, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
 from uopc.helpers import DEBUG, DEVICE, prod
@@ -285,7 +285,7 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   kernel = Kernel(r.src.name, device.compile(r.src), args, r.flops, r.src, ast, body)
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
   if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
-    kernel.recompute = _evaluations(accs, r.acc_trips)
+    kernel.recompute = _evaluations(accs, r.acc_trips, local)
   return kernel
 
 
@@ -362,12 +362,12 @@ def _recompute_note(k: Kernel) -> str:
   return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
 
 
-def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int]) -> dict[UOp, float]:
-  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute).
-  accs: (REDUCE, the load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
-  from uopc.renderer import base_alloc
+def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int], local: UOp) -> dict[UOp, float]:
+  """For every REDUCE fused inside the kernel (not the one it computes, local): how many times each of its values is
+  computed (1 is no recompute). accs: (REDUCE, load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
   total: dict[UOp, int] = {}
   for u, val in accs:
+    if u is local: continue
     a = base_alloc(val.src[0].src[0])
     if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
   return {u: n / prod(u.shape) for u, n in total.items()}

@@ -14,7 +14,7 @@ import numbers
 import re
 from dataclasses import dataclass
 from typing import Callable, ClassVar
-from uopc.uop import UOp, Ops, AxisType, ALU
+from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc
 from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
 
@@ -215,12 +215,6 @@ class CStyleRenderer:
                                   "loop program?)")
     out.append("}")
     return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips)
-
-
-def base_alloc(u: UOp) -> UOp | None:
-  """The ALLOC under a chain of AFTERs, if any."""
-  while u.op is Ops.AFTER: u = u.src[0]
-  return u if u.op is Ops.ALLOC else None
 
 
 def base_buffer(u: UOp) -> UOp | None:

@@ -6,9 +6,9 @@
 """
 from __future__ import annotations
 import math
-import weakref
 from typing import Sequence
 import numpy as np
+from uopc import autograd
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, np_dtype
 from uopc.helpers import DEBUG, DEVICE, prod
@@ -17,7 +17,7 @@ from uopc.opt import DefaultOpt
 from uopc.options import Options
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
-_requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
+_requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 
 
 def _axis(axis: int, ndim: int) -> int:
@@ -315,14 +315,12 @@ class Tensor:
 
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
-    from uopc.autograd import backward
-    backward(self)
+    autograd.backward(self)
 
 
 def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
   """d f / d w for every w in wrt, as lazy Tensors (see uopc.autograd)."""
-  from uopc.autograd import gradient as _gradient
-  return _gradient(f, wrt)
+  return autograd.gradient(f, wrt)
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
