@@ -414,7 +414,7 @@ def no_staging():
   saved = uopc.kernelize.stage_broadcast_compute
   uopc.kernelize.stage_broadcast_compute = lambda roots, factor=4: roots
   try:
-    with uopc.kernelize.isolated_plans(): yield
+    with uopc.kernelize.isolated_plan_cache(): yield
   finally: uopc.kernelize.stage_broadcast_compute = saved
 
 

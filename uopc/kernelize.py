@@ -166,13 +166,13 @@ class BoundOpt:
 _plans: dict[tuple, Plan] = {}   # (normalized roots, options) -> Plan
 
 
-def clear_plans() -> None:
+def clear_plan_cache() -> None:
   """Forget every cached plan (the compiled objects stay in the disk cache)."""
   _plans.clear()
 
 
 @contextlib.contextmanager
-def isolated_plans():
+def isolated_plan_cache():
   """Plans made inside the block are thrown away after it, and the plans from before are back: for experiments that
   patch a pass (the book's reshape-simplify experiment) and must neither use nor leave behind ordinary plans."""
   saved = dict(_plans)
@@ -228,7 +228,7 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   return outs
 
 
-def plan_count() -> int:
+def plan_cache_size() -> int:
   """How many plans are cached (tests and chapters check that a plan was reused, not rebuilt)."""
   return len(_plans)
 
