@@ -22,9 +22,17 @@ def _reduce_grad(out: Tensor, x: Tensor, g: Tensor, rop: Ops, n: int) -> Tensor:
   kept = x.shape[:x.ndim - n]
   g_full = g.reshape(kept + (1,) * n).expand(x.shape)
   if rop is Ops.ADD: return g_full
+  axes = tuple(range(x.ndim - n, x.ndim))
+  if rop is Ops.MUL:
+    # the product of the others: out / x, except at a zero, where it is the product of the nonzero rest
+    # (if that zero is the only one; with two zeros every gradient is 0)
+    zero = x.eq(0)
+    rest = zero.where(1.0, x)._reduce(Ops.MUL, axes, True).expand(x.shape)
+    lone = zero.sum(axes, keepdim=True).eq(1).expand(x.shape)
+    return g_full * zero.where(lone.where(rest, 0.0), out.reshape(kept + (1,) * n).expand(x.shape) / zero.where(1.0, x))
   # MAX: the gradient goes to the maxima, shared equally between ties
   hit = x.eq(out.reshape(kept + (1,) * n).expand(x.shape)).cast(x.dtype)
-  count = hit.sum(tuple(range(x.ndim - n, x.ndim)), keepdim=True).expand(x.shape)
+  count = hit.sum(axes, keepdim=True).expand(x.shape)
   return g_full * hit / count
 
 

@@ -16,6 +16,16 @@ class DType:
   def is_float(self) -> bool: return self.kind == "f"
   @property
   def is_int(self) -> bool: return self.kind in "iu"
+  @property
+  def is_unsigned(self) -> bool: return self.kind == "u"
+  @property
+  def min(self):
+    """The smallest value (dtypes.int.min == -2**31; -inf for floats), like torch.iinfo / tinygrad's dtypes.min."""
+    return _limits(self)[0]
+  @property
+  def max(self):
+    """The largest value (dtypes.int.max == 2**31 - 1; inf for floats)."""
+    return _limits(self)[1]
 
 
 class dtypes:
@@ -53,3 +63,38 @@ def from_np(d) -> DType:
   if d not in _FROM_NP:
     raise TypeError(f"NumPy dtype {d} is not supported, use one of {sorted(str(k) for k in _FROM_NP)}")
   return _FROM_NP[d]
+
+
+def _limits(d: DType) -> tuple:
+  if d.is_float: return (-float("inf"), float("inf"))
+  if d is dtypes.bool: return (False, True)
+  if d.is_unsigned: return (0, 2 ** (8 * d.itemsize) - 1)
+  if d.is_int: return (-2 ** (8 * d.itemsize - 1), 2 ** (8 * d.itemsize - 1) - 1)
+  raise TypeError(f"{d} has no range of values")
+
+
+# ---- promotion: which dtype an op between two dtypes computes in ----
+# One chain, as PyTorch and tinygrad order them: any float beats any integer, a wider type beats a narrower one.
+# (NumPy differs in one place: int64 with float32 gives float64 there; here, as in PyTorch, float32.)
+PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i32, dtypes.i64, dtypes.f16, dtypes.f32, dtypes.f64)
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of ds converts to: least_upper_dtype(i32, i64) is i64, (i64, f16) is f16."""
+  for d in ds:
+    if d not in PROMOTION_ORDER: raise TypeError(f"{d} does not take part in type promotion")
+  return max(ds, key=PROMOTION_ORDER.index)
+
+
+def scalar_dtype(d: DType, x) -> DType:
+  """The dtype of `tensor op x` for a Python scalar x: a scalar only widens the kind (int tensor + 0.5 is float,
+  bool tensor + 1 is int); otherwise the tensor's dtype wins (a float16 tensor * 2.0 stays float16)."""
+  kind = dtypes.from_py(x)
+  if kind.is_float and not d.is_float: return dtypes.default_float
+  if kind.is_int and d is dtypes.bool: return dtypes.int
+  return d
+
+
+def sum_dtype(d: DType) -> DType:
+  """The dtype a sum accumulates in: integers and bools widen to int64 (as NumPy and PyTorch), floats stay."""
+  return d if d.is_float else dtypes.i64
