@@ -364,7 +364,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if self.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
     if w.ndim == 1: out = out.reshape(out.shape[:-1])
     return out
-  __matmul__ = matmul
+  __matmul__ = dot = matmul
+  def __rmatmul__(self, x): return Tensor(np.asarray(x)).matmul(self)
 
   # ---- graph ----
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, (self.uop,)))

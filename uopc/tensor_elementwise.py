@@ -80,7 +80,7 @@ class ElementwiseMixin:
   def pow(self, x) -> Tensor:
     """self ** x. A whole-number scalar exponent is repeated multiplication (exact, and its gradient is right at 0);
     otherwise exp2(x log2|self|) with the sign of a negative base for whole exponents (nan for fractional ones)."""
-    if not isinstance(x, Tensor) and float(x).is_integer() and abs(x) <= 16:
+    if not isinstance(x, type(self)) and float(x).is_integer() and abs(x) <= 16:
       n, base, out = abs(int(x)), self, None
       while n:                                             # square and multiply
         if n & 1: out = base if out is None else out * base
@@ -88,7 +88,7 @@ class ElementwiseMixin:
         if n: base = base * base
       if out is None: return type(self).full(self.shape, 1, self.dtype)
       return out if x > 0 else 1 / out
-    if not isinstance(x, Tensor) and x == 0.5: return self.sqrt()
+    if not isinstance(x, type(self)) and x == 0.5: return self.sqrt()
     b = self if self.dtype.is_float else self.float()
     e = b._operand(x)
     if not e.dtype.is_float: e = e.cast(b.dtype)
