@@ -405,6 +405,7 @@ PROMOTION = {
               dtypes.i32),
   "where int and float": (lambda: (Tensor(I) > 0).where(Tensor(I), Tensor(X)), np.where(I > 0, I, X), dtypes.f32),
   "cat mixed": (lambda: Tensor.cat([Tensor(I), Tensor(X)], 0), np.concatenate([I, X]), dtypes.f32),
+  "stack mixed": (lambda: Tensor.stack(Tensor(I), Tensor(X > 0)), np.stack([I, X > 0]), dtypes.i32),
   "bool sum counts": (lambda: Tensor(X > 0).sum(), (X > 0).sum(), dtypes.i64),
   "bool sum axis": (lambda: Tensor(X > 0).sum(1), (X > 0).sum(1), dtypes.i64),
   "i32 sum widens": (lambda: Tensor(np.full(4, 2**30, np.int32)).sum(), np.full(4, 2**30, np.int32).sum(), dtypes.i64),
@@ -486,6 +487,7 @@ BAD = {
   "pow rounding": (lambda: A.div(2.0, rounding_mode="up"), ValueError, r"rounding_mode"),
   "cat axis twice": (lambda: A.cat(A, dim=0, axis=0), TypeError, r"not both"),
   "argmax empty": (lambda: A[:, :0].argmax(1), ValueError, r"empty"),
+  "setitem": (lambda: A.__setitem__(0, 1.0), TypeError, r"immutable"),
 }
 B1 = np.ones(4, np.float32)
 

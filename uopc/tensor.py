@@ -191,9 +191,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     tensors, axis = _tensor_list("stack", self, args, dim, axis)
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
-    dts = {t.dtype for t in tensors}
-    if len(dts) != 1: raise TypeError(f"stack: all tensors need the same dtype, got {sorted(map(str, dts))}")
-    out = Tensor(UOp(Ops.STACK, tuple(t.uop for t in tensors)))
+    dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
+    out = Tensor(UOp(Ops.STACK, tuple(t.cast(dt).uop for t in tensors)))
     axis = _axis(axis, out.ndim)
     return out.permute(list(range(1, axis + 1)) + [0] + list(range(axis + 1, out.ndim)))
 
@@ -201,9 +200,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """Each piece padded with zeros to the full length along axis, then added.
     Tensor.cat([a, b], axis) or tinygrad's a.cat(b, c, dim=)."""
     tensors, axis = _tensor_list("cat", self, args, dim, axis)
-    if len({t.dtype for t in tensors}) > 1:
-      dt = least_upper_dtype(*(t.dtype for t in tensors))
-      tensors = [t.cast(dt) for t in tensors]
+    dt = least_upper_dtype(*(t.dtype for t in tensors))
+    tensors = [t.cast(dt) for t in tensors]
     first = tensors[0]
     axis = _axis(axis, first.ndim)
     for t in tensors:
@@ -366,6 +364,9 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return out
   __matmul__ = dot = matmul
   def __rmatmul__(self, x): return Tensor(np.asarray(x)).matmul(self)
+
+  def __setitem__(self, key, value):
+    raise TypeError("a Tensor is immutable: build a new one with where(), masked_fill() or cat() instead of x[...] = v")
 
   # ---- graph ----
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, (self.uop,)))

@@ -190,8 +190,9 @@ class MovementMixin:
       elif isinstance(ix, slice):
         b, e, step = ix.indices(s)
         m = len(range(b, e, step))
-        if step > 0: arg.append((b, b + (m - 1) * step + 1) if m else (b, b))
-        else: arg.append((b + (m - 1) * step, b + 1) if m else (0, 0))
+        # the window the step walks, up to a whole number of steps where the axis has them (no pad needed then)
+        if step > 0: arg.append((b, min(s, b + m * step)) if m else (b, b))
+        else: arg.append((max(0, b + 1 + m * step), b + 1) if m else (0, 0))
         if abs(step) != 1 or step < 0: steps[axis] = step
         out_axes.append(axis)
       elif isinstance(ix, T): adv.append((len(out_axes), ix)); arg.append((0, s)); out_axes.append(axis)
