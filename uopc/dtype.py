@@ -98,3 +98,27 @@ def scalar_dtype(d: DType, x) -> DType:
 def sum_dtype(d: DType) -> DType:
   """The dtype a sum accumulates in: integers and bools widen to int64 (as NumPy and PyTorch), floats stay."""
   return d if d.is_float else dtypes.i64
+
+
+# ---- Python data -> NumPy: the dtype a Tensor made from a list gets ----
+def to_array(data, dtype: DType | None = None) -> np.ndarray:
+  """data as a NumPy array: Python floats become float32; Python ints int32, or int64 where a value needs it."""
+  arr = np.asarray(data)
+  if arr.dtype == object:
+    raise TypeError(f"cannot make a Tensor from {_short(data)}: not numbers of one kind (an int beyond 64 bits, None?)")
+  python = not isinstance(data, np.ndarray)
+  if dtype is not None:
+    if dtype.is_int and arr.dtype.kind in "iub" and arr.size and (arr.min() < dtype.min or arr.max() > dtype.max):
+      raise OverflowError(f"values of {_short(data)} do not fit in {dtype} ({dtype.min} .. {dtype.max})")
+    return arr.astype(np_dtype(dtype))
+  if python and arr.dtype == np.float64: return arr.astype(np.float32)
+  if python and arr.dtype == np.uint64: raise OverflowError(f"{_short(data)}: integers beyond int64 are not supported")
+  if python and arr.dtype == np.int64:
+    fits = not arr.size or (dtypes.int.min <= arr.min() and arr.max() <= dtypes.int.max)
+    return arr.astype(np.int32) if fits else arr
+  return arr
+
+
+def _short(data) -> str:
+  r = repr(data)
+  return r if len(r) < 60 else r[:57] + "..."

@@ -10,7 +10,7 @@ import weakref
 from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
-from uopc.dtype import DType, dtypes, from_np, np_dtype, least_upper_dtype, scalar_dtype, sum_dtype
+from uopc.dtype import DType, dtypes, from_np, least_upper_dtype, scalar_dtype, sum_dtype, to_array
 from uopc.helpers import prod
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
@@ -51,7 +51,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False):
     if isinstance(data, UOp): self.uop = data
     else:
-      arr = _as_array(data, dtype)
+      arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
@@ -185,34 +185,6 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if value == 0: return out
     inside = Tensor.full(self.shape, True).pad(arg)
     return inside.where(out, value)
-
-  def stack(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
-    """Tensor.stack([a, b], axis) or tinygrad's a.stack(b, dim=) and Tensor.stack(a, b, dim=)."""
-    tensors, axis = _tensor_list("stack", self, args, dim, axis)
-    shapes = {t.shape for t in tensors}
-    if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
-    dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
-    out = Tensor(UOp(Ops.STACK, tuple(t.cast(dt).uop for t in tensors)))
-    axis = _axis(axis, out.ndim)
-    return out.permute(list(range(1, axis + 1)) + [0] + list(range(axis + 1, out.ndim)))
-
-  def cat(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
-    """Each piece padded with zeros to the full length along axis, then added.
-    Tensor.cat([a, b], axis) or tinygrad's a.cat(b, c, dim=)."""
-    tensors, axis = _tensor_list("cat", self, args, dim, axis)
-    dt = least_upper_dtype(*(t.dtype for t in tensors))
-    tensors = [t.cast(dt) for t in tensors]
-    first = tensors[0]
-    axis = _axis(axis, first.ndim)
-    for t in tensors:
-      if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
-        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
-    total, at, out = sum(t.shape[axis] for t in tensors), 0, None
-    for t in tensors:
-      p = t.pad([(at, total - at - t.shape[axis]) if k == axis else (0, 0) for k in range(t.ndim)])
-      out = p if out is None else out + p
-      at += t.shape[axis]
-    return out
 
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
 
@@ -392,42 +364,3 @@ def _shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
       raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")
   return tuple(int(s) for s in shape)
-
-
-def _as_array(data, dtype: DType | None) -> np.ndarray:
-  """data as a NumPy array: Python floats become float32; Python ints int32, or int64 where a value needs it."""
-  arr = np.asarray(data)
-  if arr.dtype == object:
-    raise TypeError(f"cannot make a Tensor from {_short(data)}: not numbers of one kind (an int beyond 64 bits, None?)")
-  python = not isinstance(data, np.ndarray)
-  if dtype is not None:
-    if dtype.is_int and arr.dtype.kind in "iub" and arr.size and (arr.min() < dtype.min or arr.max() > dtype.max):
-      raise OverflowError(f"values of {_short(data)} do not fit in {dtype} ({dtype.min} .. {dtype.max})")
-    return arr.astype(np_dtype(dtype))
-  if python and arr.dtype == np.float64: return arr.astype(np.float32)
-  if python and arr.dtype == np.uint64: raise OverflowError(f"{_short(data)}: integers beyond int64 are not supported")
-  if python and arr.dtype == np.int64:
-    fits = not arr.size or (dtypes.int.min <= arr.min() and arr.max() <= dtypes.int.max)
-    return arr.astype(np.int32) if fits else arr
-  return arr
-
-
-def _short(data) -> str:
-  r = repr(data)
-  return r if len(r) < 60 else r[:57] + "..."
-
-
-def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Tensor], int]:
-  """cat/stack arguments in either form: ([a, b], axis) or (a, b, c, dim=)."""
-  if dim is not None and axis is not None: raise TypeError(f"{what}: give dim= or axis=, not both")
-  ax = dim if dim is not None else axis
-  if isinstance(first, (list, tuple)):
-    tensors = list(first)
-    if args:
-      if len(args) > 1 or ax is not None: raise TypeError(f"{what}: Tensor.{what}(tensors, axis) takes one axis")
-      ax = args[0]
-  else: tensors = [first, *args]
-  if not tensors: raise ValueError(f"{what}: needs at least one tensor")
-  for t in tensors:
-    if not isinstance(t, Tensor): raise TypeError(f"{what}: expected Tensors, got {type(t).__name__}")
-  return tensors, 0 if ax is None else ax

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 import numpy as np
-from uopc.dtype import dtypes
+from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
-from uopc.uop import Ops
+from uopc.uop import UOp, Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
@@ -96,6 +96,33 @@ class MovementMixin:
     out = self
     for a in sorted({_norm_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}):
       if out.shape[a] > 1: out = out._take(a, type(self)(np.arange(out.shape[a] - 1, -1, -1, dtype=np.int32)))
+    return out
+
+  def stack(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Tensor.stack([a, b], axis) or tinygrad's a.stack(b, dim=) and Tensor.stack(a, b, dim=)."""
+    tensors, axis = _tensor_list("stack", self, args, dim, axis)
+    shapes = {t.shape for t in tensors}
+    if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
+    dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
+    out = type(tensors[0])(UOp(Ops.STACK, tuple(t.cast(dt).uop for t in tensors)))
+    axis = _norm_axis(axis, out.ndim)
+    return out.permute(list(range(1, axis + 1)) + [0] + list(range(axis + 1, out.ndim)))
+  def cat(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Each piece padded with zeros to the full length along axis, then added.
+    Tensor.cat([a, b], axis) or tinygrad's a.cat(b, c, dim=)."""
+    tensors, axis = _tensor_list("cat", self, args, dim, axis)
+    dt = least_upper_dtype(*(t.dtype for t in tensors))
+    tensors = [t.cast(dt) for t in tensors]
+    first = tensors[0]
+    axis = _norm_axis(axis, first.ndim)
+    for t in tensors:
+      if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
+        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
+    total, at, out = sum(t.shape[axis] for t in tensors), 0, None
+    for t in tensors:
+      p = t.pad([(at, total - at - t.shape[axis]) if k == axis else (0, 0) for k in range(t.ndim)])
+      out = p if out is None else out + p
+      at += t.shape[axis]
     return out
 
   def split(self, sizes, dim: int = 0) -> list[Tensor]:
@@ -266,3 +293,19 @@ def _index_tensor(T, idx, n: int, what: str):
     if a.size and a.min() < 0: return T(np.where(a < 0, a + n, a).astype(a.dtype))
     return idx
   return (idx < 0).where(idx + n, idx)
+
+
+def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Tensor], int]:
+  """cat/stack arguments in either form: ([a, b], axis) or (a, b, c, dim=)."""
+  if dim is not None and axis is not None: raise TypeError(f"{what}: give dim= or axis=, not both")
+  ax = dim if dim is not None else axis
+  if isinstance(first, (list, tuple)):
+    tensors = list(first)
+    if args:
+      if len(args) > 1 or ax is not None: raise TypeError(f"{what}: Tensor.{what}(tensors, axis) takes one axis")
+      ax = args[0]
+  else: tensors = [first, *args]
+  if not tensors: raise ValueError(f"{what}: needs at least one tensor")
+  for t in tensors:
+    if not isinstance(t, MovementMixin): raise TypeError(f"{what}: expected Tensors, got {type(t).__name__}")
+  return tensors, 0 if ax is None else ax
