@@ -415,6 +415,7 @@ PROMOTION = {
   "int argmax": (lambda: Tensor(I).argmax(0), I.argmax(0), dtypes.i32),
   "big Python int": (lambda: Tensor([1 << 40, 3]), np.array([1 << 40, 3], np.int64), dtypes.i64),
   "small Python int": (lambda: Tensor([1, 2]), np.array([1, 2], np.int32), dtypes.i32),
+  "NumPy scalars": (lambda: Tensor(I) * np.int64(2) + np.float32(0.5), I * 2 + np.float32(0.5), dtypes.f32),
 }
 
 

@@ -42,9 +42,9 @@ class dtypes:
 
   @staticmethod
   def from_py(x) -> DType:
-    if isinstance(x, bool): return dtypes.bool
-    if isinstance(x, int): return dtypes.int
-    if isinstance(x, float): return dtypes.default_float
+    if isinstance(x, (bool, np.bool_)): return dtypes.bool            # NumPy scalars count as Python's
+    if isinstance(x, (int, np.integer)): return dtypes.int
+    if isinstance(x, (float, np.floating)): return dtypes.default_float
     raise TypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
 
 

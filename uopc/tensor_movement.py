@@ -147,17 +147,33 @@ class MovementMixin:
     return self.split(max(1, math.ceil(n / chunks)), dim)
 
   # ---- selecting with integer tensors ----
-  def _take(self, axis: int, idx: Tensor) -> Tensor:
-    """x with axis replaced by idx's axes: out[..., b, ...] = x[..., idx[b], ...] (a one-hot select)."""
+  def _select(self, axes: list[int], idxs: list[Tensor]) -> Tensor:
+    """out[b..., rest...] = x[idxs[0][b], idxs[1][b], ..., rest...] with the idxs broadcast to b: a one-hot select of
+    the chosen entries, (idx[b] == arange(n)).where(x, 0), summed over the n axes. Shape (*b, *rest)."""
     T = type(self)
-    n, rest = self.shape[axis], self.shape[:axis] + self.shape[axis + 1:]
-    x = self.permute([axis] + [k for k in range(self.ndim) if k != axis])              # (n, *rest)
-    hit = idx.reshape(idx.shape + (1,)) == T.arange(n)                                 # (*idx, n)
+    from uopc.tensor import broadcast_shape
+    b = broadcast_shape(*(i.shape for i in idxs))
+    rest = [k for k in range(self.ndim) if k not in axes]
+    if not all(self.shape[a] for a in axes): return T.full(b + tuple(self.shape[k] for k in rest), 0, self.dtype)
+    x = self.permute(axes + rest)                                                       # (*n_sel, *rest)
+    hit = None
+    for j, (i, a) in enumerate(zip(idxs, axes)):
+      n = self.shape[a]
+      h = i.reshape(i.shape + (1,)).expand(b + (1,)) == T.arange(n)                    # (*b, n)
+      h = h.reshape(b + tuple(n if q == j else 1 for q in range(len(axes))))
+      hit = h if hit is None else hit & h                                               # (*b, *n_sel)
     hit = hit.reshape(hit.shape + (1,) * len(rest))
-    picked = hit.where(x.reshape((1,) * idx.ndim + x.shape), False if x.dtype is dtypes.bool else 0)
-    out = picked._reduce(Ops.ADD, idx.ndim, False) if n else T.full(idx.shape + rest, 0, self.dtype)   # (*idx, *rest)
-    b = idx.ndim
-    return out.permute(list(range(b, b + axis)) + list(range(b)) + list(range(b + axis, out.ndim)))
+    picked = hit.where(x.reshape((1,) * len(b) + x.shape), False if x.dtype is dtypes.bool else 0)
+    return picked._reduce(Ops.ADD, tuple(range(len(b), len(b) + len(axes))), False)
+
+  def _take(self, axis: int, idx: Tensor) -> Tensor:
+    """x with axis replaced by idx's axes: out[..., b, ...] = x[..., idx[b], ...]."""
+    return self._select([axis], [idx])._move_front(idx.ndim, axis)
+
+  def _move_front(self, n: int, at: int) -> Tensor:
+    """The first n axes moved to sit at position `at` among the others."""
+    order = list(range(n, n + at)) + list(range(n)) + list(range(n + at, self.ndim))
+    return self.permute(order)
 
   def gather(self, dim: int, index) -> Tensor:
     """PyTorch's gather: out[i][j] = self[i][index[i][j]] for dim=1 (index has self's rank; other axes up to
@@ -191,7 +207,7 @@ class MovementMixin:
       arr = _bool_mask(T, k)
       if arr is None: expanded.append(k)
       else: expanded.extend(T(np.asarray(ix, np.int64).astype(np.int32)) for ix in np.nonzero(arr))
-    key = [int(k) if _is_scalar(k) else T(np.asarray(k)) if isinstance(k, (list, np.ndarray)) else k for k in expanded]
+    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, (list, np.ndarray)) else k for k in expanded]
     for k in key:
       if isinstance(k, T) and (k.dtype.is_float or k.dtype is dtypes.bool and k.ndim == 0):
         raise TypeError(f"cannot index a Tensor with a {k.dtype} Tensor (indices are integers or boolean masks)")
@@ -232,28 +248,12 @@ class MovementMixin:
     new_shape = [out.shape[a] if a is not None else 1 for a in out_axes]
     if drop or None in out_axes: out = out.reshape(tuple(new_shape))
     if not advanced: return out
-    # pass 2: the integer tensors, broadcast together, select along their axes (NumPy's placement rule)
-    from uopc.tensor import broadcast_shape
+    # pass 2: the integer tensors, broadcast together, select along their axes. NumPy's placement: the broadcast
+    # axes replace the indexed ones where those are adjacent, else they go first
     pos = [p for p, _ in adv]
-    idxs = [_index_tensor(T, i, out.shape[p], "index") for p, i in adv]
-    bshape = broadcast_shape(*(i.shape for i in idxs))
-    rest = [k for k in range(out.ndim) if k not in pos]
-    x = out.permute(pos + rest)                                                         # (*n_sel, *rest)
-    nb, m = len(bshape), len(pos)
-    hit = None
-    for j, (i, p) in enumerate(zip(idxs, pos)):
-      n = out.shape[p]
-      h = i.reshape(i.shape + (1,)).expand(bshape + (1,)) == T.arange(n)               # (*b, n)
-      h = h.reshape(bshape + tuple(n if q == j else 1 for q in range(m)))
-      hit = h if hit is None else hit & h
-    hit = hit.reshape(hit.shape + (1,) * len(rest))
-    picked = hit.where(x.reshape((1,) * nb + x.shape), False if x.dtype is dtypes.bool else 0)
-    sel = tuple(range(nb, nb + m))
-    res = picked._reduce(Ops.ADD, sel, False) if all(out.shape[p] for p in pos) else \
-      T.full(bshape + tuple(out.shape[k] for k in rest), 0, self.dtype)                # (*b, *rest)
-    if pos != list(range(pos[0], pos[0] + m)) or pos[0] == 0: return res                 # apart: broadcast axes first
-    p0 = pos[0]
-    return res.permute(list(range(nb, nb + p0)) + list(range(nb)) + list(range(nb + p0, res.ndim)))
+    res = out._select(pos, [_index_tensor(T, i, out.shape[p], "index") for p, i in adv])
+    adjacent = pos == list(range(pos[0], pos[0] + len(pos)))
+    return res._move_front(res.ndim - out.ndim + len(pos), pos[0]) if adjacent else res
 
   def _stride(self, axis: int, step: int) -> Tensor:
     """Every step-th element along axis: PAD to a multiple of step, RESHAPE to (n/step, step), keep column 0."""
@@ -264,6 +264,11 @@ class MovementMixin:
     x = x.reshape(x.shape[:axis] + (m, step) + x.shape[axis + 1:])
     x = x.shrink([(0, 1) if k == axis + 1 else None for k in range(x.ndim)])
     return x.reshape(x.shape[:axis] + (m,) + x.shape[axis + 2:])
+
+
+def _int_array(k) -> np.ndarray:
+  a = np.asarray(k)
+  return a.astype(np.int32) if a.size == 0 else a   # [] is an empty list of indices, not of floats
 
 
 def _is_scalar(k) -> bool: return isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu"
