@@ -170,6 +170,12 @@ FORWARD = {
   "softplus": (lambda x: (x * 50).softplus(), lambda x: np_softplus(x * 50)),
   "softplus beta": (lambda x: x.softplus(2.0), lambda x: np_softplus(2 * x) / 2),
   "tanh": (lambda x: (x * 10).tanh(), lambda x: np.tanh(x * 10)),
+  "mish": (lambda x: x.mish(), lambda x: x * np.tanh(np_softplus(x))),
+  "celu": (lambda x: x.celu(0.5), lambda x: np.where(x > 0, x, 0.5 * (np.exp(x / 0.5) - 1))),
+  "hardsigmoid": (lambda x: (x * 4).hardsigmoid(), lambda x: np.clip(x * 4 + 3, 0, 6) / 6),
+  "logsigmoid": (lambda x: (x * 40).logsigmoid(), lambda x: -np_softplus(-40 * x)),
+  "swish": (lambda x: x.swish(), lambda x: x * np_sigmoid(x)),
+  "relu of ints": (lambda x: Tensor(I).relu(), lambda x: np.maximum(I, 0)),
   "sigmoid": (lambda x: (x * 50).sigmoid(), lambda x: np_sigmoid(x * 50)),
   "layernorm": (lambda x: x.layernorm(),
                 lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
@@ -345,6 +351,10 @@ def test_zero_dimensional_tensors():
   close(s.sum(0), np.float32(2.5)); close(s.sum(-1, keepdim=True), np.float32(2.5)); close(s.max(0), np.float32(2.5))
   close(s.softmax(), np.float32(1.0)); close(s.log_softmax(0), np.float32(0.0))
   close(s.unsqueeze(0), np.array([2.5], np.float32)); close(s.flatten(), np.array([2.5], np.float32))
+  close(s[None], np.array([2.5], np.float32)); close(s[...] * 2, np.float32(5.0)); close(s.relu(), np.float32(2.5))
+  close(s.argmax(), np.int32(0)); close(s.cumsum(), np.float32(2.5)); close(s.var(correction=0), np.float32(0.0))
+  (g,) = gradient((s * s).sum(0), [s])
+  close(g, np.float32(5.0))
   with pytest.raises(IndexError, match="axis 1"): s.sum(1)
 
 
@@ -353,6 +363,13 @@ def test_reductions_over_an_empty_axis():
   assert e.shape == (2, 3, 0)
   close(e.sum(-1), np.zeros((2, 3), np.float32)); close(e.prod(-1), np.ones((2, 3), np.float32))
   with pytest.raises(ValueError, match="empty"): e.max(-1)
+
+
+def test_zero_size_shapes():   # shapes only: computing on empty buffers is the kernelizer's business (issue 18, 1)
+  x = Tensor(X)
+  assert [p.shape for p in x.split([4, 0], 1)] == [(3, 4), (3, 0)] and x[:, 4:].shape == (3, 0)
+  assert Tensor.arange(0).shape == (0,) and x[[]].shape == (0, 4) and x[2:0:1].shape == (0, 4)
+  assert x[::-1][3:].shape == (0, 4) and x.chunk(5, 1)[-1].shape == (3, 1)
 
 
 # ---- random numbers ----
@@ -366,6 +383,14 @@ def test_rand_randint_are_seeded():
   assert b.dtype is dtypes.i32 and a.min() >= -3 and a.max() < 3
   r = Tensor.rand(1000, seed=2).numpy()
   assert r.dtype == np.float32 and 0 <= r.min() and r.max() < 1
+
+
+def test_dropout_is_seeded_and_scaled():
+  x = Tensor(np.ones((50, 40), np.float32))
+  a, b = x.dropout(0.25, seed=3).numpy(), x.dropout(0.25, seed=3).numpy()
+  np.testing.assert_array_equal(a, b)
+  assert set(np.unique(a)) == {0.0, np.float32(1 / 0.75)} and abs((a == 0).mean() - 0.25) < 0.03
+  assert x.dropout(0.0) is x
 
 
 def test_multinomial_is_seeded_and_follows_the_weights():
