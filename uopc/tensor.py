@@ -226,6 +226,9 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def __eq__(self, x): return self.eq(x)   # elementwise, as in NumPy, PyTorch and tinygrad
   def __ne__(self, x): return self.ne(x)
   def isnan(self) -> Tensor: return self.ne(self) if self.dtype.is_float else Tensor.full(self.shape, False)
+  def eq(self, x) -> Tensor: return self.ne(x).logical_not()
+  def ne(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)
+  def logical_not(self) -> Tensor: return self.ne(True) if self.dtype is dtypes.bool else self.eq(0)
   def maximum(self, x) -> Tensor:
     out = self._binary(Ops.MAX, x)
     if not out.dtype.is_float: return out

@@ -12,7 +12,9 @@ if TYPE_CHECKING: from uopc.tensor import Tensor
 class ElementwiseMixin:
   def __floordiv__(self, x): return self._floordiv(self._operand(x))
   def __rfloordiv__(self, x): return self._operand(x)._floordiv(self)
-  def __mod__(self, x): x = self._operand(x); return self - (self // x) * x
+  def __mod__(self, x):
+    x = self._operand(x)
+    return self - (self // x) * x                        # the sign of the divisor, as Python's and NumPy's %
   def __rmod__(self, x): return self._operand(x) % self
   def __pow__(self, x): return self.pow(x)
   def __rpow__(self, x): return self._operand(x).pow(self)
@@ -34,12 +36,17 @@ class ElementwiseMixin:
   def _floordiv(self, x: Tensor) -> Tensor:
     """Python's and NumPy's floor division; IDIV (C's /) truncates toward zero."""
     if self.dtype.is_float or x.dtype.is_float: return (self / x).floor()
+    a, b = self._int_pair(x)
+    q = a._truncdiv(b)
+    inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0)) & b.ne(0)
+    return inexact.where(q - 1, q)
+  def _int_pair(self, x: Tensor) -> tuple[Tensor, Tensor]:
     a, b = self._pair(x)
+    return (a.int(), b.int()) if a.dtype is dtypes.bool else (a, b)
+  def _truncdiv(self, b: Tensor) -> Tensor:
+    """C's integer division (toward zero); x / 0 traps in C, so it gives 0 here, as NumPy does."""
     zero = b.eq(0)
-    b = zero.where(1, b)                                   # C's x/0 traps; NumPy gives 0
-    q = a._binary(Ops.IDIV, b)
-    inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0))
-    return zero.where(0, inexact.where(q - 1, q))
+    return zero.where(0, self._binary(Ops.IDIV, zero.where(1, b)))
 
   # function forms, as in PyTorch and tinygrad
   def add(self, x) -> Tensor: return self + x
@@ -48,12 +55,13 @@ class ElementwiseMixin:
   def div(self, x, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode is None: return self / x
     if rounding_mode == "floor": return self // x
-    if rounding_mode == "trunc": return (self / x).trunc() if self.dtype.is_float else self._binary(Ops.IDIV, x)
-    raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+    if rounding_mode != "trunc":
+      raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+    x = self._operand(x)
+    if self.dtype.is_float or x.dtype.is_float: return (self / x).trunc()
+    a, b = self._int_pair(x)
+    return a._truncdiv(b)
   def neg(self) -> Tensor: return -self
-  def eq(self, x) -> Tensor: return self.ne(x).logical_not()
-  def ne(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)
-  def logical_not(self) -> Tensor: return self.ne(True) if self.dtype is dtypes.bool else self.eq(0)
   def logical_and(self, x) -> Tensor: return self.bool() & self._operand(x).bool()
   def logical_or(self, x) -> Tensor: return self.bool() | self._operand(x).bool()
   def isinf(self) -> Tensor:
