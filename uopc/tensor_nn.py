@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 import numpy as np
 from uopc.dtype import dtypes
+from uopc.uop import Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
@@ -60,7 +61,6 @@ class NNMixin:
 
   # ---- reductions ----
   def prod(self, axis=None, keepdim: bool = False) -> Tensor:
-    from uopc.uop import Ops
     x = self if self.dtype.is_float else self.cast(dtypes.i64)
     return x._reduce(Ops.MUL, axis, keepdim)
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
