@@ -127,13 +127,9 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   home, temps, outs = _homes(roots, points)
   device = get_device(options.device)
   kernels = [_make_kernel(_kernel_body(p, points, home), home[p], opt, options, device) for p in points]
+  _compile_all(kernels, device)   # the kernels' compiles run side by side
   notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, options.online_softmax)
   return Plan(kernels, temps, outs, notes=notes)
-
-
-def is_contiguous_buffer(u: UOp) -> bool:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
 
 
 def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
@@ -195,7 +191,7 @@ def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
-            options: Options | None = None) -> list[np.ndarray]:
+            options: Options | None = None, observe=None) -> list[np.ndarray]:
   """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs.
   Buffers are host NumPy arrays on every device; a device's program maps them to its memory."""
   options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value)
@@ -206,6 +202,22 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
+  outs = run_kernels(plan, arrays, temps, device, debug)
+  t2 = time.perf_counter()
+  if debug >= 2:
+    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+  if observe is not None: observe(plan, arrays, outs)   # a capture (uopc.jit) records what ran
+  return outs
+
+
+def is_contiguous_buffer(u: UOp) -> bool:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+def run_kernels(plan: Plan, arrays: list, temps: list, device: Device, debug: int = 0) -> list[np.ndarray]:
+  """Run the plan's kernels in order on the inputs and temporaries; return the outputs (fresh arrays, or inputs
+  passed through). DEBUG=2 prints a line per kernel, 3 runs each twice, 4 prints each source."""
   outs: list[np.ndarray] = []
   for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
     outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else device.alloc(o[0], o[1]))
@@ -222,10 +234,13 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
         ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
         line += f"   again {again * 1e3:8.3f} ms"
       print(line)
-  t2 = time.perf_counter()
-  if debug >= 2:
-    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
   return outs
+
+
+def replay(plan: Plan, arrays: list, options: Options) -> list[np.ndarray]:
+  """Run a plan that has run before on new inputs: no graph, no normalize, no cache lookup (uopc.jit)."""
+  if plan.temp_arrays is None: raise RuntimeError("replay: this plan has never run, so it has no temporaries yet")
+  return run_kernels(plan, arrays, plan.temp_arrays, get_device(options.device), options.debug)
 
 
 def plan_cache_size() -> int:
@@ -261,6 +276,20 @@ def _homes(roots: list[UOp], points: list[UOp]) -> tuple[dict[UOp, UOp], list, l
   return home, temps, outs
 
 
+def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
+  """Compile every kernel's source for the device, several at once: a cold plan's compiles are separate compiler
+  processes, so a plan of many kernels waits for the slowest few instead of their sum."""
+  import os
+  from concurrent.futures import ThreadPoolExecutor
+  workers = min(len(kernels), os.cpu_count() or 1)
+  if workers <= 1: programs = [device.compile(k.src) for k in kernels]
+  else:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+      programs = list(pool.map(device.compile, [k.src for k in kernels]))
+  for k, prg in zip(kernels, programs): k.prg = prg
+  return kernels
+
+
 def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp]) -> UOp:
   """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape."""
   body = p.src[0] if p.op is Ops.STAGE else p
@@ -282,7 +311,7 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
   args = [a for k, a in enumerate(args) if k in used]
   r = device.renderer.render(ast, kernel_name(body))
-  kernel = Kernel(r.src.name, device.compile(r.src), args, r.flops, r.src, ast, body)
+  kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, body)   # compiled by _compile_all
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
   if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
     kernel.recompute = _evaluations(accs, r.acc_trips, local)

@@ -9,6 +9,7 @@ import math
 from typing import Sequence
 import numpy as np
 from uopc import autograd
+from uopc.capture import recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, least_upper_dtype, scalar_dtype, sum_dtype, to_array
 from uopc.helpers import DEBUG, DEVICE, prod
@@ -38,6 +39,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
     self.grad, self.lazy = None, None
+    self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     self.requires_grad = requires_grad
 
   @property
@@ -68,19 +70,50 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """The options a realize runs with now: the book's switches on Tensor, DEVICE= and DEBUG=, read once."""
     return Options(Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax, DEVICE.value, DEBUG.value)
 
-  def realize(self) -> Tensor:
-    if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
-    (out,) = realize([self.uop], options=Tensor.options())
-    self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
-    buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
-    self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor, and any others given, in one plan (Tensor.realize(loss, *grads, *updates)): each then
+    holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
+    todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
+    if not todo: return self
+    options, seen = Tensor.options(), {}
+    observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
+    outs = realize([t.uop for t in todo], options=options, observe=observe)
+    writes = []
+    for k, (t, out) in enumerate(zip(todo, outs)):
+      t.lazy = t.uop   # the graph that computed it, for gradients taken after realizing
+      if t._home is not None:   # assign: the new value goes into the buffer the tensor already had
+        home, t._home = t._home, None
+        np.copyto(_flat(home), out)
+        writes.append((k, _flat(home)))
+        t.uop = home
+      else: t.uop = Tensor._from_array(out, t.shape).uop
+    if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
     return self
 
+  def assign(self, x) -> Tensor:
+    """Make x (same shape and dtype) this tensor's value, written into this tensor's own buffer when it is realized:
+    an update such as p.assign(p - lr * g) leaves p holding data, so the next step's graph is the same graph."""
+    x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, self.dtype)
+    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
+    if x.dtype is not self.dtype: raise TypeError(f"assign: dtype {x.dtype} does not match the tensor's {self.dtype}")
+    if self._home is None:
+      self.realize()
+      self._home = self.uop
+    self.uop = x.uop
+    return self
+
+  def _data(self) -> np.ndarray:
+    """The flat array that holds this (realized) tensor's data."""
+    return _flat(self.realize().uop)
+
+  @staticmethod
+  def _from_array(flat: np.ndarray, shape: tuple[int, ...]) -> Tensor:
+    """A tensor whose data is the flat array (no copy), viewed in shape."""
+    buf = UOp(Ops.BUFFER, (), TensorData(flat, from_np(flat.dtype), (flat.size,)))
+    return Tensor(buf if tuple(shape) == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(shape)))
+
   def numpy(self) -> np.ndarray:
-    self.realize()
-    b = self.uop
-    while b.op is Ops.RESHAPE: b = b.src[0]   # a reshape of a reshape of data is still data
-    return b.arg.array.reshape(self.shape)
+    return self._data().reshape(self.shape)
 
   def item(self):
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -336,6 +369,12 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
     autograd.backward(self)
+
+
+def _flat(u: UOp) -> np.ndarray:
+  """The array under a realized tensor's uop (a BUFFER, or RESHAPEs of one)."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.arg.array
 
 
 def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
