@@ -132,3 +132,19 @@ def test_a_kernel_name_must_be_a_c_identifier(name):
     Program("void f(float* a) {}", name)
   with pytest.raises(ValueError, match="not a C identifier"):
     render_c(copy_program(4), name)
+
+
+BOOK_LINES = {   # the lines of uopc/kernelize.py that chapter 11 cites by number, as it prints them
+  121: "  roots = [graph_rewrite(r, strip_detach) for r in roots]",
+  122: "  # fuse_reduce asks for \"never write the big intermediate\", so don't stage broadcasts either",
+  123: "  if not fuse_reduce: roots = stage_broadcast_compute(roots)",
+  124: "  if opt is not None: roots = opt.layout(roots)",
+  125: "  points = _materialize_points(roots, fuse_reduce)",
+  203: "  if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]",
+  204: "  temps = plan.temp_arrays",
+}
+
+
+def test_the_lines_the_book_cites_are_where_it_cites_them():
+  lines = (PACKAGE / "kernelize.py").read_text().splitlines()
+  assert {n: lines[n - 1] for n in BOOK_LINES} == BOOK_LINES

@@ -86,10 +86,11 @@ def unravel(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
 
 
 def _axis_parts(ctx: Ctx, size: int, factor: int, axis_type: AxisType) -> tuple[UOp, int]:
-  """One axis as (loop variable, unroll factor): index = r*factor + k for k < factor. No loop for one trip."""
+  """One axis as (loop variable, unroll factor): index = r*factor + k for k < factor. No loop for one trip; a loop of
+  no trips for an empty axis (a reduction over it is its identity)."""
   if factor < 1 or size % factor: factor = 1   # a factor that does not divide the axis is ignored
-  n = size // factor
-  return (ctx.range(n, axis_type) if n > 1 else UOp.const(0), factor)
+  n = size // factor if size else 0
+  return (ctx.range(n, axis_type) if n != 1 else UOp.const(0), factor)
 
 
 def _combos(parts: list[tuple[UOp, int]]) -> list[tuple[UOp, ...]]:

@@ -309,7 +309,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if not axes or self.ndim == 0: return self
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
-      if op is Ops.MAX: raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+      if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
+        raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
       out = Tensor.full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
       return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
@@ -331,11 +332,13 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return out * (out.numel() / x.numel()) if x.numel() else out * math.nan
 
   def softmax(self, axis: int = -1) -> Tensor:
+    if not self.numel(): return self   # nothing to normalize (and an empty axis has no max)
     m = self - self.max(axis, keepdim=True)
     e = m.exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1) -> Tensor:
+    if not self.numel(): return self
     m = self - self.max(axis, keepdim=True)
     return m - m.exp().sum(axis, keepdim=True).log()
 
