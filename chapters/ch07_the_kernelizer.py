@@ -310,20 +310,12 @@ print(plan.explain())
 # the book's `FlashOpt` (section 11.4):
 
 # %%
-from uopc.rangeify import Ctx, Opts, lower
+import inspect
+from uopc.book import load_example
 
-
-class FlashOpt:
-  """fuse_reduce kernels: unroll the head dim (up to 16) so each QK^T value is shared by 16 accumulators."""
-  from uopc.opt import layout_pass as layout
-  @staticmethod
-  def lower(body, out):
-    return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], 16)}, thread=0)))
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-  return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
-
+book = load_example("flash_attention")   # examples/flash_attention.py, the file the book quotes
+FlashOpt, attention = book.FlashOpt, book.attention
+print(inspect.getsource(FlashOpt))
 
 N, D = 1024, 64
 q, k, v = (Tensor(rng.standard_normal((N, D)).astype(np.float32)) for _ in range(3))
@@ -419,10 +411,11 @@ import uopc.kernelize
 @contextlib.contextmanager
 def no_staging():
   """make_plan without stage_broadcast_compute (and with a plan cache of its own)."""
-  saved = uopc.kernelize.stage_broadcast_compute, uopc.kernelize._plans
-  uopc.kernelize.stage_broadcast_compute, uopc.kernelize._plans = (lambda roots, factor=4: roots), {}
-  try: yield
-  finally: uopc.kernelize.stage_broadcast_compute, uopc.kernelize._plans = saved
+  saved = uopc.kernelize.stage_broadcast_compute
+  uopc.kernelize.stage_broadcast_compute = lambda roots, factor=4: roots
+  try:
+    with uopc.kernelize.isolated_plan_cache(): yield
+  finally: uopc.kernelize.stage_broadcast_compute = saved
 
 
 def mlp_in() -> Tensor:

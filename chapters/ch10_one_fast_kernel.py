@@ -534,12 +534,9 @@ print(f"uopc reaches {uopc_vs_numpy:.0%} of NumPy's throughput")
 
 # %%
 import math
-import sys
-from pathlib import Path
-import uopc
+from uopc.book import load_example
 
-sys.path.insert(0, str(Path(uopc.__file__).resolve().parent.parent / "examples"))   # the book's examples/
-import flash_attention as book
+book = load_example("flash_attention")   # the book's examples/flash_attention.py
 from uopc.kernelize import normalize, realize
 
 Na, Da = 1024, 64

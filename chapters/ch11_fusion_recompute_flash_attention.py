@@ -48,7 +48,6 @@ print(f"# {'load average':<17s} {' '.join(f'{x:.2f}' for x in os.getloadavg())} 
 import inspect
 import math
 import re
-import sys
 import time
 from pathlib import Path
 import numpy as np
@@ -56,6 +55,7 @@ from threadpoolctl import threadpool_limits
 import uopc.kernelize
 import uopc.rangeify
 from uopc.helpers import Context
+from uopc.book import load_example
 from uopc.kernelize import make_plan, realize
 from uopc.render_c import render_c
 from uopc.runtime import Program
@@ -63,8 +63,7 @@ from uopc.tensor import Tensor
 
 # the repository root: the notebook may run from it (make notebooks) or from chapters/ (nbval)
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "examples" / "flash_attention.py").exists())
-sys.path.insert(0, str(ROOT / "examples"))
-import flash_attention as fa   # noqa: E402  (examples/ is not a package)
+fa = load_example("flash_attention")   # examples/flash_attention.py (examples/ is not a package)
 
 
 def inputs(n: int, d: int = 64) -> tuple[np.ndarray, ...]:
@@ -381,16 +380,7 @@ def key_loops(src: str, n: int, d: int) -> tuple[int, int]:
   return len(loops), sum(loops)
 
 
-def flash_opt(upcast: int):
-  """FlashOpt with another upcast of the head dimension."""
-  class Opt:
-    from uopc.opt import layout_pass as layout
-    @staticmethod
-    def lower(body, out):
-      opts = uopc.rangeify.Opts(upcast={len(body.shape) - 1: min(body.shape[-1], upcast)}, thread=0)
-      return uopc.rangeify.lower(body, out, uopc.rangeify.Ctx(opts=opts))
-  return Opt
-
+from uopc.book import flash_opt   # the book's FlashOpt with another upcast of the head dimension
 
 assert make_plan([out_uop], True, flash_opt(16)).kernels[-1].src == fused_src   # FlashOpt is flash_opt(16)
 print(f"{'upcast':>6} {'recompute of QK^T':>18} {'2 + D/upcast':>13} {'key loops in C':>15} {'passes run':>11}"
@@ -528,28 +518,15 @@ print("\n".join(src[start:start + 4]))
 # keys, so unsimplified indices also defeat memoization.)
 #
 # We can watch the bug come back. We patch `uopc.rangeify.simplify` so that it does nothing when called from the
-# RESHAPE rule (and works normally everywhere else, including the final cleanup in `lower`). The call comes from a
-# generator expression inside `rangeify`, so the caller's frame is `<genexpr>` and the frame above it is `rangeify`.
-# The plans made while the patch is on are kept out of the plan cache.
+# RESHAPE rule (and works normally everywhere else, including the final cleanup in `lower`): the RESHAPE rule is the
+# only caller that reaches simplify through that module attribute, so replacing the attribute turns off exactly that
+# rule. `uopc.book.reshape_simplify(on)` does the patch for one block, and keeps the plans made while it is on
+# apart from the plan cache.
 
 # %%
-import contextlib
+from uopc.book import reshape_simplify
 
-
-@contextlib.contextmanager
-def reshape_simplify(on: bool):
-  real, saved = uopc.rangeify.simplify, dict(uopc.kernelize._plans)
-
-  def off(u):
-    f = sys._getframe(1)
-    if f.f_code.co_name == "<genexpr>": f = f.f_back
-    return u if f.f_code.co_name == "rangeify" else real(u)
-  if not on: uopc.rangeify.simplify = off
-  uopc.kernelize._plans.clear()
-  try: yield
-  finally:
-    uopc.rangeify.simplify = real
-    uopc.kernelize._plans.clear(); uopc.kernelize._plans.update(saved)
+print(inspect.getsource(reshape_simplify))
 
 
 STRUCTURE = re.compile(r"for \(|acc\d+ = (0\.0f|-INFINITY);$")

@@ -2,12 +2,12 @@
 
   OMP_NUM_THREADS=1 python notes/notes10_online_passes.py
 """
-import sys, time, numpy as np
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples"))
-import flash_attention as book
+import time, numpy as np
+from uopc.book import load_example
 from uopc.tensor import Tensor
-from uopc.kernelize import make_plan, normalize, _plans
+from uopc.kernelize import clear_plan_cache, make_plan, normalize
 import uopc.opt as opt
+book = load_example("flash_attention")
 def cpu(fn, k=3):
   fn(); best = 1e9
   for _ in range(k):
@@ -19,7 +19,7 @@ q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 real = opt.online_opts
 untiled = lambda body, rows=1, keys=1: real(body, 1, 1)   # the head dim unrolled, one row and one key an iteration
 for label, patch in (("default 4x4 tile", lambda body, rows=1, keys=1: None), ("head dim unrolled", untiled)):
-  opt.online_opts = patch; _plans.clear()
+  opt.online_opts = patch; clear_plan_cache()
   out = book.attention(Tensor(q), Tensor(k), Tensor(v))
   plan = make_plan([out.uop], False, Tensor.opt, True)
   kk = plan.kernels[-1]; _, arrays = normalize([out.uop]); o = np.empty(N * D, np.float32)

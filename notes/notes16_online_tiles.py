@@ -3,12 +3,12 @@
   OMP_NUM_THREADS=1 python notes/notes16_online_tiles.py 1024
 """
 import sys, time, numpy as np
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples"))
-import flash_attention as book
+from uopc.book import load_example
 from uopc.tensor import Tensor
-from uopc.kernelize import make_plan, normalize, _plans
+from uopc.kernelize import clear_plan_cache, make_plan, normalize
 from uopc.nn import scaled_dot_product_attention as sdpa
 import uopc.opt as opt
+book = load_example("flash_attention")
 def cpu(fn, k=3):
   fn(); best = 1e9
   for _ in range(k):
@@ -20,7 +20,7 @@ q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 real = opt.online_opts
 ref = sdpa(q, k, v, splits=1).numpy()
 for rows, keys in [(1, 1), (2, 4), (4, 4), (4, 8), (8, 4), (2, 8), (1, 8)]:
-  opt.online_opts = lambda body, rows_=1, keys_=1, r=rows, kk=keys: real(body, r, kk); _plans.clear()
+  opt.online_opts = lambda body, rows_=1, keys_=1, r=rows, kk=keys: real(body, r, kk); clear_plan_cache()
   out = book.attention(Tensor(q), Tensor(k), Tensor(v))
   plan = make_plan([out.uop], False, Tensor.opt, True)
   _, arrays = normalize([out.uop]); o = np.empty(N * D, np.float32)

@@ -22,15 +22,14 @@ from __future__ import annotations
 import argparse, os, subprocess, sys, time
 from pathlib import Path
 import numpy as np
+from uopc import bench
+from uopc.book import load_example
+from uopc.kernelize import make_plan
+from uopc.tensor import Tensor
+from uopc.uop import Ops
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
-import flash_attention as book   # noqa: E402
-from uopc import bench   # noqa: E402
-from uopc.kernelize import make_plan   # noqa: E402
-from uopc.tensor import Tensor   # noqa: E402
-from uopc.uop import Ops   # noqa: E402
+book = load_example("flash_attention")
 
 D = 64
 FUSED_MAX = 2048   # bench.attention skips fused above this: at 4096 one call takes seconds (6 passes of QK^T a row)

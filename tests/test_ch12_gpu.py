@@ -116,13 +116,13 @@ def test_device_env_and_to():
   with pytest.raises(ValueError, match="unknown device"): Tensor(a, device="TPU")
 
 
-def test_plans_are_made_and_cached_per_device(fresh_plans):
+def test_plans_are_made_and_cached_per_device(fresh_plan_cache):
   from uopc.device_cl import CLProgram
-  from uopc.kernelize import plan_count
+  from uopc.kernelize import plan_cache_size
   from uopc.options import Options
   a = arr(5, 6)
   for device in ("CPU", "CL", "CL"): Tensor(a, device=device).exp().sum(0).numpy()
-  assert plan_count() == 2
+  assert plan_cache_size() == 2
   root = (Tensor(a).exp().sum(0)).uop
   plan = make_plan([root], options=Options(opt=Tensor.opt, device="CL"))
   assert all(isinstance(k.prg, CLProgram) for k in plan.kernels)

@@ -7,9 +7,13 @@ like any other.
 """
 from __future__ import annotations
 import math
-from typing import Callable
+import weakref
+from typing import TYPE_CHECKING, Callable
 from uopc.uop import UOp, Ops
-from uopc.tensor import Tensor, LN2
+if TYPE_CHECKING: from uopc.tensor import Tensor   # autograd works on Tensors but never imports them at run time
+
+LN2 = math.log(2)
+requires_grad_leaves: weakref.WeakSet = weakref.WeakSet()   # the tensors backward() fills .grad on
 
 
 def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -18,14 +22,34 @@ def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
   return g.sum(axes, keepdim=True).reshape(shape) if axes else g
 
 
+def _prod_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+  """The product of the others: out / x, except at a zero, where it is the product of the nonzero rest (if that
+  zero is the only one; with two zeros every gradient is 0)."""
+  zero = x.eq(0)
+  rest = zero.where(1.0, x)._reduce(Ops.MUL, axes, True).expand(x.shape)
+  lone = zero.sum(axes, keepdim=True).eq(1).expand(x.shape)
+  return g * zero.where(lone.where(rest, 0.0), out / zero.where(1.0, x))
+
+
+def _max_reduce_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+  """The gradient goes to the maxima, shared equally between ties."""
+  hit = x.eq(out).cast(x.dtype)
+  count = hit.sum(axes, keepdim=True).expand(x.shape)
+  return g * hit / count
+
+
+# reduce op -> rule(x, out, g, axes), with out and g broadcast back to x's shape over the reduced axes
+REDUCE_DERIVATIVES: dict[Ops, Callable] = {
+  Ops.ADD: lambda x, out, g, axes: g,                                       # d(sum x) = sum dx
+  Ops.MUL: _prod_grad,                                                      # d(prod x) = sum_i (prod_{j!=i} x_j) dx_i
+  Ops.MAX: _max_reduce_grad,
+}
+
+
 def _reduce_grad(out: Tensor, x: Tensor, g: Tensor, rop: Ops, n: int) -> Tensor:
   kept = x.shape[:x.ndim - n]
-  g_full = g.reshape(kept + (1,) * n).expand(x.shape)
-  if rop is Ops.ADD: return g_full
-  # MAX: the gradient goes to the maxima, shared equally between ties
-  hit = x.eq(out.reshape(kept + (1,) * n).expand(x.shape)).cast(x.dtype)
-  count = hit.sum(tuple(range(x.ndim - n, x.ndim)), keepdim=True).expand(x.shape)
-  return g_full * hit / count
+  def back(t: Tensor) -> Tensor: return t.reshape(kept + (1,) * n).expand(x.shape)   # reduced, broadcast back
+  return REDUCE_DERIVATIVES[rop](x, back(out), back(g), tuple(range(x.ndim - n, x.ndim)))
 
 
 def _max_grad(a: Tensor, b: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
@@ -40,7 +64,7 @@ def _inverse(order: tuple[int, ...]) -> list[int]:
 
 
 # op -> rule(out, srcs, g, arg) -> one gradient per source
-Rule = Callable[[Tensor, list[Tensor], Tensor, object], tuple]
+Rule = Callable[..., tuple]   # (out: Tensor, srcs: list[Tensor], g: Tensor, arg) -> one gradient per source
 DERIVATIVES: dict[Ops, Rule] = {
   Ops.ADD: lambda out, s, g, arg: (g, g),                                   # d(a+b) = da + db
   Ops.MUL: lambda out, s, g, arg: (g * s[1], g * s[0]),                     # d(ab) = b da + a db
@@ -70,6 +94,7 @@ def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[T
   if seed is None:
     if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
+  Tensor = type(f)   # the class of the tensors given: this module does not import uopc.tensor
   if f.lazy is not None: f = Tensor(f.lazy)   # f was realized: differentiate the graph that computed it
   targets = {w.uop for w in wrt}
   topo = f.uop.toposort()
@@ -90,8 +115,7 @@ def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[T
 
 def backward(loss: Tensor) -> None:
   """loss.backward(): set .grad on every tensor with requires_grad that loss depends on."""
-  from uopc.tensor import _requires_grad
   graph = set((loss.lazy or loss.uop).toposort())
-  leaves = [t for t in list(_requires_grad) if t.uop in graph]
+  leaves = [t for t in list(requires_grad_leaves) if t.uop in graph]
   for t, g in zip(leaves, gradient(loss, leaves)):
     t.grad = g if t.grad is None else t.grad + g

@@ -8,7 +8,7 @@ On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slo
 run that compares with NumPy (the header says what NumPy's BLAS runs).
 """
 from __future__ import annotations
-import argparse, datetime, math, os, platform, re, sys, time
+import argparse, datetime, math, os, platform, re, time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
@@ -69,14 +69,12 @@ class Row:
   flops: float
   base: float | None = None   # the reference time this row's ratio is against
 
-  def line(self) -> str:
+  def line(self, peak_gflops: float | None = None) -> str:
+    """One printed row; with the measured FMA peak, also the fraction of it this row reached."""
     ratio = f"{self.base / self.seconds:7.2f}x" if self.base else ""
     rate = self.flops / self.seconds / 1e9
-    frac = f"  {rate / PEAK[0]:6.1%} of peak" if PEAK[0] else ""
+    frac = f"  {rate / peak_gflops:6.1%} of peak" if peak_gflops else ""
     return f"{self.case:<20s} {self.impl:<10s} {self.seconds * 1e3:10.3f} ms {rate:9.1f} GFLOP/s {ratio}{frac}"
-
-
-PEAK = [0.0]   # the measured FP32 FMA peak (GFLOP/s), once main() has measured it
 
 
 # ---- gemm ----
@@ -136,8 +134,8 @@ def attention_peers(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, p
   from uopc.tensor import Tensor
   from uopc.render_c import render_c
   from uopc.nn import scaled_dot_product_attention
-  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-  import flash_attention as book
+  from uopc.book import load_example
+  book = load_example("flash_attention")
   n, d = q.shape
   mask = np.triu(np.full((n, n), -np.inf, np.float32), 1) if causal else None
   def numpy_att():
@@ -203,9 +201,10 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
   args = ap.parse_args(argv)
   print(header())
+  peak_gflops = None
   if args.what == "attention" and not args.no_peak:
-    PEAK[0] = peak(3)["fma_gflops"]
-    print(f"# FMA peak         {PEAK[0]:.1f} GFLOP/s (measured now)")
+    peak_gflops = peak(3)["fma_gflops"]
+    print(f"# FMA peak         {peak_gflops:.1f} GFLOP/s (measured now)")
   if args.what == "peak":
     r = peak(args.reps)
     print(f"FP32 FMA peak   {r['fma_gflops']:9.1f} GFLOP/s\nmemory (triad)  {r['triad_gbs']:9.1f} GB/s")
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
   rows = gemm(args.sizes or [256, 512, 1024, 2048], args.reps) if args.what == "gemm" else \
     attention(args.sizes or [256, 512, 1024, 2048, 4096, 8192], args.dims, args.reps, set(args.peers), args.causal)
   print(f"{'case':<20s} {'impl':<10s} {'time':>13s} {'rate':>17s} speedup over numpy")
-  for r in rows: print(r.line())
+  for r in rows: print(r.line(peak_gflops))
 
 
 if __name__ == "__main__":

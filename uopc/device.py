@@ -10,7 +10,6 @@ renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a functi
 (OpenCL on PoCL, uopc.device_cl) and "CUDA" (NVRTC, launched where a GPU is: uopc.device_cuda) are two such entries.
 """
 from __future__ import annotations
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
@@ -35,14 +34,21 @@ def _cpu() -> Device:
                 lambda a: a, lambda b: b)
 
 
+def _host_alloc(dtype: DType, n: int) -> np.ndarray: return np.empty(n, np_dtype(dtype))
+
+
 def _cl() -> Device:
-  from uopc.device_cl import cl_device
-  return cl_device()
+  """OpenCL C on PoCL (uopc.device_cl); buffers stay host arrays, each program maps them for its launch."""
+  from uopc.render_gpu import CL
+  from uopc.device_cl import CLProgram
+  return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b)
 
 
 def _cuda() -> Device:
-  from uopc.device_cuda import cuda_device
-  return cuda_device()
+  """CUDA C, compiled by NVRTC anywhere, launched where a GPU is (uopc.device_cuda)."""
+  from uopc.render_gpu import CUDA
+  from uopc.device_cuda import CUDAProgram
+  return Device("CUDA", CUDA, CUDAProgram, _host_alloc, lambda a: a, lambda b: b)
 
 
 # name -> a function that builds the device (called once, on first use: a backend's imports stay lazy)
@@ -57,9 +63,12 @@ def canonical(name: str) -> str:
   return key
 
 
-@functools.cache
-def _open(name: str) -> Device: return DEVICES[name]()
+_opened: dict[str, tuple[Callable, Device]] = {}
 
 
 def get_device(name: str = "CPU") -> Device:
-  return _open(canonical(name))
+  """The device registered under name, built on first use (again if its registry entry was replaced)."""
+  key = canonical(name)
+  factory = DEVICES[key]
+  if key not in _opened or _opened[key][0] is not factory: _opened[key] = (factory, factory())
+  return _opened[key][1]

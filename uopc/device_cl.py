@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 from uopc.dtype import np_dtype
 from uopc.renderer import KernelSource
-from uopc.render_gpu import CL, CL_PRELUDE
+from uopc.render_gpu import CL_PRELUDE
 from uopc.runtime import CompileError, cache_dir, numbered
 
 PLATFORM = os.environ.get("UOPC_CL_PLATFORM", "Portable Computing Language")   # chosen by name, never by index
@@ -87,7 +87,3 @@ class CLProgram:
         mapped.base.release()
     self.queue.finish()
 
-
-def cl_device():
-  from uopc.device import Device
-  return Device("CL", CL, CLProgram, lambda dtype, n: np.empty(n, np_dtype(dtype)), lambda a: a, lambda b: b)

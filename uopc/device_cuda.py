@@ -10,7 +10,7 @@ import functools
 import numpy as np
 from uopc.dtype import np_dtype
 from uopc.renderer import KernelSource
-from uopc.render_gpu import CUDA, CUDA_PRELUDE
+from uopc.render_gpu import CUDA_PRELUDE
 from uopc.runtime import CompileError, numbered
 
 DEFAULT_ARCH = "sm_80"   # what kernels compile for when there is no GPU to ask
@@ -111,7 +111,3 @@ class CUDAProgram:
     finally:
       for ptr in ptrs: driver.cuMemFree(ptr)
 
-
-def cuda_device():
-  from uopc.device import Device
-  return Device("CUDA", CUDA, CUDAProgram, lambda dtype, n: np.empty(n, np_dtype(dtype)), lambda a: a, lambda b: b)

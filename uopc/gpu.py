@@ -14,7 +14,7 @@ addresses (coalesced).
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from uopc.uop import UOp, Ops, AxisType
+from uopc.uop import UOp, Ops, AxisType, base_alloc, is_local
 from uopc.helpers import prod
 from uopc.linearize import open_ranges, loop_nesting
 from uopc import symbolic
@@ -151,7 +151,6 @@ def traffic(prog: UOp) -> dict[str, int]:
   and stores of `global` memory (the BUFFERs) and of `local` memory (LocalArg ALLOCs). Registers (other ALLOCs) are
   free. prog may still have launch loops: they are made SPECIAL first, every work-item counted."""
   from uopc.linearize import linearize
-  from uopc.renderer import base_alloc, base_buffer, is_local
   prog, launch = to_special(prog)
   out = {"global_load": 0, "global_store": 0, "local_load": 0, "local_store": 0}
   trips = [launch.items]
@@ -161,6 +160,7 @@ def traffic(prog: UOp) -> dict[str, int]:
     if ln.kind == "close": trips.pop(); continue
     if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
     base = u.src[0].src[0]
-    space = "global" if base_buffer(base) is not None else "local" if is_local(base_alloc(base) or u) else None
+    while base.op is Ops.AFTER: base = base.src[0]
+    space = "global" if base.op is Ops.BUFFER else "local" if is_local(base_alloc(base)) else None
     if space: out[f"{space}_{'load' if u.op is Ops.LOAD else 'store'}"] += trips[-1] * u.src[0].dtype.itemsize
   return out
