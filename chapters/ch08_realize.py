@@ -160,8 +160,9 @@ for label, reuse in (("fresh", None), ("fresh", None), ("fresh", None), ("reused
   print(f"{label:7s} temporaries: {faults() - f0:5d} page faults, {(time.perf_counter() - t0) * 1e3:7.2f} ms")
 
 # %% [markdown]
-# A run with fresh temporaries faults on about every page it writes (2 x 4 MB of S and P, plus the small
-# temporaries and the output: about 2,100 pages). The first "reused" run still faults, because `kept` is
+# A run with fresh temporaries faults on pages it writes for the first time. S and P alone are two 4 MB arrays,
+# two thousand 4 KB pages: an upper bound, and the counts above fall short of it where the allocator hands back
+# memory an earlier run already mapped. The first "reused" run still faults, because `kept` is
 # new memory too; the runs after it do not. Whether later *fresh* runs fault again is up to the allocator:
 # glibc's `malloc` returns a freed large block to the system (`munmap`), but it also raises its threshold
 # after such a free and may then recycle freed blocks inside the process, whose pages stay mapped. Above

@@ -383,6 +383,9 @@ total = {name: sum(t["global_load"] + t["global_store"] for n, t in counts.items
          for name in plans}
 print("global bytes per plan:", {name: f"{b / 1e6:.2f} MB" for name, b in total.items()},
       f"(fused / unfused: {total['fused'] / total['unfused']:.1f}x)")
+ln = counts["local_normalize (8 x 64)"]
+print(f"local_normalize: each element loaded {ln['global_load'] // ln['global_store']} time(s) from global memory, "
+      f"{ln['local_load'] // ln['local_store']} times from local memory")
 
 # %%
 import matplotlib.pyplot as plt

@@ -152,7 +152,7 @@ print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)
 assert score_bytes(1024) == 4 * 2**20
 
 # %% [markdown]
-# 268 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
+# 268.4 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
 # of a head. Nobody materializes S at long context.
 
 # %% tags=["hidden-test"]
