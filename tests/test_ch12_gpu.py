@@ -290,3 +290,13 @@ def test_cuda_launch():
     pytest.skip(no_gpu_reason())
   out = book.attention(*(Tensor(a, device="CUDA") for a in (q, k, v))).numpy()
   np.testing.assert_allclose(out, attention_ref(q, k, v), atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvrtc_compiles_the_mma_tile_kernels(arch):
+  """uopc.wmma prints CUDA with inline PTX mma.sync: NVRTC checks it here, before any GPU runs it."""
+  from uopc import wmma
+  from uopc.device_cuda import nvrtc_compile
+  for shape in wmma.SHAPES.values():
+    for dtype in set(shape.inputs) & {"f16", "bf16"}:   # the tile kernel packs 16-bit inputs
+      assert nvrtc_compile(wmma.mma_tile_kernel(shape, dtype), "mma_tile", arch)[:4] == b"\x7fELF", (shape.name, dtype)
