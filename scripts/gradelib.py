@@ -42,8 +42,9 @@ def expect_close(got: Any, want: Any, what: str, tol: float = 1e-4) -> None:
     where = f" at index {tuple(int(i) for i in at)}" if at else ""
     extra = f"; wrong rows {_rows(rows(bad))}" if got.ndim >= 2 else f"; {int(bad.sum())} of {bad.size} values wrong"
     e, w, g = float(err[at]), float(want[at]), float(got[at])
-    raise AssertionError(f"{what}: max abs error {e:.3g}{where} (expected {_fmt(w)}, found {_fmt(g)}){extra}; "
-                         f"tolerance {tol:g}")
+    digits = next((d for d in range(4, 18) if f"{w:.{d}g}" != f"{g:.{d}g}"), 17)   # enough to see the difference
+    raise AssertionError(f"{what}: max abs error {e:.3g}{where} (expected {w:.{digits}g}, found {g:.{digits}g})"
+                         f"{extra}; tolerance {tol:g}")
 
 
 def expect_equal(got: Any, want: Any, what: str) -> None:
