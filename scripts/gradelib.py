@@ -117,3 +117,56 @@ def expect_faster(fast: Callable[[], Any], slow: Callable[[], Any], ratio: float
     raise AssertionError(f"{what}: {ts / tf:.2f}x faster ({tf * 1e3:.2f} ms against {ts * 1e3:.2f} ms), expected at "
                          f"least {ratio:g}x")
   return ts / tf
+
+
+# --- attention: the reference, and what a kernel computes with one of the usual mistakes -------------------------
+def attention_ref(q, k, v, keep=None, scale: float | None = None) -> np.ndarray:
+  """softmax(q k^T * scale) v in float64 (scale 1/sqrt(D) by default); keep (Nq, Nk) bool: the scores kept."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+  if keep is not None: s = np.where(keep, s, -np.inf)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def _online(q, k, v, keep, rescale_o: bool = True, rescale_l: bool = True, normalize: bool = True) -> np.ndarray:
+  """The online softmax key by key (every row at once), with the chosen rescales left out."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s_all = q @ k.T / math.sqrt(q.shape[-1])
+  if keep is not None: s_all = np.where(keep, s_all, -1e30)
+  m, l, o = np.full(len(q), -np.inf), np.zeros(len(q)), np.zeros((len(q), v.shape[1]))
+  with np.errstate(invalid="ignore", over="ignore"):
+    for j in range(len(k)):
+      s = s_all[:, j]
+      m_new = np.maximum(m, s)
+      corr, p = np.exp(m - m_new), np.exp(s - m_new)
+      l = (l * corr if rescale_l else l) + p
+      o = (o * corr[:, None] if rescale_o else o) + p[:, None] * v[j]
+      m = m_new
+    return o / l[:, None] if normalize else o
+
+
+MISTAKES = {
+  "o is never rescaled (o = o + p * v: the `* corr` of the output update is missing)":
+    lambda q, k, v, keep: _online(q, k, v, keep, rescale_o=False),
+  "l is never rescaled (l = l + p: the `* corr` of the sum is missing)":
+    lambda q, k, v, keep: _online(q, k, v, keep, rescale_l=False),
+  "o is not divided by l at the end": lambda q, k, v, keep: _online(q, k, v, keep, normalize=False),
+  "the scores are not scaled by 1/sqrt(D)": lambda q, k, v, keep: attention_ref(q, k, v, keep, scale=1.0),
+  "exp2 is applied to scores not multiplied by log2(e)":
+    lambda q, k, v, keep: attention_ref(q, k, v, keep, scale=math.log(2) / math.sqrt(q.shape[-1])),
+  "the mask is ignored": lambda q, k, v, keep: attention_ref(q, k, v) if keep is not None else None,
+}
+
+
+def expect_attention(got, q, k, v, what: str, keep=None, tol: float = 1e-4) -> None:
+  """got is attention of q, k, v (with the mask keep); if not, say which usual mistake it matches, if any."""
+  want = attention_ref(q, k, v, keep)
+  try: expect_close(got, want, what, tol)
+  except AssertionError as e:
+    g = np.asarray(got, np.float64).reshape(want.shape) if np.size(got) == want.size else None
+    for fault, fn in MISTAKES.items():
+      alt = fn(q, k, v, keep) if g is not None else None
+      if alt is not None and np.allclose(g, alt, rtol=10 * tol, atol=10 * tol):
+        raise AssertionError(f"{e}. It is what a kernel computes when {fault}") from None
+    raise
