@@ -4,7 +4,8 @@ solutions/X.ipynb is the one source of truth; assignments/X.ipynb is made from i
   - replacing each region of a code cell between a line `### BEGIN SOLUTION` and a line `### END SOLUTION`
     (markers included) by `raise NotImplementedError("<task>")` at the indentation of the BEGIN line, where
     <task> is the name on a `# TASK: <name>` line of that cell, or else the notebook's last heading before it;
-  - dropping cells tagged `hidden-test` or `hidden-setup` (the grader runs them, students never see them);
+  - dropping cells tagged `hidden-test` or `hidden-setup` (the grader runs them, students never see them), and
+    cells tagged `answer` (prose that gives an exercise's answer away: the reading of a result, quiz answers);
   - clearing every output and execution count;
   - recording which solution it came from in the notebook's metadata (`uopc.assignment`), so that
     `make grade NB=<any name>.ipynb` finds the hidden tests of a student's renamed copy.
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 TASK = re.compile(r"^\s*#\s*TASK:\s*(.+?)\s*$")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
-HIDDEN, SETUP = "hidden-test", "hidden-setup"
+HIDDEN, SETUP, ANSWER = "hidden-test", "hidden-setup", "answer"
 POINTS = re.compile(r"^\s*#\s*POINTS:\s*(.+?)\s+(\d+(?:\.\d+)?)(?:\s+(structure|speed))?\s*$")
 
 
@@ -70,7 +71,7 @@ def make_assignment(solution: nbformat.NotebookNode, name: str) -> nbformat.Note
   cells, heading = [], name
   for k, cell in enumerate(nb.cells):
     where = f"{name}, cell {k}"
-    if {HIDDEN, SETUP} & set(cell.get("metadata", {}).get("tags", [])): continue
+    if {HIDDEN, SETUP, ANSWER} & set(cell.get("metadata", {}).get("tags", [])): continue
     lines = cell.source.split("\n")
     if cell.cell_type == "markdown":
       if any(line.strip() in (BEGIN, END) for line in lines):

@@ -26,7 +26,7 @@ EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/gradelib.py", "scripts
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py"}
 EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
-HIDDEN_TAGS = {"hidden-test", "hidden-setup"}
+HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
 
 STUDENT_MAKEFILE = """\
 # uopc, the student's tree (written by the instructor's `make release`).

@@ -166,7 +166,7 @@ print(f"S for 12 heads, batch 8:      {score_bytes(8192, heads=12, batch=8) / 1e
 print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)")
 assert score_bytes(1024) == 4 * 2**20
 
-# %% [markdown]
+# %% [markdown] tags=["answer"]
 # 268 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
 # of a head. Nobody materializes S at long context.
 
@@ -257,7 +257,7 @@ for upcast in (8, 16, 32, 64):
 print("the online kernel:", count_key_passes(render_c(online_attention_ir(N, 64), "flash"), N), "pass")
 print("needs the most registers: upcast", most_registers())
 
-# %% [markdown]
+# %% [markdown] tags=["answer"]
 # Two softmax passes plus 64 / upcast output passes: 10, 6, 4 and 3. The upcast of 64 makes the fewest passes but
 # keeps 64 output accumulators live across its whole key loop: as scalars, far more than the 16 registers of
 # x86-64 (32 with AVX-512), so they would spill to the stack, unless the compiler packs them into vectors. Its C is
@@ -1128,6 +1128,27 @@ for _block in (16, 32):
 
 # %% [markdown]
 # ## Quiz
+#
+# Answer in a markdown cell of your own below; a person reads it, the grader does not.
+#
+# **1. What are the two costs on either side of a fusion decision?**
+#
+# **2. Why does unfused attention make six passes over N x N data? Name them.**
+#
+# **3. With fuse_reduce=True and FlashOpt at D = 64, how many times is each q_i . k_j computed, and why?**
+#
+# **4. Write the recurrences for m_j, l_j and o_j in online softmax.**
+#
+# **5. Why is the correction factor exp(m_{j-1} - m_j) allowed to multiply the whole running sum?**
+#
+# **6. In the O(N^3) bug, what did the unsimplified index mention, and why did that move the accumulator?**
+#
+# **7. Why can a value-comparison test not catch the O(N^3) bug?**
+#
+# **8. In FlashAttention's backward pass, why is recomputing P cheaper than storing it?**
+
+# %% [markdown] tags=["answer"]
+# **Answers.**
 #
 # **1. What are the two costs on either side of a fusion decision?**
 # Memory traffic (writing and re-reading the intermediate, plus a launch) against recomputation (FLOPs the fused

@@ -60,7 +60,7 @@ def task_points(solution: Path) -> dict[str, float]:
 def visible(solution: Path) -> nbformat.NotebookNode:
   """The solution without its hidden cells: what a student who solved everything hands in."""
   nb = nbformat.read(solution, as_version=4)
-  nb.cells = [c for c in nb.cells if not {"hidden-test", "hidden-setup"} & set(c.metadata.get("tags", []))]
+  nb.cells = [c for c in nb.cells if not {"hidden-test", "hidden-setup", "answer"} & set(c.metadata.get("tags", []))]
   nb.metadata["uopc"] = {"assignment": solution.stem}
   return nb
 

@@ -141,8 +141,10 @@ def test_empty_or_missing_solutions_pass(tmp_path, capsys):
 def test_hidden_setup_dropped_and_origin_recorded():
   nb = solution_notebook()
   nb.cells.insert(2, new_code_cell("import gradelib", metadata={"tags": ["hidden-setup"]}))
+  nb.cells.append(new_markdown_cell("**Answer.** 42", metadata={"tags": ["answer"]}))
   out = tool.make_assignment(nb, "week0")
   assert "import gradelib" not in nbformat.writes(out) and out.metadata["uopc"] == {"assignment": "week0"}
+  assert "42" not in nbformat.writes(out)
 
 
 def test_nbgrader_metadata_marks_solution_and_grade_cells():

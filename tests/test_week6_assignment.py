@@ -43,7 +43,7 @@ def with_solved(tasks: set[str]) -> nbformat.NotebookNode:
   """The student notebook with the solution's cells put back for `tasks` (cells line up: the assignment is the
   solution without its hidden tests)."""
   sol, asg = nbformat.read(SOLUTION, as_version=4), nbformat.read(ASSIGNMENT, as_version=4)
-  visible = [c for c in sol.cells if not {"hidden-test", "hidden-setup"} & set(c.metadata.get("tags", []))]
+  visible = [c for c in sol.cells if not {"hidden-test", "hidden-setup", "answer"} & set(c.metadata.get("tags", []))]
   assert len(visible) == len(asg.cells)
   for s, a in zip(visible, asg.cells):
     m = TASK.search(s.source) if s.cell_type == "code" else None
