@@ -61,5 +61,6 @@ def test_visible_checks(path: Path, task: str):
     if owner is None: pytest.fail(f"the setup of {path.name} fails (cell {k}): {ename}: {evalue}")
     if owner != task: continue
     if ename == "NotImplementedError" and evalue in known:
-      pytest.skip("not attempted yet" + ("" if evalue == task else f" (uses {evalue!r}, not attempted yet)"))
+      pytest.skip(f"{path.stem}, {task!r}: not attempted yet" +
+                  ("" if evalue == task else f" (it uses {evalue!r}, not attempted yet)"))
     pytest.fail(f"{path.name}, cell {k} of task {task!r}: {ename}: {evalue}")
