@@ -170,3 +170,18 @@ def expect_attention(got, q, k, v, what: str, keep=None, tol: float = 1e-4) -> N
       if alt is not None and np.allclose(g, alt, rtol=10 * tol, atol=10 * tol):
         raise AssertionError(f"{e}. It is what a kernel computes when {fault}") from None
     raise
+
+
+def weighted_count(src: str, pattern: str) -> int:
+  """How many times `pattern` (a regex) is evaluated when a C source runs: each occurrence counted once per trip of
+  the loops around it (loops with constant trips only)."""
+  total, trips = 0, []   # the trips of the loops open at this line, and the brace depth each opened at
+  depth, opened = 0, []
+  for line in src.splitlines():
+    m = LOOP.search(line)
+    if m:
+      trips.append(int(m.group(2))); opened.append(depth)
+    else: total += len(re.findall(pattern, line)) * math.prod(trips)
+    depth += line.count("{") - line.count("}")
+    while opened and depth <= opened[-1]: opened.pop(); trips.pop()
+  return total

@@ -11,7 +11,8 @@
 #
 # The exercises of Chapter 5 (the linearizer and the C renderer), solved in uopc: the matrix multiply that
 # chapters 5 and 11 call "the week-3 assignment", written by hand as a loop program, first naive, then with a 4x4
-# register tile and remainders, then with B transposed, and read back from its C. Each exercise has
+# register tile and remainders, then with B transposed, and read back from its C. Then one of Chapter 6
+# (reductions): where the reduce lowering places a fused softmax's work, counted in the C. Each exercise has
 # - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
@@ -26,6 +27,7 @@
 # | 5.2 | 4x4 register tile | 5 (values 3, structure 1, speed 1) |
 # | 5.3 | B transposed | 3 (values 2, speed 1) |
 # | 5.6 | loads and multiply-adds | 2 |
+# | 6.5 | count the exps | 2 |
 #
 # The whole notebook runs in well under a minute on two cores. Timings are best-of-k after a warm-up; the
 # notebook prints ratios measured in one run and never asserts a time (the grader's speed tests allow wide margins).
@@ -440,4 +442,85 @@ _tile_2x2 = """void gemm(float* restrict data0, float* restrict data1, float* re
   }
 }"""
 gradelib.expect_equal(k_step_counts(_tile_2x2), (4, 4), "k_step_counts(a hand-written 2x2 tile)")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 6.5: count the exps
+#
+# **Worked example.** How often a line of C runs is the product of the trips of the loops around it. `runs_per_line`
+# writes that product next to every line that is not a loop; here for the matrix-vector product, whose multiply-add
+# runs 3 x 5 = 15 times.
+
+# %%
+def runs_per_line(src: str) -> list[tuple[int, str]]:
+  """(how many times it runs, the line) for every line of a C source that is not a loop header or a brace."""
+  out, trips = [], []
+  for line in src.splitlines():
+    if m := re.search(r"for \(int (\w+) = 0; \1 < (\d+); \1\+\+\)", line): trips.append(int(m.group(2)))
+    elif line.strip() == "}": trips = trips[:-1] if trips else trips
+    elif line.strip() and not line.startswith(("void", "  #pragma")): out.append((math.prod(trips), line.strip()))
+  return out
+
+
+for n, line in runs_per_line(render_c(matvec(3, 5), "matvec")): print(f"{n:4d}  {line}")
+
+# %% [markdown]
+# **Your task.** Chapter 6's fused attention (`fuse_reduce=True`, no optimizer) is one kernel: the row max, the row
+# sum of exponentials and the output all inside the row loop, and the output's softmax weight recomputed for every
+# output column. Predict, as a formula in N and D, how many exponentials (`exp2f`) it computes (`predicted_exps`),
+# and count them in any kernel's C (`count_exps`: every `exp2f(` once per trip of the loops around it).
+
+# %%
+from uopc.kernelize import make_plan
+from uopc.tensor import Tensor
+
+
+def fused_attention_src(N: int, D: int) -> str:
+  q, k, v = (Tensor(np.ones((N, D), np.float32)) for _ in range(3))
+  s = (q @ k.T * (1 / math.sqrt(D))).softmax(-1) @ v
+  return make_plan([s.uop], True, None).kernels[-1].src
+
+
+# %%
+# TASK: count the exps
+def predicted_exps(N: int, D: int) -> int:
+  """exp2f calls of the fused attention kernel (fuse_reduce=True, no optimizer) for (N, D) inputs."""
+  ### BEGIN SOLUTION
+  return N * N + N * D * N   # the row sums (N per row), then the N weights of every output (i, d)
+  ### END SOLUTION
+
+
+def count_exps(src: str) -> int:
+  """exp2f calls a C kernel makes: each occurrence once per trip of the loops around it."""
+  ### BEGIN SOLUTION
+  return sum(n * line.count("exp2f(") for n, line in runs_per_line(src))
+  ### END SOLUTION
+
+
+# %%
+for N, D in ((32, 4), (64, 8)):
+  print(f"N = {N}, D = {D}: predicted {predicted_exps(N, D)}, counted in the C {count_exps(fused_attention_src(N, D))}")
+
+# %% [markdown]
+# Expected: 5120 and 5120, 36864 and 36864: N^2 exponentials for the row sums, and N^2 D more, because the output's
+# weights are recomputed for each of its D columns (Chapter 11's recompute, in its simplest form).
+
+# %% tags=["hidden-test"]
+# POINTS: count the exps 1
+### BEGIN HIDDEN TESTS
+for _N, _D in ((32, 4), (48, 8), (16, 16)):
+  _counted = gradelib.weighted_count(fused_attention_src(_N, _D), r"exp2f\(")
+  gradelib.expect_equal(predicted_exps(_N, _D), _counted,
+                        f"predicted_exps({_N}, {_D}) (the fused kernel's C computes {_counted})")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: count the exps 1
+### BEGIN HIDDEN TESTS
+_x = Tensor(np.ones((8, 16), np.float32))
+_fused, _unfused = (make_plan([_x.softmax(-1).uop], _fuse, None).kernels[-1].src for _fuse in (True, False))
+for _what, _src in (("fused attention (32, 4)", fused_attention_src(32, 4)), ("fused softmax (8, 16)", _fused),
+                    ("the last kernel of unfused softmax (8, 16)", _unfused),
+                    ("a kernel with no exp", render_c(matvec(4, 4), "mv"))):
+  gradelib.expect_equal(count_exps(_src), gradelib.weighted_count(_src, r"exp2f\("), f"count_exps({_what})")
 ### END HIDDEN TESTS

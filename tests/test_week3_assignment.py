@@ -19,7 +19,10 @@ WRONG = [
   # counted over the whole source, not one step of the k loop
   Wrong("loads and multiply-adds", 'body = "\\n".join(loop_body(src, 2))', "body = src",
         "k_step_counts(1x4 tile + strip): expected (5, 4), found (7, 5)"),
+  # the row sums forgotten in the prediction; count_exps is right, so the task keeps its point for it
+  Wrong("count the exps", "return N * N + N * D * N", "return N * D * N",
+        "predicted_exps(32, 4) (the fused kernel's C computes 5120): expected 5120, found 4096"),
 ]
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
-  test_wrong_answers_score_partially_and_say_why = make_tests("week3_gemm_by_hand", WRONG, n_tasks=4)
+  test_wrong_answers_score_partially_and_say_why = make_tests("week3_gemm_by_hand", WRONG, n_tasks=5)
