@@ -6,11 +6,11 @@ no solutions, no hidden tests, no grader.
 
 What goes in: the files git tracks (so no build output, caches or local scratch), minus solutions/, the grader
 (scripts/grade.py, scripts/gradelib.py) and the tests of the instructor's tools (the grading tests of every week,
-the assignment generator's tests, this script's test). The tree gets its own Makefile (STUDENT_MAKEFILE below:
-setup, test, check WEEK=n, notebooks, clean), because the instructor's `make test` also checks assignments/ against
-solutions/, which a student does not have. In the student's tree `make test` passes before any work is done: the
-checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
-After writing, the tree is checked: no solution region, no hidden-test or hidden-setup cell anywhere.
+the grader's, the assignment generator's, the nbgrader metadata's, this script's). The tree gets its own Makefile
+(STUDENT_MAKEFILE below: setup, test, check WEEK=n, notebooks, clean), because the instructor's `make test` also
+checks assignments/ against solutions/, which a student does not have. In the student's tree `make test` passes
+before any work is done: the checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
+After writing, the tree is checked: no solution region, no hidden-test, hidden-setup or answer cell anywhere.
 """
 from __future__ import annotations
 import argparse
@@ -23,7 +23,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 EXCLUDE_DIRS = ("solutions/", ".ci/")
 EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
-                 "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py"}
+                 "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
+                 "tests/test_grader.py", "tests/test_nbgrader_metadata.py"}
 EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}

@@ -29,6 +29,9 @@ def test_the_student_tree_has_the_course_and_no_solutions(tree):
   for path in ("scripts/grade.py", "scripts/gradelib.py", "tests/assignment_grading.py"):
     assert not (tree / path).exists(), path
   assert not list((tree / "tests").glob("test_week*")), "the grading tests read solutions/"
+  for test in (tree / "tests").glob("*.py"):   # what is left checks uopc and the student's own work
+    text = test.read_text()
+    assert "grade.py" not in text and '"solutions"' not in text and "solutions/" not in text, test.name
   assert tool.leaks(tree) == []
   assert sorted(p.name for p in (tree / "assignments").glob("*.ipynb")) == \
     sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
