@@ -13,6 +13,7 @@ import platform
 import re
 import resource
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -83,8 +84,9 @@ def numbered(src: str, limit: int = 2000) -> str:
 
 
 def cache_dir() -> Path:
-  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d)
-  return Path(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))) / "uopc"
+  """Absolute, whatever the variable says: dlopen looks a path with no slash up on the system search path."""
+  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d).expanduser().absolute()
+  return (Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "uopc").absolute()
 
 
 def compiler() -> str: return os.environ.get("CC", "cc")
@@ -100,17 +102,46 @@ def compiler_version(cc: str) -> str:
   return _version_cache[cc]
 
 
+# the /proc/cpuinfo lines that name a CPU and its features: x86 has model name/flags, ARM the implementer, part and
+# Features; every distinct line counts (a big.LITTLE chip lists two kinds of core)
+CPUINFO_KEYS = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
+                "CPU revision", "cpu model", "isa", "uarch")
+SYSCTL_CPU = ("sysctl", "machdep.cpu", "hw.cpufamily", "hw.cpusubtype")   # macOS: no /proc/cpuinfo
+
+
+def cpu_identity(cpuinfo: str) -> str:
+  keys = "|".join(re.escape(k) for k in CPUINFO_KEYS)
+  return "\n".join(sorted(set(re.findall(rf"^(?:{keys})\s*:.*$", cpuinfo, re.M))))
+
+
+def _run_quietly(cmd: list[str]) -> subprocess.CompletedProcess | None:
+  try: return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.SubprocessError): return None
+
+
 @functools.cache
 def machine_id() -> str:
   """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
-  try: cpu = "\n".join(re.findall(r"^(?:model name|flags)\s*:.*$", Path("/proc/cpuinfo").read_text(), re.M)[:2])
+  try: cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
   except OSError: cpu = ""
+  if not cpu and platform.system() == "Darwin" and (r := _run_quietly(list(SYSCTL_CPU))):
+    cpu = "\n".join(line for line in r.stdout.splitlines() if "count" not in line)   # core counts are not the CPU
   return f"{platform.machine()}|{platform.system()}|{cpu}"
 
 
+@functools.cache
+def native_target(cc: str) -> str:
+  """What -march=native means to this compiler on this CPU (the options its driver passes on: gcc's -m flags,
+  clang's -target-cpu/-target-feature), so that a CPU /proc/cpuinfo does not describe still gets its own entry."""
+  r = _run_quietly([cc, "-march=native", "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
+  words = r.stderr.replace('"', " ").split() if r else []
+  named = ("-target-cpu", "-target-feature", "--param")
+  return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or (i > 0 and words[i - 1] in named))
+
+
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
-  h = hashlib.sha256("\0".join([src, " ".join(flags), compiler_version(cc), machine_id()]).encode())
-  return h.hexdigest()[:32]
+  parts = [src, " ".join(flags), compiler_version(cc), machine_id(), native_target(cc)]
+  return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def _parse_signature(src: str, name: str) -> list[tuple[str, bool, bool]]:
@@ -163,11 +194,57 @@ def _limit_compiler() -> None:
 
 
 def _intact(so_path: Path) -> bool:
-  """A cache entry is used only if its checksum matches: a truncated or corrupted object is rebuilt, never loaded."""
+  """A cache entry is used only if its checksum matches and it is a whole object: a truncated or corrupted object is
+  rebuilt, never loaded."""
   try: want = so_path.with_suffix(".sum").read_text().strip()
   except OSError: return False
-  try: return hashlib.sha256(so_path.read_bytes()).hexdigest() == want
+  try: data = so_path.read_bytes()
   except OSError: return False
+  return hashlib.sha256(data).hexdigest() == want and _complete_object(data)
+
+
+# ELF header and program header fields by class (1: 32-bit, 2: 64-bit): (struct format, offset) of e_phoff, e_shoff,
+# e_phentsize, e_phnum, e_shentsize, e_shnum; then p_type, p_offset, p_filesz inside a program header
+ELF_FIELDS = {1: (("I", 28), ("I", 32), ("H", 42), ("H", 44), ("H", 46), ("H", 48), ("I", 0), ("I", 4), ("I", 16)),
+              2: (("Q", 32), ("Q", 40), ("H", 54), ("H", 56), ("H", 58), ("H", 60), ("I", 0), ("Q", 8), ("Q", 32))}
+MACHO_64 = b"\xcf\xfa\xed\xfe"   # little-endian 64-bit Mach-O (arm64 and x86_64 macOS)
+PT_LOAD, LC_SEGMENT_64 = 1, 0x19
+
+
+def _complete_object(data: bytes) -> bool:
+  """Every byte the object's headers say is there is in the file. dlopen maps segments by those headers, and reading a
+  mapped page past the end of a truncated file is SIGBUS, which no exception handler sees; so a short file whose
+  checksum file was written to match (copied half-way, a disk filled) must be caught before dlopen."""
+  try:
+    if data[:4] == b"\x7fELF": return _complete_elf(data)
+    if data[:4] == MACHO_64: return _complete_macho(data)
+  except (struct.error, IndexError): return False
+  return False
+
+
+def _complete_elf(data: bytes) -> bool:
+  fields, order = ELF_FIELDS.get(data[4]), {1: "<", 2: ">"}.get(data[5])
+  if fields is None or order is None: return False
+  get = lambda k, base=0: struct.unpack_from(order + fields[k][0], data, base + fields[k][1])[0]
+  phoff, shoff, phentsize, phnum, shentsize, shnum = (get(k) for k in range(6))
+  if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data): return False
+  for i in range(phnum):
+    ph = phoff + i * phentsize
+    if get(6, ph) == PT_LOAD and get(7, ph) + get(8, ph) > len(data): return False
+  return True
+
+
+def _complete_macho(data: bytes) -> bool:
+  ncmds, sizeofcmds = struct.unpack_from("<II", data, 16)
+  if 32 + sizeofcmds > len(data): return False
+  at = 32
+  for _ in range(ncmds):
+    cmd, size = struct.unpack_from("<II", data, at)
+    if cmd == LC_SEGMENT_64:
+      fileoff, filesize = struct.unpack_from("<QQ", data, at + 40)
+      if fileoff + filesize > len(data): return False
+    at += max(size, 8)
+  return True
 
 
 class Program:
