@@ -6,6 +6,8 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
+import warnings
 from pathlib import Path
 import pytest
 from uopc import runtime
@@ -106,3 +108,108 @@ def test_aarch64_cpuinfo_names_the_cpu():
 def test_compiler_says_what_native_means():
   native = runtime.native_target(runtime.compiler())
   assert "-march=" in native or "-target-cpu" in native, native
+
+
+# ---- names that reach the file system ----
+@pytest.mark.parametrize("name", ["../../x", "a/b", "", "1add", "add;", "a-b", "ädd"])
+def test_kernel_name_must_be_a_c_identifier(cache, tmp_path, name):
+  with pytest.raises(ValueError, match="not a C identifier"): Program(ADD, name)
+  assert not cache.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# ---- a compiler without OpenMP ----
+def fake_cc(tmp_path: Path, body: str) -> str:
+  """A compiler wrapper script (the real `cc` underneath), as CC would name it."""
+  cc = tmp_path / "fake-cc"
+  cc.write_text("#!/bin/sh\n" + body)
+  cc.chmod(0o755)
+  return str(cc)
+
+
+NO_OPENMP = """echo "$*" >> "$(dirname "$0")/calls"
+for a in "$@"; do [ "$a" = -fopenmp ] && { echo "/usr/bin/ld: cannot find -lomp" >&2; exit 1; }; done
+exec cc "$@"
+"""
+SUM = """void total(const float* x, float* out, int n) {
+  float s = 0;
+  #pragma omp parallel for reduction(+:s)
+  for (int i = 0; i < n; i++) s += x[i];
+  out[0] = s;
+}"""
+
+
+def test_without_openmp_kernels_run_serially_and_it_is_said_once(cache, tmp_path, monkeypatch):
+  import numpy as np
+  monkeypatch.setenv("CC", fake_cc(tmp_path, NO_OPENMP))
+  x, out = np.arange(100, dtype=np.float32), np.zeros(1, np.float32)
+  with pytest.warns(RuntimeWarning, match="cannot build with -fopenmp.*libomp.*one thread"):
+    prg = Program(SUM, "total")
+  prg(x, out, x.size)
+  assert out[0] == x.sum() and "-fopenmp" not in prg.flags
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    Program(SUM.replace("s += x[i]", "s += 2 * x[i]"), "total")   # a second kernel: no second warning
+  assert [p.read_text() for p in cache.glob("openmp-*.txt")] == ["no"]
+  r = python(RUN_ADD.replace("prg.cached,", "prg.cached, prg.flags.count('-fopenmp'),"), UOPC_CACHE_DIR=str(cache),
+             CC=os.environ["CC"])
+  assert r.stdout.split()[:2] == ["False", "0"] and "-fopenmp" in r.stderr, r.stderr   # said in that process too
+  probes = [line for line in (tmp_path / "calls").read_text().splitlines() if "probe.c" in line]
+  assert len(probes) == 1, probes   # asked once; the second process read the answer from the cache
+
+
+def test_with_openmp_nothing_is_printed(cache):
+  if not runtime.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
+  r = python(RUN_ADD.replace("prg.cached,", "prg.cached, prg.flags.count('-fopenmp'),"), UOPC_CACHE_DIR=str(cache))
+  assert (r.stdout.split()[:2], r.stderr) == (["False", "1"], "")   # strict nbval compares stderr
+
+
+# ---- runaway work ----
+def dead(pid: int) -> bool:
+  try: return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"   # a zombie is dead, not yet reaped
+  except (OSError, IndexError): return True
+
+
+def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
+  # the driver starts a long-lived child, as cc starts cc1; before, only the driver was killed
+  pidfile = tmp_path / "child.pid"
+  monkeypatch.setenv("CC", fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                                             f'sleep 300 &\necho $! > {pidfile}\nwait\n'))
+  monkeypatch.setattr(runtime, "COMPILE_TIMEOUT_S", 1)
+  with pytest.raises(runtime.CompileError, match="did not finish within 1 s"):
+    Program(ADD, "add", flags=("-shared", "-fPIC"))
+  pid = int(pidfile.read_text())
+  for _ in range(50):
+    if dead(pid): break
+    time.sleep(0.1)
+  assert dead(pid), f"the compiler's child {pid} is still running"
+
+
+INTERRUPT = """if 1:
+  import os, signal, threading, time
+  import numpy as np
+  from uopc.runtime import Program
+  SRC = ("void spin(int* x, long n) {"   # the empty asm keeps the loop a loop (the compiler would add n at once)
+         "  for (long i = 0; i < n; i++) { x[0] = 1; x[1] += 1; __asm__ volatile(\\"\\" ::: \\"memory\\"); } }")
+  prg, copy = Program(SRC, "spin"), Program("void copy(const int* x, int* y) { y[0] = x[1]; }", "copy")
+  x, y = np.zeros(2, np.int32), np.zeros(1, np.int32)
+  def press_ctrl_c():
+    while x[0] == 0: time.sleep(0.01)   # the kernel is running
+    os.kill(os.getpid(), signal.SIGINT)
+  threading.Thread(target=press_ctrl_c, daemon=True).start()
+  try: prg(x, LIMIT)
+  except KeyboardInterrupt as e: print("interrupted", "runs on in the background" in str(getattr(e, "__notes__", "")))
+  copy(x, y)   # waits for the interrupted kernel, which may still be writing x
+  print(int(y[0]) == LIMIT)
+"""
+
+
+def test_ctrl_c_interrupts_a_kernel_that_never_ends(cache):
+  # ... and the process still exits cleanly with the kernel spinning on its thread
+  r = python(INTERRUPT.replace("LIMIT", "1 << 62").split("  copy(x, y)")[0] + "  print('exiting')\n",
+             UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["interrupted", "True", "exiting"]), r.stderr
+
+
+def test_after_ctrl_c_the_next_kernel_waits_for_the_interrupted_one(cache):
+  r = python(INTERRUPT.replace("LIMIT", str(400_000_000)), UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["interrupted", "True", "True"]), r.stderr

@@ -10,14 +10,17 @@ import ctypes.util
 import hashlib
 import os
 import platform
+import queue
 import re
 import resource
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 import numpy as np
 import cffi
@@ -169,9 +172,7 @@ def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
     c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
     c_file.write_text(src)
-    try:
-      r = subprocess.run([cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True,
-                         preexec_fn=_limit_compiler, timeout=COMPILE_TIMEOUT_S)
+    try: r = _run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
       raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
                          f"{numbered(src)}") from None
@@ -191,6 +192,64 @@ COMPILER_MEMORY = 4 << 30   # a runaway kernel fails to compile with an error, i
 def _limit_compiler() -> None:
   try: resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
   except (ValueError, OSError): pass
+
+
+def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+  """Run a compiler in a process group of its own: `cc` is a driver that starts cc1, as and ld, so on a timeout (or
+  Ctrl-C) the whole group is killed, not only the driver (which left cc1 running)."""
+  with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                        preexec_fn=_limit_compiler) as proc:
+    try: out, err = proc.communicate(timeout=timeout)
+    except BaseException:   # TimeoutExpired, KeyboardInterrupt
+      try: os.killpg(proc.pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError): pass
+      proc.communicate()
+      raise
+  return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# ---- OpenMP, where the compiler has it ----
+OPENMP_FLAG = "-fopenmp"
+OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
+               "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
+_openmp: dict[str, bool] = {}
+
+
+def openmp_works(cc: str) -> bool:
+  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`).
+  Asked once per compiler and remembered in the cache directory; delete openmp-*.txt there after installing it."""
+  if cc in _openmp: return _openmp[cc]
+  key = hashlib.sha256("\0".join([shutil.which(cc) or cc, compiler_version(cc), machine_id()]).encode()).hexdigest()
+  memo = cache_dir() / f"openmp-{key[:16]}.txt"
+  try: _openmp[cc] = memo.read_text().strip() == "yes"
+  except OSError:
+    with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
+      c_file = Path(tmp) / "probe.c"
+      c_file.write_text(OPENMP_PROBE)
+      try: ok = _run_compiler([cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)],
+                              COMPILE_TIMEOUT_S).returncode == 0
+      except (OSError, subprocess.TimeoutExpired): ok = False
+    _openmp[cc] = ok
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=memo.parent, prefix=".openmp-", delete=False) as t:
+      t.write("yes" if ok else "no")
+    os.replace(t.name, memo)   # atomic: a parallel test worker reads the old answer or the new one
+  return _openmp[cc]
+
+
+def build_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
+  """The flags a kernel is compiled with: without OpenMP in the compiler, -fopenmp is dropped (the pragmas are then
+  ignored and every kernel runs on one thread) and a warning says so, once per process and compiler."""
+  if OPENMP_FLAG not in flags or openmp_works(cc): return flags
+  if cc not in _warned_serial:
+    _warned_serial.add(cc)
+    warnings.warn(f"uopc: {cc} cannot build with {OPENMP_FLAG} (no OpenMP runtime: for clang install libomp, e.g. "
+                  f"`apt install libomp-dev` or `brew install libomp`); kernels are compiled without it and run on one "
+                  f"thread", RuntimeWarning, stacklevel=3)
+  return tuple(f for f in flags if f != OPENMP_FLAG)
+
+
+_warned_serial: set[str] = set()
 
 
 def _intact(so_path: Path) -> bool:
@@ -247,15 +306,74 @@ def _complete_macho(data: bytes) -> bool:
   return True
 
 
+def check_name(name: str) -> str:
+  """A kernel's name goes into a file name and a cdef: only a C identifier may (`../../x` would write outside the
+  cache before cffi rejected it)."""
+  if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+    raise ValueError(f"kernel name {name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
+  return name
+
+
+# ---- calling a kernel so that Ctrl-C still works ----
+# A C call holds the thread that made it until it returns, and Python runs signal handlers only between bytecodes, so a
+# kernel called on the main thread cannot be interrupted. Calls that might run long go to one kernel thread instead,
+# and the main thread waits on a lock, which Ctrl-C interrupts. C code cannot be stopped safely from outside, so an
+# interrupted kernel runs on to its end on that thread, and the next call waits for it (it may still be writing the
+# arrays it was given, which its job keeps alive); a kernel that never ends needs a new process (restart the notebook
+# kernel). Handing a call over costs tens of microseconds, so a call runs directly when the same Program already
+# finished with the same scalar arguments in under QUICK_S (the loop bounds of uopc's kernels are constants or scalars).
+QUICK_S = 1e-3
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_kernel_thread: threading.Thread | None = None
+_last_job = threading.Lock()   # released when the latest job handed to the kernel thread has finished
+
+
+def _kernel_loop() -> None:
+  while True:
+    prg, args, done = _jobs.get()   # the job holds the Program: its object stays loaded until the call returns
+    try: prg.fn(*args)
+    finally: done.release()
+
+
+def _wait_on_kernel_thread(prg: Program, args: list) -> None:
+  global _kernel_thread, _last_job
+  if _kernel_thread is None:
+    _kernel_thread = threading.Thread(target=_kernel_loop, name="uopc-kernels", daemon=True)
+    _kernel_thread.start()
+  done = threading.Lock()
+  done.acquire()
+  _last_job = done
+  _jobs.put((prg, args, done))
+  try:
+    while not done.acquire(timeout=0.25): pass
+    done.release()   # unlocked again: the kernel thread is idle
+  except KeyboardInterrupt as e:
+    if hasattr(e, "add_note"):
+      e.add_note(f"uopc: kernel {prg.name} runs on in the background; the next kernel call waits for it")
+    raise
+
+
+def call_kernel(prg: Program, args: list) -> None:
+  """prg.fn(*args) with converted arguments, interruptible on the main thread."""
+  scalars = tuple(a for a in args if isinstance(a, (int, float)))
+  if threading.current_thread() is not threading.main_thread() or (prg._quick == scalars and not _last_job.locked()):
+    prg.fn(*args)
+    return
+  t0 = time.perf_counter()
+  _wait_on_kernel_thread(prg, args)
+  prg._quick = scalars if time.perf_counter() - t0 < QUICK_S else None   # scalars of a call that finished fast
+
+
 class Program:
   """A compiled C function, callable with NumPy arrays and Python scalars."""
 
   def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
-    self.src, self.name = src, name
+    self.src, self.name = src, check_name(name)
+    self._quick: tuple | None = None
     full = src if src.lstrip().startswith("#") else PRELUDE + src
-    self.flags = tuple(flags) if flags is not None else FLAGS
     self.params = _parse_signature(src, name)
     cc = compiler()
+    self.flags = build_flags(tuple(flags) if flags is not None else FLAGS, cc)
     key = cache_key(full, cc, self.flags)
     # the content hash is in the file name: a rebuilt object never reuses a path this process already loaded
     self.path = cache_dir() / f"{name}-{key}.so"
@@ -307,7 +425,7 @@ class Program:
   def __call__(self, *args):
     if len(args) != len(self.params):
       raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
-    self.fn(*[self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
+    call_kernel(self, [self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
 
 
 def clear_cache() -> None:
