@@ -213,3 +213,22 @@ def test_ctrl_c_interrupts_a_kernel_that_never_ends(cache):
 def test_after_ctrl_c_the_next_kernel_waits_for_the_interrupted_one(cache):
   r = python(INTERRUPT.replace("LIMIT", str(400_000_000)), UOPC_CACHE_DIR=str(cache))
   assert (r.returncode, r.stdout.split()) == (0, ["interrupted", "True", "True"]), r.stderr
+
+
+# ---- shared cores: OpenMP's idle workers sleep instead of spinning ----
+@pytest.mark.parametrize("user, expect", [({}, {"OMP_WAIT_POLICY": "PASSIVE"}),
+                                          ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active"}),
+                                          ({"GOMP_SPINCOUNT": "1000"}, {"GOMP_SPINCOUNT": "1000"})])
+def test_wait_policy_is_passive_unless_the_user_chose_one(user, expect):
+  env = dict(user)
+  runtime.set_wait_policy(env)
+  assert env == expect
+
+
+def test_libgomp_reads_the_wait_policy():
+  # set before libgomp is loaded, or it would not count: libgomp reads its environment once, at load
+  env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+  r = subprocess.run([sys.executable, "-c", "import uopc.runtime"], capture_output=True, text=True, timeout=120,
+                     env={**env, "OMP_DISPLAY_ENV": "VERBOSE"})
+  if "GOMP_SPINCOUNT" not in r.stderr: pytest.skip("the OpenMP runtime here is not libgomp")
+  assert "GOMP_SPINCOUNT = '0'" in r.stderr, r.stderr

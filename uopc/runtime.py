@@ -72,7 +72,19 @@ def _pin_openmp_runtime() -> None:
       except OSError: pass
 
 
+# libgomp's idle threads spin for a while after each parallel loop (GOMP_SPINCOUNT, 300,000 by default) before they
+# sleep. On a machine shared with other busy processes that spinning takes the cores the next loop needs, and small
+# kernels ran 16-43x slower (NOTES 19). libgomp reads its settings once, when it is loaded, so this comes first; a
+# user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
+WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def set_wait_policy(environ=os.environ) -> None:
+  if not any(k in environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")): environ.update(WAIT_POLICY)
+
+
 _pinned: list = []
+set_wait_policy()
 _pin_openmp_runtime()
 
 
@@ -316,16 +328,19 @@ def check_name(name: str) -> str:
 
 # ---- calling a kernel so that Ctrl-C still works ----
 # A C call holds the thread that made it until it returns, and Python runs signal handlers only between bytecodes, so a
-# kernel called on the main thread cannot be interrupted. Calls that might run long go to one kernel thread instead,
-# and the main thread waits on a lock, which Ctrl-C interrupts. C code cannot be stopped safely from outside, so an
+# kernel called on the main thread cannot be interrupted. Calls that may run long go to one kernel thread instead, and
+# the main thread waits on a lock, which Ctrl-C interrupts. C code cannot be stopped safely from outside, so an
 # interrupted kernel runs on to its end on that thread, and the next call waits for it (it may still be writing the
 # arrays it was given, which its job keeps alive); a kernel that never ends needs a new process (restart the notebook
-# kernel). Handing a call over costs tens of microseconds, so a call runs directly when the same Program already
-# finished with the same scalar arguments in under QUICK_S (the loop bounds of uopc's kernels are constants or scalars).
+# kernel). The handoff costs tens of microseconds (15% of a small softmax's realize), so a call runs directly when the
+# same Program already finished with the same scalar arguments in under QUICK_S: the loop bounds of a kernel are
+# constants or scalars. Only under a passive wait policy, though: each thread that starts OpenMP loops keeps a pool of
+# workers of its own, and two spinning pools took the unfused attention from 1 ms to 130 ms (NOTES 19).
 QUICK_S = 1e-3
+QUICK_DIRECT = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
 _kernel_thread: threading.Thread | None = None
-_last_job = threading.Lock()   # released when the latest job handed to the kernel thread has finished
+_last_job = threading.Lock()   # locked while the latest job handed to the kernel thread runs
 
 
 def _kernel_loop() -> None:
@@ -340,13 +355,12 @@ def _wait_on_kernel_thread(prg: Program, args: list) -> None:
   if _kernel_thread is None:
     _kernel_thread = threading.Thread(target=_kernel_loop, name="uopc-kernels", daemon=True)
     _kernel_thread.start()
-  done = threading.Lock()
+  done = _last_job = threading.Lock()
   done.acquire()
-  _last_job = done
-  _jobs.put((prg, args, done))
+  _jobs.put((prg, args, done))   # queued behind an interrupted kernel that is still running, if there is one
   try:
     while not done.acquire(timeout=0.25): pass
-    done.release()   # unlocked again: the kernel thread is idle
+    done.release()
   except KeyboardInterrupt as e:
     if hasattr(e, "add_note"):
       e.add_note(f"uopc: kernel {prg.name} runs on in the background; the next kernel call waits for it")
@@ -356,12 +370,11 @@ def _wait_on_kernel_thread(prg: Program, args: list) -> None:
 def call_kernel(prg: Program, args: list) -> None:
   """prg.fn(*args) with converted arguments, interruptible on the main thread."""
   scalars = tuple(a for a in args if isinstance(a, (int, float)))
-  if threading.current_thread() is not threading.main_thread() or (prg._quick == scalars and not _last_job.locked()):
-    prg.fn(*args)
-    return
+  quick = QUICK_DIRECT and prg._quick == scalars and not _last_job.locked()
+  if quick or threading.current_thread() is not threading.main_thread(): return prg.fn(*args)
   t0 = time.perf_counter()
   _wait_on_kernel_thread(prg, args)
-  prg._quick = scalars if time.perf_counter() - t0 < QUICK_S else None   # scalars of a call that finished fast
+  prg._quick = scalars if time.perf_counter() - t0 < QUICK_S else None   # the scalars of a call that finished fast
 
 
 class Program:
