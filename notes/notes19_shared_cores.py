@@ -1,23 +1,32 @@
 """NOTES 19: OpenMP kernels on cores that another process keeps busy, under each OpenMP wait policy.
 
-  python notes/notes19_shared_cores.py [reps] [checkout]   # checkout: another clone to time (with its own python)
+  python notes/notes19_shared_cores.py [reps] [checkout]   # checkout: another clone to time (run with its python)
 
-Each configuration runs in a fresh process (libgomp reads its wait policy once, when it is loaded), first on a quiet
-machine, then with one busy `python -c 'while 1: pass'` per core, started here and killed after. Timed: the unfused
-attention of `examples/flash_attention.py 256 64` and a 256 x 256 Tensor chain, best of `reps` calls after a warm-up.
+Each configuration runs in a fresh process (libgomp reads its wait policy once, when it is loaded), first as the
+machine is, then with one busy `python -c 'while 1: pass'` per core, started here and killed after. Timed, `reps`
+calls each after a warm-up: the unfused attention of `examples/flash_attention.py 256 64` (its `attention`, on
+Tensors) and a 256 x 256 Tensor chain. Printed: the median call (what a user waits) and the best one.
 """
-import os, platform, re, subprocess, sys, time
+import os, platform, re, statistics, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else Path(__file__).resolve().parent.parent
-CHAIN = """if 1:
+WORK = """if 1:
+  import sys, time
   import numpy as np
+  sys.path.insert(0, "examples")
+  from flash_attention import attention
   from uopc.tensor import Tensor
-  from uopc.helpers import best_of
   rng = np.random.default_rng(0)
+  q, k, v = (rng.standard_normal((256, 64)).astype(np.float32) for _ in range(3))
   a, b, c = (Tensor(rng.standard_normal((256, 256)).astype(np.float32)) for _ in range(3))
-  f = lambda: ((a @ b) * 0.5 + c).relu().sum(-1).numpy()
-  print(f"chain {best_of(f, k=REPS) * 1e3:.3f}")
+  work = {"unfused": lambda: attention(Tensor(q), Tensor(k), Tensor(v)).numpy(),
+          "chain": lambda: ((a @ b) * 0.5 + c).relu().sum(-1).numpy()}
+  for name, fn in work.items():
+    fn(); times = []
+    for _ in range(REPS):
+      t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
+    print(name, *times)
 """
 # the environment each configuration adds; "uopc" adds nothing and gets uopc.runtime's default
 CONFIGS = {"libgomp default (spin 300k)": {"GOMP_SPINCOUNT": "300000"},
@@ -26,26 +35,26 @@ CONFIGS = {"libgomp default (spin 300k)": {"GOMP_SPINCOUNT": "300000"},
            "uopc (nothing set)": {}}
 
 
-def measure(env: dict[str, str], reps: int) -> tuple[float, float]:
+def measure(env: dict[str, str], reps: int) -> dict[str, list[float]]:
   base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
-  run = lambda args: subprocess.run([sys.executable, *args], env={**base, **env}, cwd=ROOT, capture_output=True,
-                                    text=True, check=True).stdout
-  # the example times each variant best of 3: run it `reps // 3` times and keep the best
-  unfused = min(float(re.search(r"unfused\s+([\d.]+) ms", run(["examples/flash_attention.py", "256", "64"]))[1])
-                for _ in range(max(1, reps // 3)))
-  chain = float(run(["-c", CHAIN.replace("REPS", str(reps))]).split()[1])
-  return unfused, chain
+  out = subprocess.run([sys.executable, "-c", WORK.replace("REPS", str(reps))], env={**base, **env}, cwd=ROOT,
+                       capture_output=True, text=True, check=True).stdout
+  return {line.split()[0]: [float(t) for t in line.split()[1:]] for line in out.splitlines()}
 
 
 def busy(n: int) -> list[subprocess.Popen]:
   return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
 
 
+def fmt(ts: list[float]) -> str: return f"{statistics.median(ts) * 1e3:7.2f} / {min(ts) * 1e3:5.2f}"
+
+
 if __name__ == "__main__":
   reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
   cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-  print(f"# {cpu[1] if cpu else platform.processor()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
-  print(f"{'configuration':30s} {'quiet unfused':>14s} {'busy unfused':>13s} {'quiet chain':>12s} {'busy chain':>11s}")
+  print(f"# {cpu[1] if cpu else platform.processor()}, {os.cpu_count()} cores, {ROOT}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}; ms, median / best of {reps}")
+  print(f"{'configuration':28s} {'unfused':>15s} {'unfused busy':>15s} {'chain':>15s} {'chain busy':>15s}")
   for name, env in CONFIGS.items():
     quiet = measure(env, reps)
     hogs = busy(os.cpu_count() or 1)
@@ -54,4 +63,5 @@ if __name__ == "__main__":
       loaded = measure(env, reps)
     finally:
       for h in hogs: h.kill(); h.wait()
-    print(f"{name:30s} {quiet[0]:11.2f} ms {loaded[0]:10.2f} ms {quiet[1]:9.3f} ms {loaded[1]:8.3f} ms", flush=True)
+    cells = [fmt(quiet["unfused"]), fmt(loaded["unfused"]), fmt(quiet["chain"]), fmt(loaded["chain"])]
+    print(f"{name:28s} " + " ".join(f"{c:>15s}" for c in cells), flush=True)
