@@ -151,7 +151,7 @@ def native_target(cc: str) -> str:
   r = _run_quietly([cc, "-march=native", "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
   words = r.stderr.replace('"', " ").split() if r else []
   named = ("-target-cpu", "-target-feature", "--param")
-  return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or (i > 0 and words[i - 1] in named))
+  return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))
 
 
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
