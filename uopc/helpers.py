@@ -1,10 +1,13 @@
-"""Small helpers every module uses: environment switches (DEBUG), the OpenMP thread count, prod, a best-of-k timer."""
+"""Small helpers every module uses: environment switches (DEBUG), the OpenMP thread count, a bounded LRU dict,
+prod, a best-of-k timer."""
 from __future__ import annotations
+import collections
 import contextlib
 import functools
 import math
 import operator
 import os
+import threading
 import time
 from typing import Any, Callable, Iterable
 
@@ -64,6 +67,51 @@ def Context(**kwargs: int):
     yield
   finally:
     for k, v in old.items(): ContextVar._registry[k].value = v
+
+
+class LRU:
+  """A dict that keeps at most `maxsize` entries, dropping the one used least recently (a read or a write is a use):
+  a cache of plans and their temporaries that would otherwise keep every shape a program ever saw. Safe to share
+  between threads; `clear()` frees everything, `hits`/`misses` count lookups by `get`."""
+
+  def __init__(self, maxsize: int):
+    if not isinstance(maxsize, int) or maxsize < 1:
+      raise ValueError(f"LRU: maxsize must be a positive int, got {maxsize!r}")
+    self.maxsize, self.hits, self.misses = maxsize, 0, 0
+    self._d: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def get(self, key, default=None):
+    with self._lock:
+      if key not in self._d:
+        self.misses += 1
+        return default
+      self.hits += 1
+      self._d.move_to_end(key)
+      return self._d[key]
+
+  def __getitem__(self, key):
+    with self._lock:
+      value = self._d[key]   # KeyError as a dict's
+      self._d.move_to_end(key)
+      return value
+
+  def __setitem__(self, key, value) -> None:
+    with self._lock:
+      self._d[key] = value
+      self._d.move_to_end(key)
+      while len(self._d) > self.maxsize: self._d.popitem(last=False)
+
+  def __delitem__(self, key) -> None:
+    with self._lock: del self._d[key]
+
+  def __contains__(self, key) -> bool: return key in self._d   # not a use: the order stays
+  def __len__(self) -> int: return len(self._d)
+  def __repr__(self): return f"LRU({len(self._d)}/{self.maxsize} entries, {self.hits} hits, {self.misses} misses)"
+  def keys(self) -> list: return list(self._d)
+
+  def clear(self) -> None:
+    with self._lock: self._d.clear()
 
 
 def prod(xs: Iterable[int]) -> int: return functools.reduce(operator.mul, xs, 1)
