@@ -224,44 +224,40 @@ def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess
 OPENMP_FLAG = "-fopenmp"
 OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
                "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
-_openmp: dict[str, bool] = {}
-
-
+@functools.cache
 def openmp_works(cc: str) -> bool:
-  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`).
-  Asked once per compiler and remembered in the cache directory; delete openmp-*.txt there after installing it."""
-  if cc in _openmp: return _openmp[cc]
-  key = hashlib.sha256("\0".join([shutil.which(cc) or cc, compiler_version(cc), machine_id()]).encode()).hexdigest()
-  memo = cache_dir() / f"openmp-{key[:16]}.txt"
-  try: _openmp[cc] = memo.read_text().strip() == "yes"
-  except OSError:
-    with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
-      c_file = Path(tmp) / "probe.c"
-      c_file.write_text(OPENMP_PROBE)
-      try: ok = _run_compiler([cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)],
-                              COMPILE_TIMEOUT_S).returncode == 0
-      except (OSError, subprocess.TimeoutExpired): ok = False
-    _openmp[cc] = ok
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=memo.parent, prefix=".openmp-", delete=False) as t:
-      t.write("yes" if ok else "no")
-    os.replace(t.name, memo)   # atomic: a parallel test worker reads the old answer or the new one
-  return _openmp[cc]
+  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`);
+  a test compile, once per process and compiler, asked only when a kernel's OpenMP build is not in the cache."""
+  with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
+    c_file = Path(tmp) / "probe.c"
+    c_file.write_text(OPENMP_PROBE)
+    cmd = [cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)]
+    try: return _run_compiler(cmd, COMPILE_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.TimeoutExpired): return False
 
 
-def build_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
-  """The flags a kernel is compiled with: without OpenMP in the compiler, -fopenmp is dropped (the pragmas are then
-  ignored and every kernel runs on one thread) and a warning says so, once per process and compiler."""
-  if OPENMP_FLAG not in flags or openmp_works(cc): return flags
+def serial_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
+  """flags without -fopenmp: the pragmas are then ignored and the kernel runs on one thread. Said once per process."""
   if cc not in _warned_serial:
     _warned_serial.add(cc)
     warnings.warn(f"uopc: {cc} cannot build with {OPENMP_FLAG} (no OpenMP runtime: for clang install libomp, e.g. "
                   f"`apt install libomp-dev` or `brew install libomp`); kernels are compiled without it and run on one "
-                  f"thread", RuntimeWarning, stacklevel=3)
+                  f"thread", RuntimeWarning, stacklevel=4)
   return tuple(f for f in flags if f != OPENMP_FLAG)
 
 
 _warned_serial: set[str] = set()
+
+
+def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], Path, bool]:
+  """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
+  reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
+  flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  if (ok := _intact(path)) or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
+  flags = serial_flags(flags, cc)
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  return flags, path, _intact(path)
 
 
 def _intact(so_path: Path) -> bool:
@@ -386,12 +382,8 @@ class Program:
     full = src if src.lstrip().startswith("#") else PRELUDE + src
     self.params = _parse_signature(src, name)
     cc = compiler()
-    self.flags = build_flags(tuple(flags) if flags is not None else FLAGS, cc)
-    key = cache_key(full, cc, self.flags)
-    # the content hash is in the file name: a rebuilt object never reuses a path this process already loaded
-    self.path = cache_dir() / f"{name}-{key}.so"
     t0 = time.perf_counter()
-    self.cached = _intact(self.path)
+    self.flags, self.path, self.cached = locate(full, name, cc, tuple(flags) if flags is not None else FLAGS)
     if not self.cached:
       with _build_lock: _build(full, self.path, cc, self.flags)
     self.compile_s = time.perf_counter() - t0
