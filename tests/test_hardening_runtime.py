@@ -193,6 +193,29 @@ def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
   assert dead(pid), f"the compiler's child {pid} is still running"
 
 
+def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
+  pidfile = tmp_path / "child.pid"
+  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  code = f"""if 1:
+    import os, signal, threading, time
+    from uopc.runtime import Program
+    def press_ctrl_c():
+      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)   # the compiler has started its child
+      os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
+    except KeyboardInterrupt: print("interrupted")
+  """
+  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
+  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
+  pid = int(pidfile.read_text())
+  for _ in range(50):
+    if dead(pid): break
+    time.sleep(0.1)
+  assert dead(pid), f"the compiler's child {pid} is still running"
+
+
 INTERRUPT = """if 1:
   import os, signal, threading, time
   import numpy as np
