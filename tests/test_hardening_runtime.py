@@ -199,6 +199,7 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
                          f'sleep 300 &\necho $! > {pidfile}\nwait\n')
   code = f"""if 1:
     import os, signal, threading, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
     from uopc.runtime import Program
     def press_ctrl_c():
       while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)   # the compiler has started its child
@@ -218,6 +219,7 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
 
 INTERRUPT = """if 1:
   import os, signal, threading, time
+  signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
   import numpy as np
   from uopc.runtime import Program
   SRC = ("void spin(int* x, long n) {"   # the empty asm keeps the loop a loop (the compiler would add n at once)

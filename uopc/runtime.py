@@ -74,7 +74,7 @@ def _pin_openmp_runtime() -> None:
 
 # libgomp's idle threads spin for a while after each parallel loop (GOMP_SPINCOUNT, 300,000 by default) before they
 # sleep. On a machine shared with other busy processes that spinning takes the cores the next loop needs, and small
-# kernels ran 16-43x slower (NOTES 19). libgomp reads its settings once, when it is loaded, so this comes first; a
+# kernels ran many times slower (NOTES 19). libgomp reads its settings once, when it is loaded, so this comes first; a
 # user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -224,6 +224,8 @@ def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess
 OPENMP_FLAG = "-fopenmp"
 OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
                "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
+
+
 @functools.cache
 def openmp_works(cc: str) -> bool:
   """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`);
@@ -328,10 +330,10 @@ def check_name(name: str) -> str:
 # the main thread waits on a lock, which Ctrl-C interrupts. C code cannot be stopped safely from outside, so an
 # interrupted kernel runs on to its end on that thread, and the next call waits for it (it may still be writing the
 # arrays it was given, which its job keeps alive); a kernel that never ends needs a new process (restart the notebook
-# kernel). The handoff costs tens of microseconds (15% of a small softmax's realize), so a call runs directly when the
+# kernel). The handoff costs tens of microseconds, which shows in a small realize, so a call runs directly when the
 # same Program already finished with the same scalar arguments in under QUICK_S: the loop bounds of a kernel are
 # constants or scalars. Only under a passive wait policy, though: each thread that starts OpenMP loops keeps a pool of
-# workers of its own, and two spinning pools took the unfused attention from 1 ms to 130 ms (NOTES 19).
+# workers of its own, and two pools that spin slow each other down (NOTES 19).
 QUICK_S = 1e-3
 QUICK_DIRECT = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
