@@ -266,3 +266,21 @@ def test_libgomp_reads_the_wait_policy():
                      env={**env, "OMP_DISPLAY_ENV": "VERBOSE"})
   if "GOMP_SPINCOUNT" not in r.stderr: pytest.skip("the OpenMP runtime here is not libgomp")
   assert "GOMP_SPINCOUNT = '0'" in r.stderr, r.stderr
+
+
+def test_a_forked_child_starts_its_own_kernel_thread(cache):
+  code = """if 1:
+    import multiprocessing as mp
+    import numpy as np
+    from uopc.runtime import Program
+    prg = Program("void inc(int* x) { x[0] += 1; }", "inc")
+    x = np.zeros(1, np.int32)
+    prg(x)                      # the parent's kernel thread exists now
+    def child(q):   # a Program's first call goes to the kernel thread
+      y = np.zeros(1, np.int32); Program("void inc2(int* x) { x[0] += 1; }", "inc2")(y); q.put(int(y[0]))
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=child, args=(q,)); p.start()
+    print(q.get(timeout=60), int(x[0])); p.join()
+  """
+  r = python(code, UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["1", "1"]), r.stderr

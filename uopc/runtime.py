@@ -341,6 +341,15 @@ _kernel_thread: threading.Thread | None = None
 _last_job = threading.Lock()   # locked while the latest job handed to the kernel thread runs
 
 
+def _forget_kernel_thread() -> None:
+  """In a forked child: the kernel thread was not copied, so the next call starts a new one."""
+  global _jobs, _kernel_thread, _last_job
+  _jobs, _kernel_thread, _last_job = queue.SimpleQueue(), None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_forget_kernel_thread)
+
+
 def _kernel_loop() -> None:
   while True:
     prg, args, done = _jobs.get()   # the job holds the Program: its object stays loaded until the call returns
