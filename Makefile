@@ -1,4 +1,6 @@
 # uopc: every target works from a fresh clone; `make setup` runs first where it is needed.
+#   make setup        create .venv and install exactly requirements.lock (versions and hashes), then uopc itself
+#   make lock         re-resolve requirements.lock from pyproject.toml (after adding a dependency there)
 #   make demo         set up, then run the book's main example
 #   make test         set up, then ruff, pytest, strict nbval, notebook format and prose checks, assignments check
 #   make notebooks    re-execute chapters/ and solutions/ in place (from their .py sources) and normalise them
@@ -12,13 +14,17 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-# touched after a successful install: pip runs again only when pyproject.toml is newer
+# touched after a successful install: pip runs again only when pyproject.toml or the lock file is newer
 STAMP := $(VENV)/.installed-stamp
+# every package `make setup` installs, pinned with its hashes, for every platform and Python >= 3.10 (uv's universal
+# resolution); a dependency is added by one line in pyproject.toml and `make lock`
+LOCK := requirements.lock
+LOCK_CMD := uv pip compile pyproject.toml --extra dev --universal --python-version 3.10 --generate-hashes --quiet -o $(LOCK)
 # nbval runs on the notebooks that exist; the sanitize file masks timings, addresses and per-process paths
 NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup demo test notebooks outputs assignments grade check release clean
+.PHONY: setup lock demo test notebooks outputs assignments grade check release clean
 
 setup: $(STAMP)
 	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
@@ -27,9 +33,17 @@ setup: $(STAMP)
 $(PY):
 	python3 -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[dev]'
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(PY) -m pip install --require-hashes -r $(LOCK)
+	@# uopc itself, built by the locked setuptools: nothing unpinned is fetched
+	$(PY) -m pip install --no-deps --no-build-isolation -e .
+	$(PY) scripts/check_lock.py
 	touch $(STAMP)
+
+# uv is itself pinned in the lock: the first time, install the current lock to get it
+lock: | $(PY)
+	@test -x $(VENV)/bin/uv || $(PY) -m pip install --require-hashes -r $(LOCK)
+	$(VENV)/bin/$(LOCK_CMD)
 
 demo: setup
 	@if [ -f examples/flash_attention.py ]; then $(PY) examples/flash_attention.py 1024 64; \

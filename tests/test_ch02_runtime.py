@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 import numpy as np
 import pytest
-from uopc.runtime import PRELUDE, CompileError, Program
+from uopc.runtime import PRELUDE, CompileError, Program, compiler
 
 pytestmark = pytest.mark.ch02
 
@@ -215,7 +215,8 @@ def test_entry_damaged_with_its_checksum_is_rebuilt(cache):
 def test_two_processes_compile_the_same_new_kernel_at_once(cache, tmp_path):
   # a compiler that takes a second makes sure both processes are compiling at the same time
   slow_cc = tmp_path / "slow-cc"
-  slow_cc.write_text('#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep 1 ;; esac\nexec cc "$@"\n')
+  # (around this process's compiler, CC=clang included, so that the entry it builds is the one this process looks up)
+  slow_cc.write_text(f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep 1 ;; esac\nexec {compiler()} "$@"\n')
   slow_cc.chmod(0o755)
   src = ADD.replace("a[i] + b[i]", "b[i] + a[i]")
   procs = [build_elsewhere(src, "add", cache, cc=str(slow_cc)) for _ in range(2)]

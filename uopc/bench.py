@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 import uopc
+from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
 
 
@@ -119,7 +120,7 @@ TRIAD_SRC = """void triad(float* restrict a, float* restrict b, float* restrict 
 
 def peak(reps: int) -> dict[str, float]:
   """FP32 FMA GFLOP/s (10 chains of 16-wide FMAs per thread) and STREAM-triad GB/s (three 128 MB arrays)."""
-  threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+  threads = omp_threads()
   fma, tri = Program(FMA_SRC, "fma_peak"), Program(TRIAD_SRC, "triad")
   out, iters = np.zeros(1, np.float32), 20_000_000
   n = 32 * 1024 * 1024

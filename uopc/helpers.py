@@ -1,4 +1,5 @@
-"""Small helpers every module uses: environment switches (DEBUG), prod, and a best-of-k timer."""
+"""Small helpers every module uses: environment switches (DEBUG, DEVICE), the OpenMP thread count, prod, a best-of-k
+timer."""
 from __future__ import annotations
 import contextlib
 import functools
@@ -9,9 +10,27 @@ import time
 from typing import Any, Callable, Iterable
 
 
+# what a switch's value may be spelled as, besides a number ("DEBUG=true"); empty or unset means the default
+BOOL_WORDS = {"true": 1, "yes": 1, "on": 1, "false": 0, "no": 0, "off": 0}
+
+
 def getenv(key: str, default: Any = 0) -> Any:
-  """An environment variable, converted to the type of the default."""
-  return type(default)(os.environ.get(key, default))
+  """An environment variable, converted to the type of the default; a value that does not convert names itself."""
+  value = os.environ.get(key, "").strip()
+  if value == "": return default
+  if isinstance(default, int) and value.lower() in BOOL_WORDS: return type(default)(BOOL_WORDS[value.lower()])
+  try: return type(default)(value)
+  except ValueError:
+    raise ValueError(f"environment variable {key}={value!r} must be {type(default).__name__} like {default!r}"
+                     f"{' or one of ' + '/'.join(BOOL_WORDS) if isinstance(default, int) else ''}") from None
+
+
+def omp_threads() -> int:
+  """The number of threads an OpenMP parallel loop starts with: the first entry of OMP_NUM_THREADS ("4,2" is a
+  valid per-nesting-level list), or every core this process may run on."""
+  first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+  if first.isdigit() and int(first) > 0: return int(first)
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class ContextVar:

@@ -276,18 +276,23 @@ class PlanCache:
   a program of many shapes does not hold memory for every shape it ever ran."""
   def __init__(self, max_bytes: int, max_plans: int):
     self.max_bytes, self.max_plans, self.plans, self.nbytes = max_bytes, max_plans, {}, 0
+    self.lock = threading.Lock()   # realizes on several threads share the cache
 
   def get(self, key) -> Plan | None:
-    if (plan := self.plans.pop(key, None)) is not None: self.plans[key] = plan   # now the most recently used
-    return plan
+    with self.lock:
+      if (plan := self.plans.pop(key, None)) is not None: self.plans[key] = plan   # now the most recently used
+      return plan
 
   def put(self, key, plan: Plan) -> None:
-    self.plans[key] = plan
-    self.nbytes += _temp_bytes(plan)
-    while len(self.plans) > 1 and (self.nbytes > self.max_bytes or len(self.plans) > self.max_plans):
-      self.nbytes -= _temp_bytes(self.plans.pop(next(iter(self.plans))))
+    with self.lock:
+      if (old := self.plans.pop(key, None)) is not None: self.nbytes -= _temp_bytes(old)
+      self.plans[key] = plan
+      self.nbytes += _temp_bytes(plan)
+      while len(self.plans) > 1 and (self.nbytes > self.max_bytes or len(self.plans) > self.max_plans):
+        self.nbytes -= _temp_bytes(self.plans.pop(next(iter(self.plans))))
 
-  def clear(self) -> None: self.plans.clear(); self.nbytes = 0
+  def clear(self) -> None:
+    with self.lock: self.plans.clear(); self.nbytes = 0
   def __len__(self): return len(self.plans)
 
 

@@ -8,8 +8,9 @@ many keys, flash-decoding: the keys split into chunks processed in parallel, the
 partial (m, l, o) states (section 11.6's merge rule).
 """
 from __future__ import annotations
-import math, os
+import math
 import numpy as np
+from uopc.helpers import omp_threads
 from uopc.flash import flash_attention_ir, merge_partials_ir
 from uopc.render_c import render_c
 from uopc.runtime import Program
@@ -71,7 +72,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
       raise ValueError(f"{where}: attn_mask {m.shape} does not broadcast to {batch + (nq, nk)}") from None
     mask = np.where(m, 0.0, -np.inf).astype(np.float32) if m.dtype == np.bool_ else m.astype(np.float32)
   # flash-decoding when there are too few query rows to keep every thread busy
-  threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+  threads = omp_threads()
   few_rows = heads * _ceil(nq, ROWS) < 2 * threads
   if splits is None: splits = min(32, max(1, nk // 256)) if few_rows and not is_causal else 1
   if is_causal and splits > 1: raise ValueError(f"{where}: flash-decoding (splits > 1) is not causal")

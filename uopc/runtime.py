@@ -10,14 +10,18 @@ import ctypes.util
 import hashlib
 import os
 import platform
+import queue
 import re
 import resource
 import shutil
+import signal
+import struct
 import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
+import warnings
 from pathlib import Path
 import numpy as np
 import cffi
@@ -71,7 +75,19 @@ def _pin_openmp_runtime() -> None:
       except OSError: pass
 
 
+# libgomp's idle threads spin for a while after each parallel loop (GOMP_SPINCOUNT, 300,000 by default) before they
+# sleep. On a machine shared with other busy processes that spinning takes the cores the next loop needs, and small
+# kernels ran many times slower (NOTES 20). libgomp reads its settings once, when it is loaded, so this comes first; a
+# user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
+WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def set_wait_policy(environ=os.environ) -> None:
+  if not any(k in environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")): environ.update(WAIT_POLICY)
+
+
 _pinned: list = []
+set_wait_policy()
 _pin_openmp_runtime()
 
 
@@ -86,8 +102,9 @@ def numbered(src: str, limit: int = 2000) -> str:
 
 
 def cache_dir() -> Path:
-  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d)
-  return Path(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))) / "uopc"
+  """Absolute, whatever the variable says: dlopen looks a path with no slash up on the system search path."""
+  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d).expanduser().absolute()
+  return (Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "uopc").absolute()
 
 
 def compiler() -> str: return os.environ.get("CC", "cc")
@@ -103,17 +120,46 @@ def compiler_version(cc: str) -> str:
   return _version_cache[cc]
 
 
+# the /proc/cpuinfo lines that name a CPU and its features: x86 has model name/flags, ARM the implementer, part and
+# Features; every distinct line counts (a big.LITTLE chip lists two kinds of core)
+CPUINFO_KEYS = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
+                "CPU revision", "cpu model", "isa", "uarch")
+SYSCTL_CPU = ("sysctl", "machdep.cpu", "hw.cpufamily", "hw.cpusubtype")   # macOS: no /proc/cpuinfo
+
+
+def cpu_identity(cpuinfo: str) -> str:
+  keys = "|".join(re.escape(k) for k in CPUINFO_KEYS)
+  return "\n".join(sorted(set(re.findall(rf"^(?:{keys})\s*:.*$", cpuinfo, re.M))))
+
+
+def _run_quietly(cmd: list[str]) -> subprocess.CompletedProcess | None:
+  try: return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.SubprocessError): return None
+
+
 @functools.cache
 def machine_id() -> str:
   """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
-  try: cpu = "\n".join(re.findall(r"^(?:model name|flags)\s*:.*$", Path("/proc/cpuinfo").read_text(), re.M)[:2])
+  try: cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
   except OSError: cpu = ""
+  if not cpu and platform.system() == "Darwin" and (r := _run_quietly(list(SYSCTL_CPU))):
+    cpu = "\n".join(line for line in r.stdout.splitlines() if "count" not in line)   # core counts are not the CPU
   return f"{platform.machine()}|{platform.system()}|{cpu}"
 
 
+@functools.cache
+def native_target(cc: str) -> str:
+  """What -march=native means to this compiler on this CPU (the options its driver passes on: gcc's -m flags,
+  clang's -target-cpu/-target-feature), so that a CPU /proc/cpuinfo does not describe still gets its own entry."""
+  r = _run_quietly([cc, "-march=native", "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
+  words = r.stderr.replace('"', " ").split() if r else []
+  named = ("-target-cpu", "-target-feature", "--param")
+  return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))
+
+
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
-  h = hashlib.sha256("\0".join([src, " ".join(flags), compiler_version(cc), machine_id()]).encode())
-  return h.hexdigest()[:32]
+  parts = [src, " ".join(flags), compiler_version(cc), machine_id(), native_target(cc)]
+  return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -164,9 +210,7 @@ def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
     c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
     c_file.write_text(src)
-    try:
-      r = subprocess.run([cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True,
-                         preexec_fn=_limit_compiler, timeout=COMPILE_TIMEOUT_S)
+    try: r = _run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
       raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
                          f"{numbered(src)}") from None
@@ -188,12 +232,180 @@ def _limit_compiler() -> None:
   except (ValueError, OSError): pass
 
 
+def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+  """Run a compiler in a process group of its own: `cc` is a driver that starts cc1, as and ld, so on a timeout (or
+  Ctrl-C) the whole group is killed, not only the driver (which left cc1 running)."""
+  with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                        preexec_fn=_limit_compiler) as proc:
+    try: out, err = proc.communicate(timeout=timeout)
+    except BaseException:   # TimeoutExpired, KeyboardInterrupt
+      try: os.killpg(proc.pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError): pass
+      proc.communicate()
+      raise
+  return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# ---- OpenMP, where the compiler has it ----
+OPENMP_FLAG = "-fopenmp"
+OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
+               "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
+
+
+@functools.cache
+def openmp_works(cc: str) -> bool:
+  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`);
+  a test compile, once per process and compiler, asked only when a kernel's OpenMP build is not in the cache."""
+  with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
+    c_file = Path(tmp) / "probe.c"
+    c_file.write_text(OPENMP_PROBE)
+    cmd = [cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)]
+    try: return _run_compiler(cmd, COMPILE_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.TimeoutExpired): return False
+
+
+def serial_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
+  """flags without -fopenmp: the pragmas are then ignored and the kernel runs on one thread. Said once per process."""
+  if cc not in _warned_serial:
+    _warned_serial.add(cc)
+    warnings.warn(f"uopc: {cc} cannot build with {OPENMP_FLAG} (no OpenMP runtime: for clang install libomp, e.g. "
+                  f"`apt install libomp-dev` or `brew install libomp`); kernels are compiled without it and run on one "
+                  f"thread", RuntimeWarning, stacklevel=4)
+  return tuple(f for f in flags if f != OPENMP_FLAG)
+
+
+_warned_serial: set[str] = set()
+
+
+def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], Path, bool]:
+  """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
+  reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
+  flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  if (ok := _intact(path)) or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
+  flags = serial_flags(flags, cc)
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  return flags, path, _intact(path)
+
+
 def _intact(so_path: Path) -> bool:
-  """A cache entry is used only if its checksum matches: a truncated or corrupted object is rebuilt, never loaded."""
+  """A cache entry is used only if its checksum matches and it is a whole object: a truncated or corrupted object is
+  rebuilt, never loaded."""
   try: want = so_path.with_suffix(".sum").read_text().strip()
   except OSError: return False
-  try: return hashlib.sha256(so_path.read_bytes()).hexdigest() == want
+  try: data = so_path.read_bytes()
   except OSError: return False
+  return hashlib.sha256(data).hexdigest() == want and _complete_object(data)
+
+
+# ELF header and program header fields by class (1: 32-bit, 2: 64-bit): (struct format, offset) of e_phoff, e_shoff,
+# e_phentsize, e_phnum, e_shentsize, e_shnum; then p_type, p_offset, p_filesz inside a program header
+ELF_FIELDS = {1: (("I", 28), ("I", 32), ("H", 42), ("H", 44), ("H", 46), ("H", 48), ("I", 0), ("I", 4), ("I", 16)),
+              2: (("Q", 32), ("Q", 40), ("H", 54), ("H", 56), ("H", 58), ("H", 60), ("I", 0), ("Q", 8), ("Q", 32))}
+MACHO_64 = b"\xcf\xfa\xed\xfe"   # little-endian 64-bit Mach-O (arm64 and x86_64 macOS)
+PT_LOAD, LC_SEGMENT_64 = 1, 0x19
+
+
+def _complete_object(data: bytes) -> bool:
+  """Every byte the object's headers say is there is in the file. dlopen maps segments by those headers, and reading a
+  mapped page past the end of a truncated file is SIGBUS, which no exception handler sees; so a short file whose
+  checksum file was written to match (copied half-way, a disk filled) must be caught before dlopen."""
+  try:
+    if data[:4] == b"\x7fELF": return _complete_elf(data)
+    if data[:4] == MACHO_64: return _complete_macho(data)
+  except (struct.error, IndexError): return False
+  return False
+
+
+def _complete_elf(data: bytes) -> bool:
+  fields, order = ELF_FIELDS.get(data[4]), {1: "<", 2: ">"}.get(data[5])
+  if fields is None or order is None: return False
+  get = lambda k, base=0: struct.unpack_from(order + fields[k][0], data, base + fields[k][1])[0]
+  phoff, shoff, phentsize, phnum, shentsize, shnum = (get(k) for k in range(6))
+  if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data): return False
+  for i in range(phnum):
+    ph = phoff + i * phentsize
+    if get(6, ph) == PT_LOAD and get(7, ph) + get(8, ph) > len(data): return False
+  return True
+
+
+def _complete_macho(data: bytes) -> bool:
+  ncmds, sizeofcmds = struct.unpack_from("<II", data, 16)
+  if 32 + sizeofcmds > len(data): return False
+  at = 32
+  for _ in range(ncmds):
+    cmd, size = struct.unpack_from("<II", data, at)
+    if cmd == LC_SEGMENT_64:
+      fileoff, filesize = struct.unpack_from("<QQ", data, at + 40)
+      if fileoff + filesize > len(data): return False
+    at += max(size, 8)
+  return True
+
+
+def check_name(name: str) -> str:
+  """A kernel's name goes into a file name and a cdef: only a C identifier may (`../../x` would write outside the
+  cache before cffi rejected it)."""
+  return check_identifier(name)
+
+
+# ---- calling a kernel so that Ctrl-C still works ----
+# A C call holds the thread that made it until it returns, and Python runs signal handlers only between bytecodes, so a
+# kernel called on the main thread cannot be interrupted. Calls that may run long go to one kernel thread instead, and
+# the main thread waits on a lock, which Ctrl-C interrupts. C code cannot be stopped safely from outside, so an
+# interrupted kernel runs on to its end on that thread, and the next call waits for it (it may still be writing the
+# arrays it was given, which its job keeps alive); a kernel that never ends needs a new process (restart the notebook
+# kernel). The handoff costs tens of microseconds, which shows in a small realize, so a call runs directly when the
+# same Program already finished with the same scalar arguments in under QUICK_S: the loop bounds of a kernel are
+# constants or scalars. Only under a passive wait policy, though: each thread that starts OpenMP loops keeps a pool of
+# workers of its own, and two pools that spin slow each other down (NOTES 20).
+QUICK_S = 1e-3
+QUICK_DIRECT = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_kernel_thread: threading.Thread | None = None
+_last_job = threading.Lock()   # locked while the latest job handed to the kernel thread runs
+
+
+def _forget_kernel_thread() -> None:
+  """In a forked child: the kernel thread was not copied, so the next call starts a new one."""
+  global _jobs, _kernel_thread, _last_job
+  _jobs, _kernel_thread, _last_job = queue.SimpleQueue(), None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_forget_kernel_thread)
+
+
+def _kernel_loop() -> None:
+  while True:
+    prg, args, done = _jobs.get()   # the job holds the Program: its object stays loaded until the call returns
+    try: prg.fn(*args)
+    finally: done.release()
+
+
+def _wait_on_kernel_thread(prg: Program, args: list) -> None:
+  global _kernel_thread, _last_job
+  if _kernel_thread is None:
+    _kernel_thread = threading.Thread(target=_kernel_loop, name="uopc-kernels", daemon=True)
+    _kernel_thread.start()
+  done = _last_job = threading.Lock()
+  done.acquire()
+  _jobs.put((prg, args, done))   # queued behind an interrupted kernel that is still running, if there is one
+  try:
+    while not done.acquire(timeout=0.25): pass
+    done.release()
+  except KeyboardInterrupt as e:
+    if hasattr(e, "add_note"):
+      e.add_note(f"uopc: kernel {prg.name} runs on in the background; the next kernel call waits for it")
+    raise
+
+
+def call_kernel(prg: Program, args: list) -> None:
+  """prg.fn(*args) with converted arguments, interruptible on the main thread."""
+  scalars = tuple(a for a in args if isinstance(a, (int, float)))
+  quick = QUICK_DIRECT and prg._quick == scalars and not _last_job.locked()
+  if quick or threading.current_thread() is not threading.main_thread(): return prg.fn(*args)
+  t0 = time.perf_counter()
+  _wait_on_kernel_thread(prg, args)
+  prg._quick = scalars if time.perf_counter() - t0 < QUICK_S else None   # the scalars of a call that finished fast
 
 
 class Program:
@@ -201,18 +413,14 @@ class Program:
   (render_c's result carries its signature) or hand-written C, whose `void name(...)` line is read."""
 
   def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
-    check_identifier(name)   # the name becomes a file name and a symbol: nothing else may reach the disk or cc
-    self.src, self.name = src, name
+    self.src, self.name = src, check_name(name)   # the name becomes a file name and a symbol: checked first
+    self._quick: tuple | None = None
     full = src if src.lstrip().startswith("#") else PRELUDE + src
-    self.flags = tuple(flags) if flags is not None else FLAGS
     signature = getattr(src, "signature", None)
     self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
     cc = compiler()
-    key = cache_key(full, cc, self.flags)
-    # the content hash is in the file name: a rebuilt object never reuses a path this process already loaded
-    self.path = cache_dir() / f"{name}-{key}.so"
     t0 = time.perf_counter()
-    self.cached = _intact(self.path)
+    self.flags, self.path, self.cached = locate(full, name, cc, tuple(flags) if flags is not None else FLAGS)
     if not self.cached:
       with _build_lock(self.path):
         if not _intact(self.path): _build(full, self.path, cc, self.flags)
@@ -263,7 +471,7 @@ class Program:
   def __call__(self, *args):
     if len(args) != len(self.params):
       raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
-    self.fn(*[self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
+    call_kernel(self, [self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
 
 
 def clear_cache() -> None:

@@ -1,0 +1,286 @@
+"""The runtime under hostile but realistic conditions: odd cache paths, damaged cache entries, CPUs the cache key must
+tell apart, a compiler without OpenMP, kernels that never end, names that are not C identifiers."""
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+import pytest
+from uopc import runtime
+from uopc.runtime import Program
+
+pytestmark = pytest.mark.ch02
+
+ADD = """void add(const float* a, const float* b, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}"""
+RUN_ADD = f"""if 1:
+  import numpy as np
+  from uopc.runtime import Program
+  prg = Program({ADD!r}, "add")
+  a = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32)
+  prg(a, a, out, 4)
+  print(prg.cached, out.tolist())
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+  return tmp_path / "cache"
+
+
+def python(code: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+  """Run code in a fresh process (a crash there, SIGBUS or SIGSEGV, is a return code here, not a dead test run)."""
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
+                        env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300)
+
+
+# ---- the cache directory and damaged entries ----
+def test_relative_cache_dir_builds_once_and_loads(tmp_path):
+  runs = [python(RUN_ADD, cwd=tmp_path, UOPC_CACHE_DIR=".") for _ in range(2)]
+  assert [(r.returncode, r.stdout.strip()) for r in runs] == [(0, "False [0.0, 2.0, 4.0, 6.0]"),
+                                                             (0, "True [0.0, 2.0, 4.0, 6.0]")], runs[0].stderr
+  assert len(list(tmp_path.glob("add-*.so"))) == 1
+
+
+def test_cache_dir_is_absolute(monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", "some/where")
+  assert runtime.cache_dir().is_absolute() and runtime.cache_dir() == Path.cwd() / "some/where"
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.5, 0.7, 0.95])
+def test_truncated_entry_with_a_matching_checksum_is_rebuilt_not_mapped(cache, keep):
+  # before the ELF check, dlopen mapped the short file and died with SIGBUS (return code -7) at 0.1 to 0.7
+  assert python(RUN_ADD, UOPC_CACHE_DIR=str(cache)).stdout.strip() == "False [0.0, 2.0, 4.0, 6.0]"
+  so = next(cache.glob("*.so"))
+  size = so.stat().st_size
+  so.write_bytes(so.read_bytes()[:int(size * keep)])
+  so.with_suffix(".sum").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
+  r = python(RUN_ADD, UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.strip()) == (0, "False [0.0, 2.0, 4.0, 6.0]"), r.stderr
+  assert so.stat().st_size == size
+
+
+def test_complete_object_checks_elf_and_macho_extents():
+  built = Program(ADD, "add").path.read_bytes()
+  assert runtime._complete_object(built) and not runtime._complete_object(built[:len(built) - 1])
+  assert not runtime._complete_object(b"#!/bin/sh\n") and not runtime._complete_object(b"\x7fELF")
+  # a minimal 64-bit Mach-O: header, one LC_SEGMENT_64 (72 bytes) whose file extent is bytes 0..200
+  seg = struct.pack("<II16sQQQQ", runtime.LC_SEGMENT_64, 72, b"__TEXT", 0, 200, 0, 200).ljust(72, b"\0")
+  macho = (runtime.MACHO_64 + struct.pack("<iiIIII", 0x0100000C, 0, 6, 1, len(seg), 0) + b"\0" * 4 + seg)
+  assert runtime._complete_object(macho.ljust(200, b"\0")) and not runtime._complete_object(macho.ljust(199, b"\0"))
+
+
+# ---- the CPU is part of the cache key ----
+AARCH64_CPUINFO = """processor\t: 0
+BogoMIPS\t: 48.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x3
+CPU part\t: 0xd0c
+CPU revision\t: 1
+
+processor\t: 1
+BogoMIPS\t: 48.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x3
+CPU part\t: 0xd0c
+CPU revision\t: 1
+"""
+
+
+def test_aarch64_cpuinfo_names_the_cpu():
+  ident = runtime.cpu_identity(AARCH64_CPUINFO)
+  assert "CPU part\t: 0xd0c" in ident and "asimddp" in ident and "0x41" in ident and "BogoMIPS" not in ident
+  assert ident.count("CPU part") == 1                                  # one line per distinct kind of core
+  older = AARCH64_CPUINFO.replace("0xd0c", "0xd08").replace(" asimddp", "")
+  assert runtime.cpu_identity(older) != ident
+
+
+def test_compiler_says_what_native_means():
+  native = runtime.native_target(runtime.compiler())
+  assert "-march=" in native or "-target-cpu" in native, native
+
+
+# ---- names that reach the file system ----
+@pytest.mark.parametrize("name", ["../../x", "a/b", "", "1add", "add;", "a-b", "ädd"])
+def test_kernel_name_must_be_a_c_identifier(cache, tmp_path, name):
+  with pytest.raises(ValueError, match="not a C identifier"): Program(ADD, name)
+  assert not cache.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# ---- a compiler without OpenMP ----
+def fake_cc(tmp_path: Path, body: str) -> str:
+  """A compiler wrapper script (the real `cc` underneath), as CC would name it."""
+  cc = tmp_path / "fake-cc"
+  cc.write_text("#!/bin/sh\n" + body)
+  cc.chmod(0o755)
+  return str(cc)
+
+
+NO_OPENMP = """echo "$*" >> "$(dirname "$0")/calls"
+for a in "$@"; do [ "$a" = -fopenmp ] && { echo "/usr/bin/ld: cannot find -lomp" >&2; exit 1; }; done
+exec cc "$@"
+"""
+SUM = """void total(const float* x, float* out, int n) {
+  float s = 0;
+  #pragma omp parallel for reduction(+:s)
+  for (int i = 0; i < n; i++) s += x[i];
+  out[0] = s;
+}"""
+
+
+def test_without_openmp_kernels_run_serially_and_it_is_said_once(cache, tmp_path, monkeypatch):
+  import numpy as np
+  monkeypatch.setenv("CC", fake_cc(tmp_path, NO_OPENMP))
+  x, out = np.arange(100, dtype=np.float32), np.zeros(1, np.float32)
+  with pytest.warns(RuntimeWarning, match="cannot build with -fopenmp.*libomp.*one thread"):
+    prg = Program(SUM, "total")
+  prg(x, out, x.size)
+  assert out[0] == x.sum() and "-fopenmp" not in prg.flags
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    Program(SUM.replace("s += x[i]", "s += 2 * x[i]"), "total")   # a second kernel: no second warning
+  r = python(RUN_ADD.replace("prg.cached,", "prg.cached, prg.flags.count('-fopenmp'),"), UOPC_CACHE_DIR=str(cache),
+             CC=os.environ["CC"])
+  assert r.stdout.split()[:2] == ["False", "0"] and "-fopenmp" in r.stderr, r.stderr   # said in that process too
+  assert probes(tmp_path) == 2   # once per process, not once per kernel
+
+
+def probes(tmp_path: Path) -> int:
+  return sum("probe.c" in line for line in (tmp_path / "calls").read_text().splitlines())
+
+
+def test_a_compiler_with_openmp_is_asked_only_on_a_cache_miss(cache, tmp_path):
+  if not runtime.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
+  cc = fake_cc(tmp_path, f'echo "$*" >> "$(dirname "$0")/calls"\nexec {runtime.compiler()} "$@"\n')
+  runs = [python(RUN_ADD, UOPC_CACHE_DIR=str(cache), CC=cc) for _ in range(2)]
+  assert [r.stdout.split()[0] for r in runs] == ["False", "True"] and probes(tmp_path) == 1
+
+
+def test_with_openmp_nothing_is_printed(cache):
+  if not runtime.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
+  r = python(RUN_ADD.replace("prg.cached,", "prg.cached, prg.flags.count('-fopenmp'),"), UOPC_CACHE_DIR=str(cache))
+  assert (r.stdout.split()[:2], r.stderr) == (["False", "1"], "")   # strict nbval compares stderr
+
+
+# ---- runaway work ----
+def dead(pid: int) -> bool:
+  try: return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"   # a zombie is dead, not yet reaped
+  except (OSError, IndexError): return True
+
+
+def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
+  # the driver starts a long-lived child, as cc starts cc1; before, only the driver was killed
+  pidfile = tmp_path / "child.pid"
+  monkeypatch.setenv("CC", fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                                             f'sleep 300 &\necho $! > {pidfile}\nwait\n'))
+  monkeypatch.setattr(runtime, "COMPILE_TIMEOUT_S", 3)   # time for the script to start its child on a busy machine
+  with pytest.raises(runtime.CompileError, match="did not finish within 3 s"):
+    Program(ADD, "add", flags=("-shared", "-fPIC"))
+  pid = int(pidfile.read_text())
+  for _ in range(50):
+    if dead(pid): break
+    time.sleep(0.1)
+  assert dead(pid), f"the compiler's child {pid} is still running"
+
+
+def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
+  pidfile = tmp_path / "child.pid"
+  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  code = f"""if 1:
+    import os, signal, threading, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
+    from uopc.runtime import Program
+    def press_ctrl_c():
+      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)   # the compiler has started its child
+      os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
+    except KeyboardInterrupt: print("interrupted")
+  """
+  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
+  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
+  pid = int(pidfile.read_text())
+  for _ in range(50):
+    if dead(pid): break
+    time.sleep(0.1)
+  assert dead(pid), f"the compiler's child {pid} is still running"
+
+
+INTERRUPT = """if 1:
+  import os, signal, threading, time
+  signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
+  import numpy as np
+  from uopc.runtime import Program
+  SRC = ("void spin(long* x, long n) {"   # the empty asm keeps the loop a loop (the compiler would add n at once)
+         "  for (long i = 0; i < n; i++) { x[0] = 1; x[1] += 1; __asm__ volatile(\\"\\" ::: \\"memory\\"); } }")
+  prg, copy = Program(SRC, "spin"), Program("void copy(const long* x, long* y) { y[0] = x[1]; }", "copy")
+  x, y = np.zeros(2, np.int64), np.zeros(1, np.int64)
+  def press_ctrl_c():
+    while x[0] == 0: time.sleep(0.01)   # the kernel is running
+    os.kill(os.getpid(), signal.SIGINT)
+  threading.Thread(target=press_ctrl_c, daemon=True).start()
+  try: prg(x, LIMIT)
+  except KeyboardInterrupt as e: print("interrupted", "runs on in the background" in str(getattr(e, "__notes__", "")))
+  copy(x, y)   # waits for the interrupted kernel, which may still be writing x
+  print(int(y[0]) == LIMIT)
+"""
+
+
+def test_ctrl_c_interrupts_a_kernel_that_never_ends(cache):
+  # ... and the process still exits cleanly with the kernel spinning on its thread
+  r = python(INTERRUPT.replace("LIMIT", "1 << 62").split("  copy(x, y)")[0] + "  print('exiting')\n",
+             UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["interrupted", "True", "exiting"]), r.stderr
+
+
+def test_after_ctrl_c_the_next_kernel_waits_for_the_interrupted_one(cache):
+  r = python(INTERRUPT.replace("LIMIT", str(3_000_000_000)), UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["interrupted", "True", "True"]), r.stderr
+
+
+# ---- shared cores: OpenMP's idle workers sleep instead of spinning ----
+@pytest.mark.parametrize("user, expect", [({}, {"OMP_WAIT_POLICY": "PASSIVE"}),
+                                          ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active"}),
+                                          ({"GOMP_SPINCOUNT": "1000"}, {"GOMP_SPINCOUNT": "1000"})])
+def test_wait_policy_is_passive_unless_the_user_chose_one(user, expect):
+  env = dict(user)
+  runtime.set_wait_policy(env)
+  assert env == expect
+
+
+def test_libgomp_reads_the_wait_policy():
+  # set before libgomp is loaded, or it would not count: libgomp reads its environment once, at load
+  env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+  r = subprocess.run([sys.executable, "-c", "import uopc.runtime"], capture_output=True, text=True, timeout=120,
+                     env={**env, "OMP_DISPLAY_ENV": "VERBOSE"})
+  if "GOMP_SPINCOUNT" not in r.stderr: pytest.skip("the OpenMP runtime here is not libgomp")
+  assert "GOMP_SPINCOUNT = '0'" in r.stderr, r.stderr
+
+
+def test_a_forked_child_starts_its_own_kernel_thread(cache):
+  code = """if 1:
+    import multiprocessing as mp
+    import numpy as np
+    from uopc.runtime import Program
+    prg = Program("void inc(int* x) { x[0] += 1; }", "inc")
+    x = np.zeros(1, np.int32)
+    prg(x)                      # the parent's kernel thread exists now
+    def child(q):   # a Program's first call goes to the kernel thread
+      y = np.zeros(1, np.int32); Program("void inc2(int* x) { x[0] += 1; }", "inc2")(y); q.put(int(y[0]))
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=child, args=(q,)); p.start()
+    print(q.get(timeout=60), int(x[0])); p.join()
+  """
+  r = python(code, UOPC_CACHE_DIR=str(cache))
+  assert (r.returncode, r.stdout.split()) == (0, ["1", "1"]), r.stderr
