@@ -387,3 +387,14 @@ def test_bad_input_names_the_problem(name):
   fn, exc, pattern = BAD[name]
   with pytest.raises(exc, match=pattern):
     fn(Tensor(A))
+
+
+def test_requires_grad_of_a_tensor_with_many_elements_can_be_read_and_set_again():
+  """The leaves are found by identity: a set of Tensors would compare them with ==, which is elementwise."""
+  t = Tensor(np.ones((3, 3), np.float32), requires_grad=True)
+  assert t.requires_grad
+  t.requires_grad = True
+  (t * t).sum().backward()
+  np.testing.assert_array_equal(t.grad.numpy(), 2 * np.ones((3, 3)))
+  t.requires_grad = False
+  assert not t.requires_grad

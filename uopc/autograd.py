@@ -13,7 +13,18 @@ from uopc.uop import UOp, Ops
 if TYPE_CHECKING: from uopc.tensor import Tensor   # autograd works on Tensors but never imports them at run time
 
 LN2 = math.log(2)
-requires_grad_leaves: weakref.WeakSet = weakref.WeakSet()   # the tensors backward() fills .grad on
+class Leaves:
+  """The tensors backward() fills .grad on, held weakly and found by identity: a WeakSet would compare two Tensors
+  with ==, which is elementwise (and so ambiguous) for a Tensor."""
+  def __init__(self): self._by_id: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  def add(self, t) -> None: self._by_id[id(t)] = t
+  def discard(self, t) -> None:
+    if self._by_id.get(id(t)) is t: del self._by_id[id(t)]
+  def __contains__(self, t) -> bool: return self._by_id.get(id(t)) is t
+  def __iter__(self): return iter(list(self._by_id.values()))
+
+
+requires_grad_leaves = Leaves()
 
 
 def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
