@@ -210,7 +210,7 @@ for name, (t, ref) in views.items():
 # %% [markdown]
 # Slicing is a SHRINK (a start and an end per axis), plus a RESHAPE that drops the axes indexed by an
 # integer; negative indices are counted from the end, as in NumPy, and out-of-range ones raise
-# `IndexError`. Steps other than 1 are not supported (they would need a strided view). `cat` pads every
+# `IndexError`. Steps, `None` and integer-tensor indices are section 9.8's. `cat` pads every
 # piece with zeros to the full length and adds the pieces: the additions of zeros are cheap, and it needs
 # no op of its own. `stack` is the STACK op, which selects one of its sources by the first index.
 #
@@ -435,13 +435,153 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
       np.allclose(w2.grad.numpy(), x_t.numpy().T @ ((x_t.numpy() @ w2.numpy()) > 0)))
 
 # %% [markdown]
+# ## 9.8 The rest of the API, and where each piece lives
+#
+# Sections 9.3 to 9.7 are the book's core. A student arriving from PyTorch or tinygrad reaches for much more:
+# `x[::-1]`, `w[idx]` with an integer tensor, `arange`, `tril`, `masked_fill`, `gelu`, `layernorm`,
+# `cross_entropy(targets)`, `int32 + int64`. uopc has them, and none needs a new graph op or a new derivative
+# rule: each is a few Tensor operations, so its gradient comes from the table of 9.7. Three ideas carry most of it.
+#
+# - **Promotion.** Two dtypes meet in the smaller type both convert to: bool < uint8 < int32 < int64 < float16 <
+#   float32 < float64 (PyTorch's and tinygrad's order; NumPy differs only in making int64 with float32 a float64).
+#   A Python scalar only widens the kind: `int32 + 0.5` is float32, a float16 tensor times 2.0 stays float16. Sums
+#   of integers and bools accumulate in int64, as NumPy's and PyTorch's do, so a count never wraps.
+# - **A step is a reshape.** `x[::k]` pads the axis to a multiple of k, reshapes it to `(n/k, k)` and keeps column
+#   0 of the `k` axis: element `i` of the result is element `i*k` of `x` (tinygrad's trick).
+# - **An integer index is a one-hot select.** `w[idx]` is `(idx[..., None] == arange(n)).where(w, 0).sum()`: n times
+#   the output's work, and its gradient is a scatter-add with no rule of its own (the sum's gradient broadcasts, the
+#   where routes it to the chosen rows, the broadcast's gradient adds up repeated rows). No movement op reverses an
+#   axis, so `flip` (and a negative step) is the same select with `arange(n-1, -1, -1)`.
+#
+# The table is read from the code: each entry and the method that implements it (`uopc/tensor*.py`).
+
+# %%
+API = {
+  "operators": ["add", "sub", "mul", "div", "pow", "neg", "dot", "__eq__", "__invert__", "__floordiv__", "__mod__"],
+  "creation": ["arange", "eye", "tril", "triu", "full_like", "zeros_like", "ones_like", "rand", "randint",
+               "manual_seed"],
+  "reductions": ["sum", "min", "var", "std", "prod", "logsumexp", "argmax", "argmin", "cumsum", "any", "all"],
+  "movement": ["reshape", "pad", "flip", "unsqueeze", "squeeze", "flatten", "repeat", "clone", "cat", "stack",
+               "split", "chunk"],
+  "indexing": ["__getitem__", "gather", "one_hot", "masked_fill", "where"],
+  "activations": ["relu", "sigmoid", "tanh", "clip", "leaky_relu", "gelu", "quick_gelu", "silu", "elu", "relu6",
+                  "hardswish", "softplus", "hardtanh", "layernorm", "dropout"],
+  "losses": ["cross_entropy", "sparse_categorical_crossentropy", "nll_loss", "binary_crossentropy",
+             "binary_crossentropy_logits"],
+  "sampling": ["multinomial"],
+}
+for group, names in API.items():
+  print(group)
+  for name in names:
+    fn = getattr(Tensor, name)
+    fn = getattr(fn, "__func__", fn)                                      # a classmethod's function
+    print(f"  {name:34s} {fn.__module__}.{fn.__qualname__}")
+
+# %% [markdown]
+# Promotion, as PyTorch does it:
+
+# %%
+from uopc.dtype import dtypes
+
+i32, i64 = Tensor(np.arange(3, dtype=np.int32)), Tensor(np.arange(3, dtype=np.int64))
+f32, flags = Tensor(np.ones(3, np.float32)), Tensor(np.array([True, False, True]))
+for name, t in {"i32 + i64": i32 + i64, "i32 + 0.5": i32 + 0.5, "f32 * bool": f32 * flags, "bool + 1": flags + 1,
+                "i32.exp() > 2": i32.exp() > 2, "i32 / 2": i32 / 2, "i32 // -2": i32 // -2,
+                "bool.sum()": flags.sum(), "full of 2**30, sum": Tensor(np.full(4, 2**30, np.int32)).sum()}.items():
+  print(f"{name:20s} {str(t.dtype):12s} {t.numpy()}")
+print("dtypes.int.max:", dtypes.int.max, "  dtypes.u8.max:", dtypes.u8.max)
+
+# %% [markdown]
+# A step slice is movement ops only; an integer index is a select and a sum, which the kernelizer gives a kernel:
+
+# %%
+c = Tensor(c_np)
+print("c[:, :, ::2]      ", show(c[:, :, ::2].uop))
+print("matches NumPy:", np.array_equal(c[:, ::-1, ::2].numpy(), c_np[:, ::-1, ::2]),
+      np.array_equal(c[None, 1, ..., [3, 0]].numpy(), c_np[None, 1, ..., [3, 0]]))
+wte_np = rng.standard_normal((10, 4))
+wte, idx = Tensor(wte_np), Tensor(np.array([[1, 7, 7], [0, 9, 1]], np.int32))
+emb = wte[idx]                                                            # (2, 3, 4): an embedding lookup
+print("wte[idx]", emb.shape, [k.name for k in make_plan([emb.uop], False, DefaultOpt).kernels],
+      "matches NumPy:", np.array_equal(emb.numpy(), wte_np[idx.numpy()]))
+(g_wte,) = uopc_gradient(wte[idx].sum(), [wte])
+print("its gradient counts each row's uses:", g_wte.numpy()[:, 0].astype(int))
+
+# %% [markdown]
+# The pieces a GPT needs (Chapter 14) fit together and their gradients agree with finite differences. A causal
+# attention head over a LayerNorm, a GELU, and the cross entropy of integer targets:
+
+# %%
+import math
+
+T_, D_, V_ = 5, 4, 7
+targets = np.array([3, 1, 6, 0, 3])
+
+
+def tiny_gpt_logits(x, w, head):
+  h = x.layernorm()
+  s = (h @ w) @ h.T * (1 / math.sqrt(D_))                                 # (T, T)
+  s = s.masked_fill(Tensor.ones(T_, T_, dtype=dtypes.bool).tril().logical_not(), -math.inf)
+  a = s.softmax(-1) @ h                                                   # causal: row i sees keys j <= i
+  return (a + h).gelu() @ head                                            # (T, V) logits
+
+
+def np_tiny_gpt_loss(x, w, head):
+  h = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+  s = np.where(np.tril(np.ones((T_, T_), bool)), (h @ w) @ h.T / math.sqrt(D_), -np.inf)
+  z = np_softmax(s) @ h + h
+  logits = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3))) @ head
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  return -logp[np.arange(T_), targets].mean()
+
+
+xs = [rng.standard_normal((T_, D_)), rng.standard_normal((D_, D_)), rng.standard_normal((D_, V_))]
+ts = [Tensor(x) for x in xs]
+loss = tiny_gpt_logits(*ts).cross_entropy(Tensor(targets))
+print("loss matches NumPy:", np.isclose(loss.item(), np_tiny_gpt_loss(*xs)))
+grads = uopc_gradient(loss, ts)
+err = max(np.abs(g.numpy() - r).max() for g, r in zip(grads, finite_differences(np_tiny_gpt_loss, xs)))
+print("max |gradient - finite differences| < 1e-6:", err < 1e-6)
+
+# %% [markdown]
+# Gradients at the edges: `relu` is written as a where, so its gradient at exactly 0 is 0 (PyTorch's and
+# tinygrad's answer), while `maximum` keeps the book's tie rule; `sigmoid` and `tanh` are written with
+# `e = exp(-|x|) <= 1`, so no branch ever holds an inf whose gradient would be `0 * inf = nan`:
+
+# %%
+edge = np.array([-1000.0, -1.0, 0.0, 1.0, 1000.0])
+for name, fn in {"relu": lambda t: t.relu(), "maximum(x, 0)": lambda t: t.maximum(0.0),
+                 "sigmoid": lambda t: t.sigmoid(), "tanh": lambda t: t.tanh()}.items():
+  t = Tensor(edge)
+  (g,) = uopc_gradient(fn(t).sum(), [t])
+  print(f"d {name:14s} at {edge}: {g.numpy().round(4)}")
+
+# %% [markdown]
+# What stays unsupported says so. A Tensor is immutable (no `x[i] = v`: use `where` or `masked_fill`), sampling
+# without replacement draws one sample, and a boolean mask must be known when the graph is built (its count of True
+# entries is the output's shape), so a computed mask is realized first. One known gap: a `max` reduction over data
+# holding a nan returns nan only if the nan comes last, because the C update `(acc > x) ? acc : x` drops a nan held
+# in `acc`; making it consistent changes the generated C of every max, which the renderer's owners decide.
+
+# %%
+for name, bad in {"x[0] = 1": lambda: c.__setitem__(0, 1.0),
+                  "multinomial(2)": lambda: Tensor(np.ones(4, np.float32)).multinomial(2),
+                  "w[float index]": lambda: wte[Tensor(np.array([0.5]))],
+                  "reshape(6.0, 4)": lambda: c.reshape(6.0, 4)}.items():
+  try: bad()
+  except (TypeError, NotImplementedError, IndexError) as e: print(f"{name:16s} {type(e).__name__}: {e}")
+print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().item(),
+      " of [1, 2, nan]:", Tensor(np.array([1, 2, np.nan], np.float32)).max().item())
+
+# %% [markdown]
 # ## Pitfalls
 #
 # - **Realizing changes a Tensor.** After `.numpy()`, a Tensor's UOp is its data (a BUFFER); the graph
 #   that computed it is kept in `.lazy` so that gradients can still be taken. A plan built from
 #   `t.uop` after realizing is a plan for a copy, not for the computation.
-# - **Dtypes do not mix silently.** `float32 + int32` raises `TypeError` (cast one side); a Python float
-#   added to an integer Tensor must be a whole number. NumPy would promote; uopc asks.
+# - **Dtypes promote, as in PyTorch.** `float32 + int32` is float32 and `int32 + 0.5` is float32 (9.8); only
+#   int64 with float32 differs from NumPy (float32 here, float64 there). Integer sums are int64.
 # - **Gradients of max split between ties.** If two entries share the maximum, each gets half. Finite
 #   differences at a tie are meaningless: test with random data.
 # - **Every op is a few graph nodes.** `a - b` is `a + b * -1`, `a / b` is `a * recip(b)`, `exp` is
@@ -453,10 +593,11 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
 #
 # 1. Add `sin` to `Lazy` with its derivative rule and check the gradient of `sum(sin(a @ w))`.
 # 2. Give `Lazy` a `mean(axis)` built from `sum`, and check that its gradient needs no new rule.
-# 3. Implement slicing with steps (`x[::2]`) for uopc's Tensor as a RESHAPE + SHRINK (hint: split the
-#    axis into (n/2, 2) when it is even). What does `cat` of the two halves give back?
-# 4. Write `Tensor.var(axis)` and LayerNorm with Tensor ops, and check the gradient of
-#    `layernorm(x) @ w` against finite differences.
+# 3. Why can no composition of the five movement ops reverse an axis? Add a FLIP movement op (rangeify maps
+#    index i to n-1-i; its derivative rule is FLIP again), make `Tensor.flip` use it, and compare the kernels of
+#    `x[::-1].sum()` with 9.8's one-hot select.
+# 4. `Tensor.layernorm` is five lines (`uopc/tensor_nn.py`). Check the gradient of `layernorm(x) @ w` against
+#    finite differences, and count its kernels with and without `stage_broadcast_compute` (Chapter 7).
 # 5. Count the kernels of the gradient of attention at N = 64 with and without `fuse_reduce`. Which
 #    reductions of the backward pass could share a kernel?
 # 6. `gradient` computes gradients of a scalar. Use its `seed=` argument to compute a vector-Jacobian

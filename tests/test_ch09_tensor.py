@@ -356,8 +356,12 @@ def test_gradient_stops_at_detach():
 
 
 # ---- bad input ----
+# mixed dtypes promote (f32 + i32, i32 + 0.5, sqrt of an int) and negative pads cut, as in PyTorch and tinygrad:
+# tests/test_ch09_api.py checks those; here only what stays an error
 I32 = Tensor(np.ones((3, 4), np.int32))
 BAD = {
+  "bitwise on float": (lambda a: a & I32, TypeError, r"bool or integer"),
+  "pad cuts too much": (lambda a: a.pad(((-2, -2), (0, 0))), ValueError, r"cuts more"),
   "matmul shapes": (lambda a: a @ Tensor(np.ones((5, 6), np.float32)), ValueError, r"\(3, 4\).*\(5, 6\)"),
   "matmul batch": (lambda a: Tensor(np.ones((2, 3, 4), np.float32)) @ Tensor(np.ones((3, 4, 5), np.float32)),
                    ValueError, r"broadcast"),
@@ -369,11 +373,7 @@ BAD = {
   "broadcast": (lambda a: a + Tensor(np.ones((5, 6), np.float32)), ValueError,
                 r"\(3, 4\) and \(5, 6\) cannot be broadcast"),
   "broadcast where": (lambda a: (a < 0).where(a, Tensor(np.ones(3, np.float32))), ValueError, r"broadcast"),
-  "dtype mismatch": (lambda a: a + I32, TypeError, r"f32.*i32"),
   "where condition": (lambda a: a.where(a, a), TypeError, r"bool"),
-  "where branches": (lambda a: (a < 0).where(a, I32), TypeError, r"f32.*i32"),
-  "float constant into int": (lambda a: I32 + 0.5, TypeError, r"0\.5"),
-  "unary on int": (lambda a: I32.sqrt(), TypeError, r"float"),
   "reshape": (lambda a: a.reshape(5, 3), ValueError, r"\(3, 4\).*\(5, 3\)"),
   "reshape two -1": (lambda a: a.reshape(-1, -1), ValueError, r"-1"),
   "reshape -1": (lambda a: a.reshape(5, -1), ValueError, r"\(5, -1\)"),
@@ -385,7 +385,6 @@ BAD = {
   "too many indices": (lambda a: a[0, 0, 0], IndexError, r"too many"),
   "float index": (lambda a: a[1.5], TypeError, r"float"),
   "shrink out of range": (lambda a: a.shrink(((0, 4), None)), IndexError, r"0:4.*size 3"),
-  "pad negative": (lambda a: a.pad(((-1, 0), (0, 0))), ValueError, r"non-negative"),
   "cat shapes": (lambda a: Tensor.cat([a, Tensor(np.ones((5, 6), np.float32))]), ValueError, r"\(5, 6\)"),
   "stack shapes": (lambda a: Tensor.stack([a, a.T]), ValueError, r"same shape"),
   "item of many": (lambda a: a.item(), ValueError, r"\(3, 4\)"),

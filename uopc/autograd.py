@@ -18,14 +18,34 @@ def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
   return g.sum(axes, keepdim=True).reshape(shape) if axes else g
 
 
+def _prod_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+  """The product of the others: out / x, except at a zero, where it is the product of the nonzero rest (if that
+  zero is the only one; with two zeros every gradient is 0)."""
+  zero = x.eq(0)
+  rest = zero.where(1.0, x)._reduce(Ops.MUL, axes, True).expand(x.shape)
+  lone = zero.sum(axes, keepdim=True).eq(1).expand(x.shape)
+  return g * zero.where(lone.where(rest, 0.0), out / zero.where(1.0, x))
+
+
+def _max_reduce_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+  """The gradient goes to the maxima, shared equally between ties."""
+  hit = x.eq(out).cast(x.dtype)
+  count = hit.sum(axes, keepdim=True).expand(x.shape)
+  return g * hit / count
+
+
+# reduce op -> rule(x, out, g, axes), with out and g broadcast back to x's shape over the reduced axes
+REDUCE_DERIVATIVES: dict[Ops, Callable] = {
+  Ops.ADD: lambda x, out, g, axes: g,                                       # d(sum x) = sum dx
+  Ops.MUL: _prod_grad,                                                      # d(prod x) = sum_i (prod_{j!=i} x_j) dx_i
+  Ops.MAX: _max_reduce_grad,
+}
+
+
 def _reduce_grad(out: Tensor, x: Tensor, g: Tensor, rop: Ops, n: int) -> Tensor:
   kept = x.shape[:x.ndim - n]
-  g_full = g.reshape(kept + (1,) * n).expand(x.shape)
-  if rop is Ops.ADD: return g_full
-  # MAX: the gradient goes to the maxima, shared equally between ties
-  hit = x.eq(out.reshape(kept + (1,) * n).expand(x.shape)).cast(x.dtype)
-  count = hit.sum(tuple(range(x.ndim - n, x.ndim)), keepdim=True).expand(x.shape)
-  return g_full * hit / count
+  def back(t: Tensor) -> Tensor: return t.reshape(kept + (1,) * n).expand(x.shape)   # reduced, broadcast back
+  return REDUCE_DERIVATIVES[rop](x, back(out), back(g), tuple(range(x.ndim - n, x.ndim)))
 
 
 def _max_grad(a: Tensor, b: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:

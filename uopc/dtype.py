@@ -16,6 +16,16 @@ class DType:
   def is_float(self) -> bool: return self.kind == "f"
   @property
   def is_int(self) -> bool: return self.kind in "iu"
+  @property
+  def is_unsigned(self) -> bool: return self.kind == "u"
+  @property
+  def min(self):
+    """The smallest value (dtypes.int.min == -2**31; -inf for floats), like torch.iinfo / tinygrad's dtypes.min."""
+    return _limits(self)[0]
+  @property
+  def max(self):
+    """The largest value (dtypes.int.max == 2**31 - 1; inf for floats)."""
+    return _limits(self)[1]
 
 
 class dtypes:
@@ -32,9 +42,9 @@ class dtypes:
 
   @staticmethod
   def from_py(x) -> DType:
-    if isinstance(x, bool): return dtypes.bool
-    if isinstance(x, int): return dtypes.int
-    if isinstance(x, float): return dtypes.default_float
+    if isinstance(x, (bool, np.bool_)): return dtypes.bool            # NumPy scalars count as Python's
+    if isinstance(x, (int, np.integer)): return dtypes.int
+    if isinstance(x, (float, np.floating)): return dtypes.default_float
     raise TypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
 
 
@@ -53,3 +63,62 @@ def from_np(d) -> DType:
   if d not in _FROM_NP:
     raise TypeError(f"NumPy dtype {d} is not supported, use one of {sorted(str(k) for k in _FROM_NP)}")
   return _FROM_NP[d]
+
+
+def _limits(d: DType) -> tuple:
+  if d.is_float: return (-float("inf"), float("inf"))
+  if d is dtypes.bool: return (False, True)
+  if d.is_unsigned: return (0, 2 ** (8 * d.itemsize) - 1)
+  if d.is_int: return (-2 ** (8 * d.itemsize - 1), 2 ** (8 * d.itemsize - 1) - 1)
+  raise TypeError(f"{d} has no range of values")
+
+
+# ---- promotion: which dtype an op between two dtypes computes in ----
+# One chain, as PyTorch and tinygrad order them: any float beats any integer, a wider type beats a narrower one.
+# (NumPy differs in one place: int64 with float32 gives float64 there; here, as in PyTorch, float32.)
+PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i32, dtypes.i64, dtypes.f16, dtypes.f32, dtypes.f64)
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of ds converts to: least_upper_dtype(i32, i64) is i64, (i64, f16) is f16."""
+  for d in ds:
+    if d not in PROMOTION_ORDER: raise TypeError(f"{d} does not take part in type promotion")
+  return max(ds, key=PROMOTION_ORDER.index)
+
+
+def scalar_dtype(d: DType, x) -> DType:
+  """The dtype of `tensor op x` for a Python scalar x: a scalar only widens the kind (int tensor + 0.5 is float,
+  bool tensor + 1 is int); otherwise the tensor's dtype wins (a float16 tensor * 2.0 stays float16)."""
+  kind = dtypes.from_py(x)
+  if kind.is_float and not d.is_float: return dtypes.default_float
+  if kind.is_int and d is dtypes.bool: return dtypes.int
+  return d
+
+
+def sum_dtype(d: DType) -> DType:
+  """The dtype a sum accumulates in: integers and bools widen to int64 (as NumPy and PyTorch), floats stay."""
+  return d if d.is_float else dtypes.i64
+
+
+# ---- Python data -> NumPy: the dtype a Tensor made from a list gets ----
+def to_array(data, dtype: DType | None = None) -> np.ndarray:
+  """data as a NumPy array: Python floats become float32; Python ints int32, or int64 where a value needs it."""
+  arr = np.asarray(data)
+  if arr.dtype == object:
+    raise TypeError(f"cannot make a Tensor from {_short(data)}: not numbers of one kind (an int beyond 64 bits, None?)")
+  python = not isinstance(data, np.ndarray)
+  if dtype is not None:
+    if dtype.is_int and arr.dtype.kind in "iub" and arr.size and (arr.min() < dtype.min or arr.max() > dtype.max):
+      raise OverflowError(f"values of {_short(data)} do not fit in {dtype} ({dtype.min} .. {dtype.max})")
+    return arr.astype(np_dtype(dtype))
+  if python and arr.dtype == np.float64: return arr.astype(np.float32)
+  if python and arr.dtype == np.uint64: raise OverflowError(f"{_short(data)}: integers beyond int64 are not supported")
+  if python and arr.dtype == np.int64:
+    fits = not arr.size or (dtypes.int.min <= arr.min() and arr.max() <= dtypes.int.max)
+    return arr.astype(np.int32) if fits else arr
+  return arr
+
+
+def _short(data) -> str:
+  r = repr(data)
+  return r if len(r) < 60 else r[:57] + "..."

@@ -43,9 +43,10 @@ def _ceil(a: int, b: int) -> int: return -(-a // b)
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: float | None = None,
                                  splits: int | None = None):
-  """softmax(q k^T * scale + mask) v; scale defaults to 1/sqrt(D). attn_mask: bool (True takes part) or additive
-  float, broadcastable to (..., Nq, Nk). is_causal: query i attends keys j <= i. A query whose keys are all masked
-  gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns it off)."""
+  """softmax(q k^T * scale + mask) v; scale defaults to 1/sqrt(D). attn_mask: bool or integer (nonzero takes
+  part) or additive float, broadcastable to (..., Nq, Nk). is_causal: query i attends keys j <= i. A query whose keys
+  are all masked gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns
+  it off)."""
   from uopc.tensor import Tensor
   q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
   where = "scaled_dot_product_attention"
@@ -61,6 +62,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   mask = None
   if attn_mask is not None:
     m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+    if m.dtype.kind not in "biuf":
+      raise TypeError(f"{where}: attn_mask must be bool (True takes part), integer 0/1 or additive float, "
+                      f"got dtype {m.dtype}" + (" (does it hold None?)" if m.dtype == object else ""))
+    if m.dtype.kind in "iu": m = m != 0   # an integer mask is a boolean one (1 takes part), not scores to add
     try: m = np.broadcast_to(m, batch + (nq, nk))
     except ValueError:
       raise ValueError(f"{where}: attn_mask {m.shape} does not broadcast to {batch + (nq, nk)}") from None

@@ -10,18 +10,23 @@ import weakref
 from typing import Sequence
 import numpy as np
 from uopc.uop import UOp, Ops
-from uopc.dtype import DType, dtypes, from_np, np_dtype
+from uopc.dtype import DType, dtypes, from_np, least_upper_dtype, scalar_dtype, sum_dtype, to_array
 from uopc.helpers import DEBUG, DEVICE, prod
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
+from uopc.tensor_elementwise import ElementwiseMixin
+from uopc.tensor_movement import MovementMixin
+from uopc.tensor_nn import NNMixin
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
 _requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
 
 
 def _axis(axis: int, ndim: int) -> int:
-  if not -ndim <= axis < max(ndim, 1):
+  if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    raise TypeError(f"an axis must be an integer, got {axis!r} ({type(axis).__name__})")
+  if not -max(ndim, 1) <= axis < max(ndim, 1):   # a 0-d tensor has axes 0 and -1, as in PyTorch
     raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
   return axis % ndim if ndim else 0
 
@@ -39,7 +44,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 
-class Tensor:
+class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.online; chapter 11 appendix)
@@ -47,10 +52,7 @@ class Tensor:
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False):
     if isinstance(data, UOp): self.uop = data
     else:
-      arr = np.asarray(data)
-      if dtype is not None: arr = arr.astype(np_dtype(dtype))
-      elif arr.dtype == np.float64 and not isinstance(data, np.ndarray): arr = arr.astype(np.float32)   # Python floats
-      elif arr.dtype == np.int64 and not isinstance(data, np.ndarray): arr = arr.astype(np.int32)
+      arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
@@ -74,6 +76,11 @@ class Tensor:
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
   def __repr__(self): return f"<Tensor shape={self.shape} dtype={self.dtype}>"
+  __hash__ = object.__hash__   # == is elementwise (below), so a Tensor hashes by identity
+  def __bool__(self) -> bool:
+    if self.numel() != 1:
+      raise TypeError(f"the truth value of a Tensor of shape {self.shape} is ambiguous; use .any() or .all()")
+    return bool(self.item())
 
   # ---- running ----
   @staticmethod
@@ -102,6 +109,8 @@ class Tensor:
   # ---- creation ----
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
+    shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
+    if any(n < 0 for n in shape): raise ValueError(f"full: sizes must be non-negative, got {shape}")
     c = UOp.const(value, dtype)
     return Tensor(c).reshape((1,) * len(shape)).expand(tuple(shape)) if shape else Tensor(c)
   @staticmethod
@@ -117,7 +126,10 @@ class Tensor:
 
   # ---- movement ----
   def reshape(self, *shape) -> Tensor:
-    shape = list(_shape_arg(shape))
+    """Sizes are integers; one may be -1 (inferred), None keeps that axis' size."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = [self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)]
+    shape = list(_shape_arg(shape, "reshape"))
     if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {tuple(shape)}")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
@@ -128,7 +140,8 @@ class Tensor:
     return self if tuple(shape) == self.shape else self._mv(Ops.RESHAPE, tuple(shape))
 
   def expand(self, *shape) -> Tensor:
-    shape = _shape_arg(shape)
+    shape = _shape_arg(shape, "expand")
+    if any(n < -1 for n in shape): raise ValueError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
     shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
     if len(shape) < self.ndim: raise ValueError(f"expand: {self.shape} has more dimensions than {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
@@ -137,7 +150,7 @@ class Tensor:
     return x if shape == x.shape else x._mv(Ops.EXPAND, shape)
 
   def permute(self, *order) -> Tensor:
-    order = tuple(_axis(a, self.ndim) for a in _shape_arg(order))
+    order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
     if sorted(order) != list(range(self.ndim)):
       raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
@@ -152,114 +165,125 @@ class Tensor:
   def T(self) -> Tensor: return self.permute(tuple(range(self.ndim))[::-1])
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-    arg = tuple((0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape))
+    arg = tuple((0, s) if a is None else _shape_arg(tuple(a), "shrink") for a, s in zip(arg, self.shape))
+    if len(arg) != self.ndim: raise ValueError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s:
         raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._mv(Ops.SHRINK, arg)
 
-  def pad(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-    arg = tuple((0, 0) if a is None else tuple(a) for a in arg)
-    if len(arg) != self.ndim or any(lo < 0 or hi < 0 for lo, hi in arg):
-      raise ValueError(f"pad: need one (before, after) pair of non-negative sizes per axis of {self.shape}, got {arg}")
-    return self if all(a == (0, 0) for a in arg) else self._mv(Ops.PAD, arg)
-
-  def __getitem__(self, key) -> Tensor:
-    key = key if isinstance(key, tuple) else (key,)
-    if any(k is Ellipsis for k in key):
-      e = key.index(Ellipsis)
-      key = key[:e] + (slice(None),) * (self.ndim - len(key) + 1) + key[e + 1:]
-    if len(key) > self.ndim: raise IndexError(f"too many indices ({len(key)}) for a tensor of shape {self.shape}")
-    arg, drop = [], []
-    for k, (ix, s) in enumerate(zip(key + (slice(None),) * (self.ndim - len(key)), self.shape)):
-      if isinstance(ix, (int, np.integer)):
-        i = int(ix) + s if ix < 0 else int(ix)
-        if not 0 <= i < s: raise IndexError(f"index {ix} is out of bounds for axis {k} with size {s}")
-        arg.append((i, i + 1)); drop.append(k)
-      elif isinstance(ix, slice):
-        b, e, step = ix.indices(s)
-        if step != 1: raise NotImplementedError(f"slicing with step {step} (axis {k}) is not supported")
-        arg.append((b, max(b, e)))
-      else: raise TypeError(f"cannot index a Tensor with {type(ix).__name__}")
-    out = self.shrink(arg)
-    return out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in drop)) if drop else out
-
-  @staticmethod
-  def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    shapes = {t.shape for t in tensors}
-    if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
-    dts = {t.dtype for t in tensors}
-    if len(dts) != 1: raise TypeError(f"stack: all tensors need the same dtype, got {sorted(map(str, dts))}")
-    out = Tensor(UOp(Ops.STACK, tuple(t.uop for t in tensors)))
-    axis = _axis(axis, out.ndim)
-    return out.permute(list(range(1, axis + 1)) + [0] + list(range(axis + 1, out.ndim)))
-
-  @staticmethod
-  def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Each piece padded with zeros to the full length along axis, then added."""
-    first = tensors[0]
-    axis = _axis(axis, first.ndim)
-    for t in tensors:
-      if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
-        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
-    total, at, out = sum(t.shape[axis] for t in tensors), 0, None
-    for t in tensors:
-      p = t.pad([(at, total - at - t.shape[axis]) if k == axis else (0, 0) for k in range(t.ndim)])
-      out = p if out is None else out + p
-      at += t.shape[axis]
-    return out
+  def pad(self, arg: Sequence, value=0.0) -> Tensor:
+    """One (before, after) pair (or None) per axis, or PyTorch's flat form (last axis first: left, right, top, ...).
+    A negative size cuts (a SHRINK); value fills the padding (PAD fills zeros; another value is a where)."""
+    if all(isinstance(a, (int, np.integer)) for a in arg):   # the flat form
+      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise ValueError(f"pad: flat padding {tuple(arg)} for {self.shape}")
+      pairs = [tuple(arg[k:k + 2]) for k in range(0, len(arg), 2)][::-1]
+      arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs
+    arg = tuple((0, 0) if a is None else _shape_arg(tuple(a), "pad") for a in arg)
+    if len(arg) != self.ndim or any(len(a) != 2 for a in arg):
+      raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
+    if any(lo < 0 or hi < 0 for lo, hi in arg):     # cut first, then pad what is left
+      cut = [(max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(arg, self.shape)]
+      if any(b > e for b, e in cut): raise ValueError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
+      return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value)
+    if all(a == (0, 0) for a in arg): return self
+    out = self._mv(Ops.PAD, arg)
+    if value == 0: return out
+    inside = Tensor.full(self.shape, True).pad(arg)
+    return inside.where(out, value)
 
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
 
   # ---- elementwise ----
+  def _operand(self, x) -> Tensor:
+    """x as a Tensor: a Python scalar becomes a constant of self's shape, in the dtype `self op x` computes in."""
+    return x if isinstance(x, Tensor) else Tensor.full(self.shape, x, scalar_dtype(self.dtype, x))
+
+  def _pair(self, other) -> tuple[Tensor, Tensor]:
+    """self and other promoted to one dtype (NumPy/PyTorch: float beats int, wide beats narrow) and one shape."""
+    other = self._operand(other)
+    dt = least_upper_dtype(self.dtype, other.dtype)
+    shape = broadcast_shape(self.shape, other.shape)
+    return self.cast(dt).expand(shape), other.cast(dt).expand(shape)
+
   def _binary(self, op: Ops, other, reverse: bool = False) -> Tensor:
-    if not isinstance(other, Tensor):
-      other = self.const_like(other) if self.dtype is not dtypes.bool else Tensor.full((), other)
-    a, b = (other, self) if reverse else (self, other)
-    if a.dtype is not b.dtype and op not in (Ops.AND, Ops.OR):
-      raise TypeError(f"{op.name}: dtypes {a.dtype} and {b.dtype} differ; cast one of them first")
-    shape = broadcast_shape(a.shape, b.shape)
-    return Tensor(UOp(op, (a.expand(shape).uop, b.expand(shape).uop)))
+    a, b = self._pair(other)
+    if reverse: a, b = b, a
+    return Tensor(UOp(op, (a.uop, b.uop)))
   def __add__(self, x): return self._binary(Ops.ADD, x)
   def __radd__(self, x): return self._binary(Ops.ADD, x, True)
   def __mul__(self, x): return self._binary(Ops.MUL, x)
   def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
-  def __neg__(self): return self * -1
-  def __sub__(self, x): return self + (-(x if isinstance(x, Tensor) else self.const_like(x)))
+  def __neg__(self):
+    if self.dtype is dtypes.bool: raise TypeError("negating a bool tensor: use logical_not() or ~")
+    return self * -1
+  def __sub__(self, x): return self + (-self._operand(x))
   def __rsub__(self, x): return (-self) + x
-  def __truediv__(self, x): return self * (x if isinstance(x, Tensor) else self.const_like(x)).recip()
-  def __rtruediv__(self, x): return self.recip() * x
+  def __truediv__(self, x):
+    x = self._operand(x)
+    if not self.dtype.is_float and not x.dtype.is_float:   # true division of integers gives floats, as in NumPy
+      return self.cast(dtypes.default_float) / x.cast(dtypes.default_float)
+    return self * x.recip()
+  def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
   def __lt__(self, x): return self._binary(Ops.CMPLT, x)
   def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
   def __ge__(self, x): return (self < x).logical_not()
   def __le__(self, x): return (self > x).logical_not()
+  def __eq__(self, x): return self.eq(x)   # elementwise, as in NumPy, PyTorch and tinygrad
+  def __ne__(self, x): return self.ne(x)
+  def isnan(self) -> Tensor: return self.ne(self) if self.dtype.is_float else Tensor.full(self.shape, False)
   def eq(self, x) -> Tensor: return self.ne(x).logical_not()
   def ne(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)
-  def logical_not(self) -> Tensor: return self.ne(True)
-  def maximum(self, x) -> Tensor: return self._binary(Ops.MAX, x)
-  def minimum(self, x) -> Tensor: return -((-self).maximum(-x if isinstance(x, Tensor) else -x))
+  def logical_not(self) -> Tensor: return self.ne(True) if self.dtype is dtypes.bool else self.eq(0)
+  def maximum(self, x) -> Tensor:
+    out = self._binary(Ops.MAX, x)
+    if not out.dtype.is_float: return out
+    # C's (a>b)?a:b drops a NaN in a; NumPy's maximum propagates it from either side
+    a = self.cast(out.dtype).expand(out.shape)
+    return a.isnan().where(a, out)
+  def minimum(self, x) -> Tensor:
+    if not self.dtype.is_float and not (isinstance(x, Tensor) and x.dtype.is_float) and not isinstance(x, float):
+      return ~((~self).maximum(~self._operand(x)))   # -x overflows at an integer's minimum; ~x never does
+    return -((-self).maximum(-x if isinstance(x, Tensor) else -x))
   def where(self, a, b) -> Tensor:
-    """self ? a : b, broadcast together (self is a bool tensor)."""
+    """self ? a : b, broadcast together; a and b are Tensors or scalars, promoted to one dtype."""
     if self.dtype is not dtypes.bool: raise TypeError(f"where: the condition must be bool, got {self.dtype}")
-    a = a if isinstance(a, Tensor) else Tensor.full((), a, b.dtype if isinstance(b, Tensor) else None)
-    b = b if isinstance(b, Tensor) else Tensor.full((), b, a.dtype)
-    if a.dtype is not b.dtype: raise TypeError(f"where: branches have dtypes {a.dtype} and {b.dtype}")
+    ts = [x for x in (a, b) if isinstance(x, Tensor)]
+    dt = least_upper_dtype(*(t.dtype for t in ts)) if ts else dtypes.from_py(a)
+    for x in (a, b):
+      if not isinstance(x, Tensor): dt = scalar_dtype(dt, x) if ts else least_upper_dtype(dt, dtypes.from_py(x))
+    a = a.cast(dt) if isinstance(a, Tensor) else Tensor.full((), a, dt)
+    b = b.cast(dt) if isinstance(b, Tensor) else Tensor.full((), b, dt)
     shape = broadcast_shape(self.shape, a.shape, b.shape)
     return Tensor(UOp(Ops.WHERE, (self.expand(shape).uop, a.expand(shape).uop, b.expand(shape).uop)))
   def _unary(self, op: Ops) -> Tensor:
-    if not self.dtype.is_float: raise TypeError(f"{op.name.lower()} needs a float tensor, got {self.dtype}")
-    return Tensor(UOp(op, (self.uop,)))
+    x = self if self.dtype.is_float else self.cast(dtypes.default_float)   # exp of an int is a float, as in PyTorch
+    return Tensor(UOp(op, (x.uop,)))
   def exp2(self) -> Tensor: return self._unary(Ops.EXP2)
   def log2(self) -> Tensor: return self._unary(Ops.LOG2)
   def sqrt(self) -> Tensor: return self._unary(Ops.SQRT)
   def recip(self) -> Tensor: return self._unary(Ops.RECIP)
+  reciprocal = recip
   def sin(self) -> Tensor: return self._unary(Ops.SIN)
   def exp(self) -> Tensor: return (self * LOG2E).exp2()     # one hardware-friendly exponential: exp(x) = 2^(x log2 e)
   def log(self) -> Tensor: return self.log2() * LN2
-  def relu(self) -> Tensor: return self.maximum(0.0 if self.dtype.is_float else 0)
-  def sigmoid(self) -> Tensor: return (1 + (-self).exp()).recip()
-  def tanh(self) -> Tensor: return 2 * (2 * self).sigmoid() - 1
-  def abs(self) -> Tensor: return self.maximum(-self)
+  def relu(self) -> Tensor:
+    """max(x, 0), written so that its gradient at exactly 0 is 0 (as in PyTorch) and relu(nan) is nan."""
+    if not self.dtype.is_float: return (self > 0).where(self, 0)
+    return self.isnan().where(self, (self > 0).where(self, 0.0))
+  def sigmoid(self) -> Tensor:
+    """1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below: e = e^-|x| <= 1 never overflows, so no branch holds an inf
+    (an inf in the branch not taken would still make its gradient 0 * inf = nan)."""
+    neg = self < 0
+    e = neg.where(self, -self).exp()
+    return neg.where(e, 1.0) / (1 + e)
+  def tanh(self) -> Tensor:
+    """sign(x) (1 - e) / (1 + e) with e = e^(-2|x|) <= 1: finite for every x, and so is its gradient."""
+    neg = self < 0
+    e = (neg.where(self, -self) * 2).exp()
+    t = (1 - e) / (1 + e)
+    return neg.where(-t, t)
+  def abs(self) -> Tensor: return self.maximum(-self) if self.dtype.is_float else (self < 0).where(-self, self)
   def square(self) -> Tensor: return self * self
   def cast(self, dtype: DType) -> Tensor:
     return self if dtype is self.dtype else Tensor(UOp(Ops.CAST, (self.uop,), None, dtype))
@@ -269,17 +293,29 @@ class Tensor:
   def _reduce(self, op: Ops, axis, keepdim: bool) -> Tensor:
     given = tuple(range(self.ndim)) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
     axes = tuple(sorted({_axis(a, self.ndim) for a in given}))
-    if not axes: return self
+    if not axes or self.ndim == 0: return self
+    out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
+    if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
+      if op is Ops.MAX: raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+      out = Tensor.full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
+      return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
     x = self.permute(keep + list(axes))                      # reduced axes last: REDUCE reduces the last n
     out = Tensor(UOp(Ops.REDUCE, (x.uop,), (op, len(axes))))
-    return out.reshape(tuple(1 if k in axes else s for k, s in enumerate(self.shape))) if keepdim else out
-  def sum(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.ADD, axis, keepdim)
+    return out.reshape(out_shape) if keepdim else out
+  def sum(self, axis=None, keepdim: bool = False) -> Tensor:
+    """Integers and bools sum in int64 (NumPy's and PyTorch's result dtype), so a count never wraps."""
+    return self.cast(sum_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self).max(axis, keepdim))
+  def min(self, axis=None, keepdim: bool = False) -> Tensor:
+    if self.dtype.is_float: return -((-self).max(axis, keepdim))
+    return ~((~self).max(axis, keepdim))          # bools and integers: ~ reverses the order and never overflows
+  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim)
+  def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().min(axis, keepdim)
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
-    out = self.sum(axis, keepdim)
-    return out * (out.numel() / self.numel()) if self.numel() else out
+    x = self if self.dtype.is_float else self.cast(dtypes.default_float)
+    out = x.sum(axis, keepdim)
+    return out * (out.numel() / x.numel()) if x.numel() else out * math.nan
 
   def softmax(self, axis: int = -1) -> Tensor:
     m = self - self.max(axis, keepdim=True)
@@ -307,7 +343,11 @@ class Tensor:
     if self.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
     if w.ndim == 1: out = out.reshape(out.shape[:-1])
     return out
-  __matmul__ = matmul
+  __matmul__ = dot = matmul
+  def __rmatmul__(self, x): return Tensor(np.asarray(x)).matmul(self)
+
+  def __setitem__(self, key, value):
+    raise TypeError("a Tensor is immutable: build a new one with where(), masked_fill() or cat() instead of x[...] = v")
 
   # ---- graph ----
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, (self.uop,)))
@@ -325,6 +365,11 @@ def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
   return _gradient(f, wrt)
 
 
-def _shape_arg(shape) -> tuple[int, ...]:
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): return tuple(shape[0])
-  return tuple(shape)
+def _shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
+  """Sizes as Python ints: one tuple/list or several integers (NumPy integers too). Anything else raises before a
+  node is built: a float size would hash like its integer and poison the node cache."""
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+      raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")
+  return tuple(int(s) for s in shape)
