@@ -2,11 +2,13 @@
 importable, in PyTorch eager on the CPU with the same weights, batch and thread count; time per step, tokens/s and
 the ratio. Times are wall-clock best-of-k after warm-up steps, with the load average printed beside them."""
 from __future__ import annotations
-import math, os, time
+import contextlib, math, os, time
 import numpy as np
+import uopc.kernelize
 from uopc.data import CharTokenizer, get_batch, load_text, split
-from uopc.nn import GPT, GPTConfig
+from uopc.nn import GPT, GPTConfig, LayerNorm
 from uopc.optim import AdamW
+from uopc.uop import UOp, Ops
 
 MODEL = dict(block_size=32, n_layer=1, n_head=2, n_embd=64)   # examples/gpt.py's model
 BATCH = 16
@@ -123,31 +125,39 @@ def kernel_times(roots: list, reps: int = 5) -> dict:
           "flops": sum(k.flops for k in plan.kernels)}
 
 
-def _fused_has_sqrt(u) -> bool:
-  """Does u's fused expression (down to reductions, buffers and stages) take a square root? A LayerNorm's output
-  does: x_centered * 1/sqrt(var + eps)."""
-  from uopc.uop import Ops
-  todo, seen = [u], set()
-  while todo:
-    n = todo.pop()
-    if n in seen: continue
-    seen.add(n)
-    if n.op is Ops.SQRT: return True
-    if n.op not in (Ops.REDUCE, Ops.BUFFER, Ops.STAGE): todo.extend(n.src)
-  return False
+@contextlib.contextmanager
+def recording_layernorms():
+  """with recording_layernorms() as outs: every LayerNorm module's output UOp built inside is appended to outs."""
+  outs: list = []
+  original = LayerNorm.__call__
+  def call(self, x):
+    y = original(self, x)
+    outs.append(y.uop)
+    return y
+  LayerNorm.__call__ = call
+  try: yield outs
+  finally: LayerNorm.__call__ = original
 
 
-def stage_except_layernorm(original):
-  """stage_broadcast_compute, then its STAGEs undone wherever the staged tensor computes a square root: the
-  LayerNorm outputs and the backward's tensors built from them stay fused (and recomputed), everything else is
-  staged as usual. To be patched in as uopc.kernelize.stage_broadcast_compute inside isolated_plans()."""
-  from uopc.uop import UOp, Ops
+def stage_except_layernorm(original, roots: list, layernorm_outputs: list):
+  """stage_broadcast_compute as it is, except that its cost estimate (_fused_work) says 0 for the LayerNorm outputs
+  of roots, so the rule leaves exactly those fused (recomputed by every consumer that broadcasts them). To be patched
+  in as uopc.kernelize.stage_broadcast_compute inside isolated_plans(). The outputs are normalized together with
+  the roots, so that they are the very nodes the plan's passes see (buffers numbered the same way)."""
+  from uopc.kernelize import normalize
+  norm = normalize(list(roots) + list(layernorm_outputs))[0]
+  skip = set(norm[len(roots):])
   def rule(roots, factor: int = 4):
-    asked = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}   # contiguous() stays
-    staged = original(roots, factor)
-    drop = {u for u in UOp(Ops.SINK, tuple(staged)).toposort()
-            if u.op is Ops.STAGE and u not in asked and _fused_has_sqrt(u.src[0])}
-    rule.dropped = len(drop)
-    return UOp.wrap(staged, drop, lambda n: n.src[0]) if drop else staged
+    work = uopc.kernelize._fused_work
+    def fused_work(u): return 0 if u in skip else work(u)
+    uopc.kernelize._fused_work = fused_work
+    try:
+      before = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+      staged = original(roots, factor)
+    finally: uopc.kernelize._fused_work = work
+    with_all = original(roots, factor)
+    count = lambda rs: sum(1 for u in UOp(Ops.SINK, tuple(rs)).toposort() if u.op is Ops.STAGE and u not in before)
+    rule.dropped = count(with_all) - count(staged)
+    return staged
   rule.dropped = 0
   return rule
