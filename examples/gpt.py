@@ -5,7 +5,8 @@
 
 Each training step is one plan: the forward, the backward and AdamW's updates realized together; after the first
 step (which compiles) every step reuses that plan. Progress goes to stderr; the last line on stdout is
-`validation loss X.XXXX (ln V = Y.YYYY)`.
+`validation loss X.XXXX (ln V = Y.YYYY)`. On cores shared with other work, OMP_NUM_THREADS=1 is the faster setting
+(NOTES 15 has the numbers).
 """
 from __future__ import annotations
 import argparse, json, math, pathlib, sys, time
