@@ -1,6 +1,6 @@
 # uopc: every target works from a fresh clone; `make setup` runs first where it is needed.
 #   make demo         set up, then run the book's main example
-#   make test         set up, then ruff, pytest, strict nbval, notebook format check, assignments check
+#   make test         set up, then ruff, pytest, strict nbval, notebook format and prose checks, assignments check
 #   make notebooks    re-execute chapters/ and solutions/ in place (from their .py sources) and normalise them
 #   make outputs      rebuild outputs/ (scripts/outputs.py)
 #   make assignments  regenerate assignments/ from solutions/
@@ -42,6 +42,7 @@ test: setup
 	  IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS); \
 	else echo "no notebooks in chapters/ or solutions/: nbval skipped"; fi
 	$(PY) scripts/notebooks.py check
+	$(PY) scripts/prose_check.py
 	$(PY) scripts/assignments.py --check
 
 notebooks: setup

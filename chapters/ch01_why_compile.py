@@ -233,11 +233,11 @@ plt.show()
 # %% [markdown]
 # Reading the plot (the measured curves on the left come from the machine printed at the top; the counts
 # on the right are the same everywhere):
-# - Past the smallest sizes the total follows the N² guide: double N, four times the time. Attention is
-#   quadratic in N, in time as well as in memory.
+# - Past the smallest sizes the total grows at least as fast as the N² guide (faster where the N x N arrays
+#   outgrow the caches): attention is quadratic in N, in time as well as in memory.
 # - The softmax does a few operations per element of S while each matmul does 2D = 128 per element, yet
-#   the softmax is not 40 times cheaper: compare its curve with QK^T's. Its time goes into moving N x N
-#   arrays through memory, pass after pass, not into arithmetic. Compare the GFLOP/s of QK^T with the
+#   the softmax is not cheaper in proportion to its arithmetic: compare its curve with QK^T's. Its time goes
+#   into moving N x N arrays through memory, pass after pass, not into arithmetic. Compare the GFLOP/s of QK^T with the
 #   square matrix multiply's too: with an inner dimension of only 64, each element of S gets 128 FLOPs
 #   of work and then has to be written out (and our `scores` reads and writes it once more to scale it).
 # - On the right: the traffic of the unfused program grows as N², the fused one only as N. That gap, not

@@ -117,7 +117,7 @@ except AttributeError as err:
   print("AttributeError:", err)
 
 # %% [markdown]
-# Sharing is where hash-consing pays. Square a value ten times, `t = t * t + t`: written out as a tree,
+# Sharing is where hash-consing pays. Apply `t = t * t + t` twelve times: written out as a tree,
 # the expression doubles in size at every step; as a graph of distinct nodes it grows by two nodes a step,
 # because both uses of `t` are one object. `toposort` visits each distinct node once:
 

@@ -519,51 +519,27 @@ print(short(plan.kernels[-1].src))
 #
 # Fused attention is `Tensor` attention with `Tensor.fuse_reduce = True` (the kernelizer no longer cuts at
 # reductions, so the whole softmax lowers inside P V, as in 6.5) and the book's `FlashOpt`, which upcasts
-# the head dimension by 16 and threads the rows. To bring the bug back we patch
-# `uopc.rangeify.simplify` so that it does nothing when the RESHAPE rule calls it, and works everywhere
-# else (the final cleanup in `lower` included). The RESHAPE rule calls it from a generator expression,
-# whose frame sits between `rangeify` and `simplify`. Plans are cached per graph shape, so the patched run
-# also gets a fresh plan cache.
+# the head dimension by 16 and threads the rows; both come from `examples/flash_attention.py`, the file the
+# book quotes. To bring the bug back we patch `uopc.rangeify.simplify`, the book's method: only the RESHAPE
+# rule calls simplify through that name, so patching it to do nothing turns off exactly that rule and
+# leaves every other simplification (the final cleanup in `lower` included) in place.
+# `uopc.book.reshape_simplify(False)` does the patch for one block and gives the patched run a plan cache of
+# its own (plans are cached per graph shape, and the ordinary ones must not be reused or replaced).
 
 # %%
-import contextlib
-import sys
 import time
-import uopc.kernelize
-import uopc.rangeify
+from uopc.book import load_example, reshape_simplify
 from uopc.helpers import best_of
 
-
-class FlashOpt:   # the book's listing, with uopc.rangeify as R (our mini lower and Ctx have the same names)
-  """fuse_reduce kernels: unroll the head dim (up to 16) so each QK^T value is shared by 16 accumulators."""
-  from uopc.opt import layout_pass as layout
-  @staticmethod
-  def lower(body, out):
-    return R.lower(body, out, R.Ctx(opts=R.Opts(upcast={len(body.shape) - 1: min(body.shape[-1], 16)}, thread=0)))
-
-
-def tensor_attention(q, k, v):
-  return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
-
-
-@contextlib.contextmanager
-def reshape_simplify_off():
-  real = uopc.rangeify.simplify
-  def patched(u):
-    f = sys._getframe(1)
-    if f.f_code.co_name == "<genexpr>": f = f.f_back   # the RESHAPE rule calls simplify from a generator
-    return u if f.f_code.co_name == "rangeify" else real(u)
-  plans = uopc.kernelize._plans
-  uopc.rangeify.simplify, uopc.kernelize._plans = patched, {}
-  try: yield
-  finally: uopc.rangeify.simplify, uopc.kernelize._plans = real, plans
+book = load_example("flash_attention")
+FlashOpt, tensor_attention = book.FlashOpt, book.attention
 
 
 N, D = 256, 64
 q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 Tensor.fuse_reduce, Tensor.opt = True, FlashOpt
 good = make_plan([tensor_attention(Tensor(q), Tensor(k), Tensor(v)).uop], True, FlashOpt)
-with reshape_simplify_off():
+with reshape_simplify(False):
   bad = make_plan([tensor_attention(Tensor(q), Tensor(k), Tensor(v)).uop], True, FlashOpt)
 print([k.name for k in good.kernels], [k.name for k in bad.kernels])
 
@@ -592,7 +568,7 @@ s = q @ k.T / math.sqrt(D)
 p = np.exp(s - s.max(-1, keepdims=True))
 ref = p / p.sum(-1, keepdims=True) @ v
 fast = tensor_attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
-with reshape_simplify_off():
+with reshape_simplify(False):
   make_plan([tensor_attention(Tensor(q), Tensor(k), Tensor(v)).uop], True, FlashOpt)   # compile outside the timing
   t0 = time.perf_counter()
   slow = tensor_attention(Tensor(q), Tensor(k), Tensor(v)).numpy()

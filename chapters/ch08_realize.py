@@ -160,8 +160,9 @@ for label, reuse in (("fresh", None), ("fresh", None), ("fresh", None), ("reused
   print(f"{label:7s} temporaries: {faults() - f0:5d} page faults, {(time.perf_counter() - t0) * 1e3:7.2f} ms")
 
 # %% [markdown]
-# A run with fresh temporaries faults on about every page it writes (2 x 4 MB of S and P, plus the small
-# temporaries and the output: about 2,100 pages). The first "reused" run still faults, because `kept` is
+# A run with fresh temporaries faults on pages it writes for the first time. S and P alone are two 4 MB arrays,
+# two thousand 4 KB pages: an upper bound, and the counts above fall short of it where the allocator hands back
+# memory an earlier run already mapped. The first "reused" run still faults, because `kept` is
 # new memory too; the runs after it do not. Whether later *fresh* runs fault again is up to the allocator:
 # glibc's `malloc` returns a freed large block to the system (`munmap`), but it also raises its threshold
 # after such a free and may then recycle freed blocks inside the process, whose pages stay mapped. Above
@@ -195,20 +196,12 @@ for size_mb in (4, 64):
 
 # %% tags=["nbval-ignore-output"]
 import contextlib
-import uopc.kernelize
 from uopc.helpers import Context
-
-
-@contextlib.contextmanager
-def fresh_plans():
-  saved = uopc.kernelize._plans
-  uopc.kernelize._plans = {}
-  try: yield
-  finally: uopc.kernelize._plans = saved
+from uopc.kernelize import isolated_plan_cache as fresh_plan_cache   # a plan cache of its own for the block
 
 
 q, k, v = map(Tensor, [rng.standard_normal((N, D)).astype(np.float32) for _ in range(3)])
-with fresh_plans():
+with fresh_plan_cache():
   with Context(DEBUG=2): attention(q, k, v).numpy()        # builds the plan, allocates its temporaries
   for _ in range(3): attention(q, k, v).numpy()
   with Context(DEBUG=2): attention(q, k, v).numpy()
@@ -248,7 +241,7 @@ def threads(n: int):
 # cost. Again with a fresh plan cache, so that the first realize has new temporaries, and one thread:
 
 # %% tags=["nbval-ignore-output"]
-with threads(1), fresh_plans(), Context(DEBUG=3):
+with threads(1), fresh_plan_cache(), Context(DEBUG=3):
   attention(q, k, v).numpy()
   attention(q, k, v).numpy()
 
@@ -328,8 +321,8 @@ print(f"total {total:,}; the book's 4 N^2 D = {4 * N * N * D:,}, plus O(N^2) for
 #   when a kernel that writes a big buffer looks slow, compare DEBUG=3's "again" column before optimizing
 #   its loops.
 # - **Cached plans hold memory.** Every plan keeps its temporaries for the life of the process: a plan at
-#   N = 4096 holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans; clear
-#   `uopc.kernelize._plans` or pad to a few sizes.
+#   N = 4096 holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans; call
+#   `uopc.kernelize.clear_plan_cache()` or pad to a few sizes.
 # - **Outputs are fresh; temporaries are not.** A caller may keep an output; nobody may keep a temporary.
 #   A kernel that read a temporary before writing it would see the previous run's values.
 # - **The cache key is the graph's shape, not its data,** and also `fuse_reduce` and the optimizer object.

@@ -65,7 +65,7 @@ print(f"ridge point    {FMA / BW:8.1f} FLOP/byte")
 
 # %% [markdown]
 # The ridge point says how much arithmetic a kernel must do per byte of DRAM traffic before memory stops being
-# its limit. On this machine it is around ten FLOPs per byte, two or three FLOPs per float loaded: any kernel
+# its limit. On this machine it is the ridge printed above, a few FLOPs per byte (tens per float loaded): any kernel
 # that does a handful of operations per element (an elementwise op, a softmax, a row sum) is memory-bound, and
 # its best possible speed is set by the bandwidth line, not by the peak.
 #
@@ -296,7 +296,7 @@ print(gemm_c(Opts(unroll=4, thread=None)))
 #
 # ## 10.4 How fast is each step?
 #
-# Time each step at N = 1024 (2.1 GFLOP per multiply), best of at least 3 after a warm-up, with all cores, and check
+# Time each step at N = 1024 (2N³ FLOPs per multiply), best of at least 3 after a warm-up, with all cores, and check
 # each result against NumPy first. A fast wrong kernel is worth nothing.
 
 # %% tags=["nbval-ignore-output"]
@@ -314,8 +314,8 @@ for name, opts in STEPS.items():
   print(f"{name:20s} {t * 1e3:8.2f} ms {gemm_rate[name]:7.1f} GFLOP/s  {gemm_rate[name] / FMA:6.1%} of peak")
 
 # %% [markdown]
-# Place the steps on the roofline. All four have the same intensity (same FLOPs, same minimum traffic: N/6 =
-# 171 FLOP/byte), so they stack up on one vertical line, far right of the ridge: the distance from each point
+# Place the steps on the roofline. All four have the same intensity (same FLOPs, same minimum traffic: N/6
+# FLOP/byte), so they stack up on one vertical line, far right of the ridge: the distance from each point
 # to the roof is what the code leaves on the table.
 
 # %%
@@ -534,12 +534,9 @@ print(f"uopc reaches {uopc_vs_numpy:.0%} of NumPy's throughput")
 
 # %%
 import math
-import sys
-from pathlib import Path
-import uopc
+from uopc.book import load_example
 
-sys.path.insert(0, str(Path(uopc.__file__).resolve().parent.parent / "examples"))   # the book's examples/
-import flash_attention as book
+book = load_example("flash_attention")   # the book's examples/flash_attention.py
 from uopc.kernelize import normalize, realize
 
 Na, Da = 1024, 64

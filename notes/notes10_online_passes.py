@@ -5,7 +5,7 @@
 import time, numpy as np
 from uopc.book import load_example
 from uopc.tensor import Tensor
-from uopc.kernelize import clear_plans, make_plan, normalize
+from uopc.kernelize import clear_plan_cache, make_plan, normalize
 import uopc.opt as opt
 book = load_example("flash_attention")
 def cpu(fn, k=3):
@@ -19,7 +19,7 @@ q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 real = opt.online_opts
 untiled = lambda body, rows=1, keys=1: real(body, 1, 1)   # the head dim unrolled, one row and one key an iteration
 for label, patch in (("default 4x4 tile", lambda body, rows=1, keys=1: None), ("head dim unrolled", untiled)):
-  opt.online_opts = patch; clear_plans()
+  opt.online_opts = patch; clear_plan_cache()
   out = book.attention(Tensor(q), Tensor(k), Tensor(v))
   plan = make_plan([out.uop], False, Tensor.opt, True)
   kk = plan.kernels[-1]; _, arrays = normalize([out.uop]); o = np.empty(N * D, np.float32)

@@ -5,7 +5,7 @@
 import sys, time, numpy as np
 from uopc.book import load_example
 from uopc.tensor import Tensor
-from uopc.kernelize import clear_plans, make_plan, normalize
+from uopc.kernelize import clear_plan_cache, make_plan, normalize
 from uopc.nn import scaled_dot_product_attention as sdpa
 import uopc.opt as opt
 book = load_example("flash_attention")
@@ -20,7 +20,7 @@ q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
 real = opt.online_opts
 ref = sdpa(q, k, v, splits=1).numpy()
 for rows, keys in [(1, 1), (2, 4), (4, 4), (4, 8), (8, 4), (2, 8), (1, 8)]:
-  opt.online_opts = lambda body, rows_=1, keys_=1, r=rows, kk=keys: real(body, r, kk); clear_plans()
+  opt.online_opts = lambda body, rows_=1, keys_=1, r=rows, kk=keys: real(body, r, kk); clear_plan_cache()
   out = book.attention(Tensor(q), Tensor(k), Tensor(v))
   plan = make_plan([out.uop], False, Tensor.opt, True)
   _, arrays = normalize([out.uop]); o = np.empty(N * D, np.float32)

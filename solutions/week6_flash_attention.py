@@ -56,31 +56,25 @@ print(f"date:     {datetime.date.today()}")
 # ## Setup
 #
 # The chapter's code lives in `examples/flash_attention.py` (the book's listing, unchanged). `examples/` is not
-# a package, so we load the file by its path, found from the installed `uopc` (this works from any folder the
-# notebook runs in). `ref_attention` is the NumPy reference every kernel is checked against, in float64.
+# a package, so `uopc.book.load_example` loads the file by its path, found from the installed `uopc` (this
+# works from any folder the notebook runs in). `ref_attention` is the NumPy reference every kernel is checked
+# against, in float64.
 
 # %%
-import importlib.util
 import math
 import time
-from pathlib import Path
 import numpy as np
 from IPython.display import Markdown, display
-import uopc.uop
-from uopc.uop import UOp, Ops, ParamArg, AxisType, Pat, graph_rewrite, sink, range_
+from uopc.uop import UOp, Ops, ParamArg, AxisType, Pat, graph_rewrite, sink, range_, substitute, base_alloc
 from uopc.dtype import dtypes
 from uopc.render_c import render_c
 from uopc.runtime import Program
-from uopc.rangeify import lower, Ctx, Opts
 from uopc.symbolic import simplify
 from uopc.tensor import Tensor, gradient
 from uopc.kernelize import Plan, make_plan, realize, stage_broadcast_compute
-from uopc.opt import layout_pass
+from uopc.book import flash_opt, load_example
 
-ROOT = Path(uopc.uop.__file__).resolve().parents[1]   # the repository this uopc was installed from
-_spec = importlib.util.spec_from_file_location("flash_attention", ROOT / "examples" / "flash_attention.py")
-fa = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fa)
+fa = load_example("flash_attention")
 attention, online_attention_ir, FlashOpt, LOG2E = fa.attention, fa.online_attention_ir, fa.FlashOpt, fa.LOG2E
 f32 = dtypes.f32
 
@@ -158,7 +152,7 @@ print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)
 assert score_bytes(1024) == 4 * 2**20
 
 # %% [markdown]
-# 268 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
+# 268.4 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
 # of a head. Nobody materializes S at long context.
 
 # %% tags=["hidden-test"]
@@ -180,23 +174,6 @@ assert score_bytes(1000, itemsize=2) == 2_000_000
 # Pick N different from D and from every other loop length, so that a loop's length says what it is.
 
 # %%
-_flash_opts: dict[int, type] = {}
-
-
-def flash_opt(upcast: int) -> type:
-  """The book's FlashOpt with the head dimension upcast by `upcast` (one class per upcast: plans are cached by it)."""
-  if upcast not in _flash_opts:
-    class Opt:
-      layout = staticmethod(layout_pass)
-
-      @staticmethod
-      def lower(body, out):
-        return lower(body, out, Ctx(opts=Opts(upcast={len(body.shape) - 1: min(body.shape[-1], upcast)}, thread=0)))
-    Opt.__name__ = Opt.__qualname__ = f"FlashOpt{upcast}"
-    _flash_opts[upcast] = Opt
-  return _flash_opts[upcast]
-
-
 def fused_plan(N: int, D: int, upcast: int = 16) -> Plan:
   """The plan of attention with fuse_reduce=True and flash_opt(upcast)."""
   q, k, v = (Tensor(x) for x in qkv(N, D))
@@ -339,7 +316,9 @@ for _got in (merge(_empty, state_of(_s, _v)), merge(state_of(_s, _v), _empty)):
 #    accept a RANGE whose end is an expression of another RANGE?
 #
 # Both take buffers q, k, v, out (N x D float32, slots 0 to 3) like `online_attention_ir`. Verify against NumPy
-# and compare the speed.
+# and compare the speed. You need not copy the listing: `online_attention_ir(N, D)` is a graph, and
+# `substitute(prog, {old: new})` (from `uopc.uop`) gives the same graph with one node replaced; the loop
+# variables are `range_(N, 0, AxisType.THREAD)` (i) and `range_(N, 2)` (j), the same objects as in the listing.
 
 # %%
 def causal(i: UOp, j: UOp) -> UOp: return j < i + 1
@@ -351,72 +330,21 @@ def masked_attention_ir(N: int, D: int, keep=causal, masked: float | None = None
   """online_attention_ir where score (i, j) takes part only if keep(i, j); a masked score is set to `masked`."""
   ### BEGIN SOLUTION
   masked = -1e30 if masked is None else masked   # finite: masked - masked is 0, never -inf - (-inf) = NaN
-  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
-  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
-  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
-  scale = (1 / math.sqrt(D)) * LOG2E
-  i = range_(N, 0, AxisType.THREAD)
-  Mi, Li, Oi = M.after(i), L.after(i), O.after(i)
-  init_m = Mi.index(0).store(UOp.const(-math.inf))
-  init_l = Li.index(0).store(UOp.const(0.0))
-  d0 = range_(D, 1)
-  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
-  j = range_(N, 2)
-  Sj = S.after(i, j)
-  init_s = Sj.index(0).store(UOp.const(0.0))
-  e = range_(D, 3)
-  Se = Sj.after(init_s, e)
-  dot = Se.index(0).store(Se.index(0).load() + Q.index(i * D + e).load() * K.index(j * D + e).load()).end(e)
-  s = keep(i, j).where(Sj.after(dot).index(0).load() * scale, UOp.const(float(masked)))   # the only new line
-  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
-  m_old = Mj.index(0).load()
-  m_new = m_old.maximum(s)
-  corr, p = (m_old - m_new).exp2(), (s - m_new).exp2()
-  st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
-  d = range_(D, 4)
-  Od = Oi.after(init_o, j)
-  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
-  st_m = Mj.index(0).store(m_new)
-  loop_j = UOp(Ops.SINK, (st_l, st_o, st_m)).end(j)
-  d2 = range_(D, 5)
-  out = OUT.index(i * D + d2).store(Oi.after(loop_j).index(d2).load() * Li.after(loop_j).index(0).load().recip())
-  return sink(out.end(d2, i))
+  prog = online_attention_ir(N, D)
+  i, j = range_(N, 0, AxisType.THREAD), range_(N, 2)
+  # the score s = (q_i . k_j) * scale: the product whose first factor is the load of S (the ALLOC in slot 3)
+  (s,) = [u for u in prog.toposort() if u.op is Ops.MUL and u.src[0].op is Ops.LOAD
+          and (a := base_alloc(u.src[0].src[0].src[0])) is not None and a.arg.slot == 3]
+  return substitute(prog, {s: keep(i, j).where(s, UOp.const(float(masked)))})   # the only new node
   ### END SOLUTION
 
 
 def causal_range_ir(N: int, D: int) -> UOp:
   """Causal online attention whose key loop stops at the diagonal: j < i + 1."""
   ### BEGIN SOLUTION
-  Q, K, V, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, f32, (N * D,))) for s in range(4))
-  alloc = lambda slot, n: UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
-  M, L, O, S = alloc(0, 1), alloc(1, 1), alloc(2, D), alloc(3, 1)
-  scale = (1 / math.sqrt(D)) * LOG2E
+  prog = online_attention_ir(N, D)
   i = range_(N, 0, AxisType.THREAD)
-  Mi, Li, Oi = M.after(i), L.after(i), O.after(i)
-  init_m = Mi.index(0).store(UOp.const(-math.inf))
-  init_l = Li.index(0).store(UOp.const(0.0))
-  d0 = range_(D, 1)
-  init_o = Oi.index(d0).store(UOp.const(0.0)).end(d0)
-  j = range_(i + 1, 2)                                   # the only new line: the loop's end is a UOp of i
-  Sj = S.after(i, j)
-  init_s = Sj.index(0).store(UOp.const(0.0))
-  e = range_(D, 3)
-  Se = Sj.after(init_s, e)
-  dot = Se.index(0).store(Se.index(0).load() + Q.index(i * D + e).load() * K.index(j * D + e).load()).end(e)
-  s = Sj.after(dot).index(0).load() * scale
-  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
-  m_old = Mj.index(0).load()
-  m_new = m_old.maximum(s)
-  corr, p = (m_old - m_new).exp2(), (s - m_new).exp2()
-  st_l = Lj.index(0).store(Lj.index(0).load() * corr + p)
-  d = range_(D, 4)
-  Od = Oi.after(init_o, j)
-  st_o = Od.index(d).store(Od.index(d).load() * corr + p * V.index(j * D + d).load()).end(d)
-  st_m = Mj.index(0).store(m_new)
-  loop_j = UOp(Ops.SINK, (st_l, st_o, st_m)).end(j)
-  d2 = range_(D, 5)
-  out = OUT.index(i * D + d2).store(Oi.after(loop_j).index(d2).load() * Li.after(loop_j).index(0).load().recip())
-  return sink(out.end(d2, i))
+  return substitute(prog, {range_(N, 2): range_(i + 1, 2)})   # the key loop's end is a UOp of i
   ### END SOLUTION
 
 

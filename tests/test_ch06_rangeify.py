@@ -121,7 +121,7 @@ def test_unrolled_reduce_is_one_loop_with_a_tree():
   assert re.findall(r"< (\d+);", src) == ["3", "2"]
 
 
-def test_nested_reduce_inside_a_consumer(fresh_plans):
+def test_nested_reduce_inside_a_consumer(fresh_plan_cache):
   """softmax's denominator with the max fused in: the max's accumulator is per row, outside the sum's loop."""
   a = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
   x = Tensor(a)
@@ -162,7 +162,7 @@ def row_stats(src: str) -> tuple[list, list, list]:
   return max_loops, inits[sum_acc][1], pv_loop
 
 
-def test_fused_attention_row_stats_are_once_per_row(fresh_plans):
+def test_fused_attention_row_stats_are_once_per_row(fresh_plan_cache):
   _, k = fused_attention_kernel(512)
   max_loops, sum_loops, pv_loop = row_stats(k.src)
   assert max_loops == [[("ridx0", 512)]] and sum_loops == [("ridx0", 512)]   # in the row loop only
@@ -180,7 +180,7 @@ def test_unsimplified_reshape_moves_row_stats_into_the_key_loop(reshape_simplify
   assert evals[(Ops.MAX, (512,))] >= 512 and evals[(Ops.ADD, (512,))] >= 512
 
 
-def test_unsimplified_reshape_gives_the_same_output(fresh_plans):
+def test_unsimplified_reshape_gives_the_same_output(fresh_plan_cache):
   N, D = 64, 64
   q, k, v = (np.random.default_rng(s).standard_normal((N, D)).astype(np.float32) for s in range(3))
   Tensor.fuse_reduce, Tensor.opt = True, FlashOpt

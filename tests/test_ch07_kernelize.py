@@ -153,7 +153,7 @@ def test_fused_work_counts_alu_ops_times_elements():
 
 
 @pytest.mark.parametrize("staging", [True, False])
-def test_layernorm_matmul_values_with_and_without_staging(staging, monkeypatch, fresh_plans):
+def test_layernorm_matmul_values_with_and_without_staging(staging, monkeypatch, fresh_plan_cache):
   T, C = 16, 32
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal((T, C)).astype(np.float32), rng.standard_normal((C, 4 * C)).astype(np.float32)

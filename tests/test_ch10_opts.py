@@ -28,7 +28,7 @@ book = load_example("flash_attention")
 
 
 @pytest.fixture(autouse=True)
-def own_plans(fresh_plans):
+def own_plan_cache(fresh_plan_cache):
   """Every test of this file builds its plans afresh (several patch the optimizer's heuristics)."""
   yield
 

@@ -13,7 +13,7 @@ import pytest
 import uopc.kernelize
 import uopc.rangeify
 from uopc.book import flash_opt, load_example, reshape_simplify
-from uopc.kernelize import clear_plans, make_plan
+from uopc.kernelize import clear_plan_cache, make_plan
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.tensor import Tensor
@@ -204,7 +204,7 @@ def test_cubic_and_fixed_kernels_give_the_same_output(reshape_simplify_off):
   q, k, v = inputs(n, d)
   cubic = run_fused(q, k, v)
   uopc.rangeify.simplify = uopc.rangeify.symbolic.simplify   # the fixture restores it afterwards
-  clear_plans()
+  clear_plan_cache()
   fixed = run_fused(q, k, v)
   assert np.abs(cubic - fixed).max() < 1e-6
 

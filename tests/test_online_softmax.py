@@ -71,7 +71,7 @@ def test_acceptance_one_kernel_one_pass(n):
   assert np.abs(online(t) - ref).max() < 1e-5
 
 
-def test_off_by_default_keeps_the_books_plans():
+def test_off_by_default_keeps_the_books_kernels():
   q = Tensor(np.zeros((64, 16), np.float32))
   plan = make_plan([attention(q, q, q).uop], False, Tensor.opt)
   assert [k.name for k in plan.kernels] == ["r_64_64", "r_64", "r_64", "e_64_64", "e_1_16_64", "r_64_16"]

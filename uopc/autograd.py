@@ -7,9 +7,13 @@ like any other.
 """
 from __future__ import annotations
 import math
-from typing import Callable
+import weakref
+from typing import TYPE_CHECKING, Callable
 from uopc.uop import UOp, Ops
-from uopc.tensor import Tensor, LN2
+if TYPE_CHECKING: from uopc.tensor import Tensor   # autograd works on Tensors but never imports them at run time
+
+LN2 = math.log(2)
+requires_grad_leaves: weakref.WeakSet = weakref.WeakSet()   # the tensors backward() fills .grad on
 
 
 def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -60,7 +64,7 @@ def _inverse(order: tuple[int, ...]) -> list[int]:
 
 
 # op -> rule(out, srcs, g, arg) -> one gradient per source
-Rule = Callable[[Tensor, list[Tensor], Tensor, object], tuple]
+Rule = Callable[..., tuple]   # (out: Tensor, srcs: list[Tensor], g: Tensor, arg) -> one gradient per source
 DERIVATIVES: dict[Ops, Rule] = {
   Ops.ADD: lambda out, s, g, arg: (g, g),                                   # d(a+b) = da + db
   Ops.MUL: lambda out, s, g, arg: (g * s[1], g * s[0]),                     # d(ab) = b da + a db
@@ -90,6 +94,7 @@ def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[T
   if seed is None:
     if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
+  Tensor = type(f)   # the class of the tensors given: this module does not import uopc.tensor
   if f.lazy is not None: f = Tensor(f.lazy)   # f was realized: differentiate the graph that computed it
   targets = {w.uop for w in wrt}
   topo = f.uop.toposort()
@@ -110,8 +115,7 @@ def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[T
 
 def backward(loss: Tensor) -> None:
   """loss.backward(): set .grad on every tensor with requires_grad that loss depends on."""
-  from uopc.tensor import _requires_grad
   graph = set((loss.lazy or loss.uop).toposort())
-  leaves = [t for t in list(_requires_grad) if t.uop in graph]
+  leaves = [t for t in list(requires_grad_leaves) if t.uop in graph]
   for t, g in zip(leaves, gradient(loss, leaves)):
     t.grad = g if t.grad is None else t.grad + g

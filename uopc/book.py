@@ -38,9 +38,9 @@ def reshape_simplify(on: bool):
   the book's method, patching uopc.rangeify.simplify (only the RESHAPE rule calls it through that name). Plans made
   inside the block are kept apart from the ordinary plan cache."""
   import uopc.rangeify
-  from uopc.kernelize import isolated_plans
+  from uopc.kernelize import isolated_plan_cache
   real = uopc.rangeify.simplify
-  with isolated_plans():
+  with isolated_plan_cache():
     if not on: uopc.rangeify.simplify = lambda u: u
     try: yield
     finally: uopc.rangeify.simplify = real

@@ -9,7 +9,6 @@ The kernelizer asks the options for the device's name and this registry for the 
 renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device.
 """
 from __future__ import annotations
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
@@ -46,9 +45,12 @@ def canonical(name: str) -> str:
   return key
 
 
-@functools.cache
-def _open(name: str) -> Device: return DEVICES[name]()
+_opened: dict[str, tuple[Callable, Device]] = {}
 
 
 def get_device(name: str = "CPU") -> Device:
-  return _open(canonical(name))
+  """The device registered under name, built on first use (again if its registry entry was replaced)."""
+  key = canonical(name)
+  factory = DEVICES[key]
+  if key not in _opened or _opened[key][0] is not factory: _opened[key] = (factory, factory())
+  return _opened[key][1]

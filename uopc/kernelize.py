@@ -1,11 +1,10 @@
 """The kernelizer and realize: a tensor graph -> a Plan of kernels -> results.
 
-make_plan cuts the graph at materialization points (roots, STAGEs, REDUCEs), gives each point a
-kernel that computes it into a buffer, and caches the Plan per graph shape and options. realize runs a
-plan on the actual arrays, reusing its temporaries from one run to the next.
+make_plan cuts the graph at materialization points (roots, STAGEs, REDUCEs), gives each point a kernel that computes
+it into a buffer, and caches the Plan. realize runs a plan on the arrays, reusing its temporaries run after run.
 
 The pipeline, as make_plan runs it (each step is a function below with a docstring):
-  normalize                 Tensor data -> numbered inputs, so graphs of the same shape are one object
+  normalize                 Tensor data -> numbered inputs (graphs of one shape are one object); empty -> constant
   strip_detach              DETACH removed (gradients are not a kernel's business)
   stage_broadcast_compute   expensive tensors that are broadcast get a STAGE (unless fuse_reduce)
   opt.layout                the optimizer's layout pass (copies for stride-1 reduces)
@@ -15,14 +14,14 @@ The pipeline, as make_plan runs it (each step is a function below with a docstri
   _make_kernel              per point: lower (opt.lower), render and compile on the options' device
 """
 from __future__ import annotations
-import contextlib
-import time
+import contextlib, time
+import threading
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, ALU, MOVEMENT
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, ALU, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
-from uopc.helpers import DEBUG, DEVICE, prod
+from uopc.helpers import DEBUG, DEVICE, getenv, prod
 from uopc.online import find_groups, reachable
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
@@ -66,6 +65,7 @@ class Plan:
   outs: list[tuple[str, int] | tuple[DType, int]]   # per root: ("in", i) alias, or (dtype, size) fresh
   temp_arrays: list | None = None   # allocated on first run, then reused: no page faults on every step
   notes: list[str] = field(default_factory=list)   # why each cut was made (see explain)
+  lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # one run at a time: temps are shared
 
   def explain(self) -> str:
     """Why the graph was cut where it was, and what each fused reduction costs."""
@@ -126,14 +126,11 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   if options.online_softmax: roots, points = _online_fusion(roots, fuse_reduce)   # one pass for softmax
   home, temps, outs = _homes(roots, points)
   device = get_device(options.device)
+  points = [p for p in points if prod(p.shape)]   # an empty tensor is written by no kernel (its output has no data)
   kernels = [_make_kernel(_kernel_body(p, points, home), home[p], opt, options, device) for p in points]
+  _compile_all(kernels, device)   # the kernels' compiles run side by side
   notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, options.online_softmax)
   return Plan(kernels, temps, outs, notes=notes)
-
-
-def is_contiguous_buffer(u: UOp) -> bool:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
 
 
 def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
@@ -144,9 +141,10 @@ def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_soft
 
 
 def plan_for(roots: list[UOp], options: Options) -> Plan:
-  """make_plan for roots already normalized (realize normalizes once and calls this)."""
+  """make_plan for roots already normalized (realize normalizes once and calls this). The key is the graph and the
+  options: the same program under other switches, or on another device, is another plan."""
   key = (tuple(roots), options)
-  if (plan := _plans.get(key)) is None: _plans[key] = plan = _make_plan(roots, options)
+  if (plan := _plans.get(key)) is None: _plans.put(key, plan := _make_plan(roots, options))
   return plan
 
 
@@ -162,24 +160,21 @@ class BoundOpt:
     return call_with_options(self.opt.lower, body, out, options=self.options)
 
 
-# ---- the plan cache and kernel names ----
-_plans: dict[tuple, Plan] = {}   # (normalized roots, options) -> Plan
-
-
-def clear_plans() -> None:
-  """Forget every cached plan (the compiled objects stay in the disk cache)."""
+# ---- the plan cache: its public handles (the cache itself is below) ----
+def clear_plan_cache() -> None:
+  """Forget every cached plan and free its temporaries (the compiled objects stay in the disk cache, so planning
+  again costs no compile)."""
   _plans.clear()
 
 
 @contextlib.contextmanager
-def isolated_plans():
+def isolated_plan_cache():
   """Plans made inside the block are thrown away after it, and the plans from before are back: for experiments that
   patch a pass (the book's reshape-simplify experiment) and must neither use nor leave behind ordinary plans."""
-  saved = dict(_plans)
-  _plans.clear()
+  global _plans
+  saved, _plans = _plans, PlanCache(_plans.max_bytes, _plans.max_plans)
   try: yield
-  finally:
-    _plans.clear(); _plans.update(saved)
+  finally: _plans = saved
 
 
 def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
@@ -188,14 +183,15 @@ def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
   arrays, mapping = [], {}
   whole = UOp(Ops.SINK, tuple(roots))
   for u in whole.toposort():
-    if u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
+    if u.shape and not prod(u.shape) and not _is_const(u): mapping[u] = _empty_const(u)   # nothing to read in it
+    elif u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
       mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
       arrays.append(u.arg.array)
   return (list(substitute(whole, mapping).src) if mapping else list(roots)), arrays
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
-            options: Options | None = None) -> list[np.ndarray]:
+            options: Options | None = None, observe=None) -> list[np.ndarray]:
   """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs.
   Buffers are host NumPy arrays on every device; a device's program maps them to its memory."""
   options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value)
@@ -206,10 +202,42 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
+  outs = run_kernels(plan, arrays, temps, device, debug)
+  t2 = time.perf_counter()
+  if debug >= 2:
+    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+  if observe is not None: observe(plan, arrays, outs)   # a capture (uopc.jit) records what ran
+  return outs
+
+
+def is_contiguous_buffer(u: UOp) -> bool:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+def _is_const(u: UOp) -> bool:
+  while u.op in MOVEMENT: u = u.src[0]
+  return u.op is Ops.CONST
+
+
+def _empty_const(u: UOp) -> UOp:
+  """A tensor with no elements, as a constant of its shape: no kernel ever indexes its (absent) data."""
+  c = UOp(Ops.RESHAPE, (UOp.const(0, u.dtype),), (1,) * len(u.shape))
+  return UOp(Ops.EXPAND, (c,), u.shape)
+
+
+def run_kernels(plan: Plan, arrays: list, temps: list, device: Device, debug: int = 0) -> list[np.ndarray]:
+  """Run the plan's kernels in order on the inputs and temporaries; return the outputs (fresh arrays, or inputs
+  passed through). DEBUG=2 prints a line per kernel, 3 runs each twice, 4 prints each source."""
   outs: list[np.ndarray] = []
   for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
     outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else device.alloc(o[0], o[1]))
   pick = {"in": arrays, "temp": temps, "out": outs}
+  with plan.lock: _run(plan, pick, debug)
+  return outs
+
+
+def _run(plan: Plan, pick: dict, debug: int) -> None:
   for k in plan.kernels:
     bufs = [pick[kind][n] for kind, n in k.args]
     if debug >= 4: print(k.src)
@@ -222,15 +250,45 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
         ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
         line += f"   again {again * 1e3:8.3f} ms"
       print(line)
-  t2 = time.perf_counter()
-  if debug >= 2:
-    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
-  return outs
 
 
-def plan_count() -> int:
+def replay(plan: Plan, arrays: list, options: Options) -> list[np.ndarray]:
+  """Run a plan that has run before on new inputs: no graph, no normalize, no cache lookup (uopc.jit)."""
+  if plan.temp_arrays is None: raise RuntimeError("replay: this plan has never run, so it has no temporaries yet")
+  return run_kernels(plan, arrays, plan.temp_arrays, get_device(options.device), options.debug)
+
+
+def plan_cache_size() -> int:
   """How many plans are cached (tests and chapters check that a plan was reused, not rebuilt)."""
   return len(_plans)
+
+
+# ---- the plan cache ----
+class PlanCache:
+  """(normalized roots, options) -> Plan, least recently used first out. Each plan keeps its temporaries, so the
+  cache is bounded by their bytes (UOPC_PLAN_CACHE_MB, default 1024) and by count (UOPC_PLAN_CACHE_PLANS, 512):
+  a program of many shapes does not hold memory for every shape it ever ran."""
+  def __init__(self, max_bytes: int, max_plans: int):
+    self.max_bytes, self.max_plans, self.plans, self.nbytes = max_bytes, max_plans, {}, 0
+
+  def get(self, key) -> Plan | None:
+    if (plan := self.plans.pop(key, None)) is not None: self.plans[key] = plan   # now the most recently used
+    return plan
+
+  def put(self, key, plan: Plan) -> None:
+    self.plans[key] = plan
+    self.nbytes += _temp_bytes(plan)
+    while len(self.plans) > 1 and (self.nbytes > self.max_bytes or len(self.plans) > self.max_plans):
+      self.nbytes -= _temp_bytes(self.plans.pop(next(iter(self.plans))))
+
+  def clear(self) -> None: self.plans.clear(); self.nbytes = 0
+  def __len__(self): return len(self.plans)
+
+
+def _temp_bytes(plan: Plan) -> int: return sum(n * d.itemsize for d, n in plan.temps)
+
+
+_plans = PlanCache(getenv("UOPC_PLAN_CACHE_MB", 1024) << 20, getenv("UOPC_PLAN_CACHE_PLANS", 512))
 
 
 # ---- one kernel per point ----
@@ -261,6 +319,20 @@ def _homes(roots: list[UOp], points: list[UOp]) -> tuple[dict[UOp, UOp], list, l
   return home, temps, outs
 
 
+def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
+  """Compile every kernel's source for the device, several at once: a cold plan's compiles are separate compiler
+  processes, so a plan of many kernels waits for the slowest few instead of their sum."""
+  import os
+  from concurrent.futures import ThreadPoolExecutor
+  workers = min(len(kernels), os.cpu_count() or 1)
+  if workers <= 1: programs = [device.compile(k.src) for k in kernels]
+  else:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+      programs = list(pool.map(device.compile, [k.src for k in kernels]))
+  for k, prg in zip(kernels, programs): k.prg = prg
+  return kernels
+
+
 def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp]) -> UOp:
   """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape."""
   body = p.src[0] if p.op is Ops.STAGE else p
@@ -282,10 +354,10 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
   args = [a for k, a in enumerate(args) if k in used]
   r = device.renderer.render(ast, kernel_name(body))
-  kernel = Kernel(r.src.name, device.compile(r.src), args, r.flops, r.src, ast, body)
+  kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, body)   # compiled by _compile_all
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
   if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
-    kernel.recompute = _evaluations(accs, r.acc_trips)
+    kernel.recompute = _evaluations(accs, r.acc_trips, local)
   return kernel
 
 
@@ -362,12 +434,12 @@ def _recompute_note(k: Kernel) -> str:
   return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
 
 
-def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int]) -> dict[UOp, float]:
-  """For every REDUCE fused inside the kernel: how many times each of its values is computed (1 is no recompute).
-  accs: (REDUCE, the load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
-  from uopc.renderer import base_alloc
+def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int], local: UOp) -> dict[UOp, float]:
+  """For every REDUCE fused inside the kernel (not the one it computes, local): how many times each of its values is
+  computed (1 is no recompute). accs: (REDUCE, load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
   total: dict[UOp, int] = {}
   for u, val in accs:
+    if u is local: continue
     a = base_alloc(val.src[0].src[0])
     if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
   return {u: n / prod(u.shape) for u, n in total.items()}

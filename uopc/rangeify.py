@@ -86,10 +86,11 @@ def unravel(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
 
 
 def _axis_parts(ctx: Ctx, size: int, factor: int, axis_type: AxisType) -> tuple[UOp, int]:
-  """One axis as (loop variable, unroll factor): index = r*factor + k for k < factor. No loop for one trip."""
+  """One axis as (loop variable, unroll factor): index = r*factor + k for k < factor. No loop for one trip; a loop of
+  no trips for an empty axis (a reduction over it is its identity)."""
   if factor < 1 or size % factor: factor = 1   # a factor that does not divide the axis is ignored
-  n = size // factor
-  return (ctx.range(n, axis_type) if n > 1 else UOp.const(0), factor)
+  n = size // factor if size else 0
+  return (ctx.range(n, axis_type) if n != 1 else UOp.const(0), factor)
 
 
 def _combos(parts: list[tuple[UOp, int]]) -> list[tuple[UOp, ...]]:
@@ -128,7 +129,7 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
     r = rangeify(u.src[0], tuple(inv), ctx)
   elif op is Ops.SHRINK: r = rangeify(u.src[0], tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)), ctx)
   elif op is Ops.PAD: r = _pad(u, idx, ctx)
-  elif op is Ops.REDUCE: r = _reduce(u, idx, ctx)
+  elif op is Ops.REDUCE: r = _lower_reduce(u, idx, ctx)
   else: raise NotImplementedError(f"rangeify: {op}")
   ctx.memo[key] = r
   return r
@@ -146,9 +147,14 @@ def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   return valid.where(rangeify(u.src[0], safe, ctx), UOp.const(0, u.dtype))
 
 
-def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
-  for special in ctx.lowerings:   # e.g. one online pass for softmax (uopc.online)
+def _lower_reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
+  """A REDUCE at idx: the context's other lowerings first (e.g. uopc.online's one pass for softmax), then _reduce."""
+  for special in ctx.lowerings:
     if (r := special.lower_reduce(u, idx, ctx)) is not None: return r
+  return _reduce(u, idx, ctx)
+
+
+def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   rop, n = u.arg
   x = u.src[0]
   rshape = x.shape[len(x.shape) - n:]

@@ -14,7 +14,7 @@ import numbers
 import re
 from dataclasses import dataclass
 from typing import Callable, ClassVar
-from uopc.uop import UOp, Ops, AxisType, ALU
+from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc
 from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
 
@@ -109,16 +109,17 @@ class CStyleRenderer:
     if dtype is dtypes.bool: return "1" if v else "0"
     return f"{v}ll" if dtype.itemsize == 8 else str(v)
 
-  def open_loop(self, r: UOp, name: str, bound: str) -> list[str]:
+  def open_loop(self, r: UOp, name: str, bound: str, index_type: str = "int") -> list[str]:
     """The lines that open loop r (a THREAD loop gets the dialect's pragma)."""
     pragma = [self.thread_pragma] if r.arg[1] is AxisType.THREAD and self.thread_pragma else []
-    return pragma + [f"for (int {name} = 0; {name} < {bound}; {name}++) {{"]
+    return pragma + [f"for ({index_type} {name} = 0; {name} < {bound}; {name}++) {{"]
 
   def render(self, sink: UOp, name: str) -> Rendered:
     """The source of `name` computing the loop program under sink, its signature and what it costs."""
     check_identifier(name)
-    lines = linearize(sink)
     topo = sink.toposort()
+    _check_names(topo)
+    lines = linearize(sink)
     uses: dict[UOp, int] = {}
     max_users: set[UOp] = set()   # sources of a MAX: ((a>b)?a:b) writes each twice
     for u in topo:
@@ -148,6 +149,10 @@ class CStyleRenderer:
     stored = {base_buffer(u.src[0].src[0]) for u in topo if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
     signature = Signature(tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers))
     params = ", ".join(self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params)
+    # indices are 32-bit unless a buffer has more elements than an int can count: then every int is 64-bit
+    wide = any(p.size > INT32_MAX for p in signature.params) or any(u.op is Ops.RANGE and u.src[0].op is Ops.CONST
+                                                                     and u.src[0].arg > INT32_MAX for u in topo)
+    itype = (lambda d: self.type(dtypes.i64) if d is dtypes.i32 else self.type(d)) if wide else self.type
     out = [f"{self.kernel_prefix}{name}({params}) {{"]
     names: dict[UOp, str] = {}
     ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
@@ -176,7 +181,7 @@ class CStyleRenderer:
     for ln in lines:
       u = ln.uop
       if ln.kind == "open":
-        for text in self.open_loop(u, names[u], names[u.src[0]]): emit(text)
+        for text in self.open_loop(u, names[u], names[u.src[0]], itype(dtypes.int)): emit(text)
         depth += 1
         trips.append(trips[-1] * (u.src[0].arg if u.src[0].op is Ops.CONST else 1))
         continue
@@ -193,7 +198,7 @@ class CStyleRenderer:
         names[u] = names[base] if base_alloc(base) in scalar else f"{names[base]}[{names[i]}]"
       elif u.op is Ops.LOAD:
         names[u] = new_name("val")
-        emit(f"{self.type(u.dtype)} {names[u]} = {names[u.src[0]]};")
+        emit(f"{itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
       elif u.op is Ops.STORE:
         emit(f"{names[u.src[0]]} = {names[u.src[1]]};")
         flops += ops_in.get(u.src[1], 0) * trips[-1]
@@ -206,7 +211,7 @@ class CStyleRenderer:
         # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
         if uses.get(u, 0) > 1 or (u in max_users and u in doubles):
           names[u] = new_name("alu")
-          emit(f"{self.type(u.dtype)} {names[u]} = {expr};")
+          emit(f"{itype(u.dtype)} {names[u]} = {expr};")
           flops += ops_in.pop(u) * trips[-1]
         else: names[u] = expr
       elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
@@ -217,10 +222,16 @@ class CStyleRenderer:
     return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips)
 
 
-def base_alloc(u: UOp) -> UOp | None:
-  """The ALLOC under a chain of AFTERs, if any."""
-  while u.op is Ops.AFTER: u = u.src[0]
-  return u if u.op is Ops.ALLOC else None
+INT32_MAX = 2**31 - 1
+
+
+def _check_names(topo: list[UOp]) -> None:
+  """Every name the source will contain is built from integers the IR holds: check they are integers."""
+  for u in topo:
+    if u.op in (Ops.BUFFER, Ops.ALLOC) and (type(u.arg.slot) is not int):
+      raise TypeError(f"{u.op.name} slot must be an int (it names data{{slot}}/acc{{slot}}), got {u.arg.slot!r}")
+    if u.op is Ops.RANGE and (type(u.arg[0]) is not int or not isinstance(u.arg[1], AxisType)):
+      raise TypeError(f"a RANGE's arg must be (int id, AxisType), got {u.arg!r}")
 
 
 def base_buffer(u: UOp) -> UOp | None:

@@ -148,7 +148,14 @@ def args_of(signature: Signature) -> list[Arg]:
   return [Arg(C.type(p.dtype), np_dtype(p.dtype), True, p.writes, p.size) for p in signature.params]
 
 
-_build_lock = threading.Lock()
+_locks_lock = threading.Lock()
+_build_locks: dict[Path, threading.Lock] = {}
+
+
+def _build_lock(path: Path) -> threading.Lock:
+  """One lock per cache entry: threads compiling different kernels run side by side (kernelize compiles a cold plan's
+  kernels in parallel); two threads asking for the same entry build it once."""
+  with _locks_lock: return _build_locks.setdefault(path, threading.Lock())
 
 
 def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
@@ -207,7 +214,8 @@ class Program:
     t0 = time.perf_counter()
     self.cached = _intact(self.path)
     if not self.cached:
-      with _build_lock: _build(full, self.path, cc, self.flags)
+      with _build_lock(self.path):
+        if not _intact(self.path): _build(full, self.path, cc, self.flags)
     self.compile_s = time.perf_counter() - t0
     # one FFI per kernel: a second cdef of the same function name in one FFI would fail
     self.ffi = cffi.FFI()
@@ -219,7 +227,7 @@ class Program:
     except OSError:
       # a damaged entry whose checksum file was damaged the same way: rebuild it in place, once (dlopen failed,
       # so this process has not mapped that path)
-      with _build_lock: _build(full, self.path, cc, self.flags)
+      with _build_lock(self.path): _build(full, self.path, cc, self.flags)
       self.cached = False
       self.lib = self.ffi.dlopen(str(self.path))
     self.fn = getattr(self.lib, name)

@@ -6,9 +6,10 @@
 """
 from __future__ import annotations
 import math
-import weakref
 from typing import Sequence
 import numpy as np
+from uopc import autograd
+from uopc.capture import recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, least_upper_dtype, scalar_dtype, sum_dtype, to_array
 from uopc.helpers import DEBUG, DEVICE, prod
@@ -18,30 +19,10 @@ from uopc.options import Options
 from uopc.tensor_elementwise import ElementwiseMixin
 from uopc.tensor_movement import MovementMixin
 from uopc.tensor_nn import NNMixin
+from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
-_requires_grad: weakref.WeakSet = weakref.WeakSet()   # the leaves backward() fills .grad on
-
-
-def _axis(axis: int, ndim: int) -> int:
-  if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-    raise TypeError(f"an axis must be an integer, got {axis!r} ({type(axis).__name__})")
-  if not -max(ndim, 1) <= axis < max(ndim, 1):   # a 0-d tensor has axes 0 and -1, as in PyTorch
-    raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
-  return axis % ndim if ndim else 0
-
-
-def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-  """NumPy's rule: align from the right; each axis must match or be 1."""
-  n = max(len(s) for s in shapes)
-  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for k in range(n):
-    sizes = {p[k] for p in padded} - {1}
-    if len(sizes) > 1:
-      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
-    out.append(sizes.pop() if sizes else 1)
-  return tuple(out)
+_requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 
 
 class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
@@ -58,6 +39,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
       buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
     self.grad, self.lazy = None, None
+    self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     self.requires_grad = requires_grad
 
   @property
@@ -88,19 +70,50 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """The options a realize runs with now: the book's switches on Tensor, DEVICE= and DEBUG=, read once."""
     return Options(Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax, DEVICE.value, DEBUG.value)
 
-  def realize(self) -> Tensor:
-    if is_contiguous_buffer(self.uop): return self   # already data: nothing to run
-    (out,) = realize([self.uop], options=Tensor.options())
-    self.lazy = self.uop   # the graph that computed it, for gradients taken after realizing
-    buf = UOp(Ops.BUFFER, (), TensorData(out, self.dtype, (out.size,)))
-    self.uop = buf if self.shape == (out.size,) else UOp(Ops.RESHAPE, (buf,), self.shape)
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor, and any others given, in one plan (Tensor.realize(loss, *grads, *updates)): each then
+    holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
+    todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
+    if not todo: return self
+    options, seen = Tensor.options(), {}
+    observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
+    outs = realize([t.uop for t in todo], options=options, observe=observe)
+    writes = []
+    for k, (t, out) in enumerate(zip(todo, outs)):
+      t.lazy = t.uop   # the graph that computed it, for gradients taken after realizing
+      if t._home is not None:   # assign: the new value goes into the buffer the tensor already had
+        home, t._home = t._home, None
+        np.copyto(_flat(home), out)
+        writes.append((k, _flat(home)))
+        t.uop = home
+      else: t.uop = Tensor._from_array(out, t.shape).uop
+    if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
     return self
 
+  def assign(self, x) -> Tensor:
+    """Make x (same shape and dtype) this tensor's value, written into this tensor's own buffer when it is realized:
+    an update such as p.assign(p - lr * g) leaves p holding data, so the next step's graph is the same graph."""
+    x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, self.dtype)
+    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
+    if x.dtype is not self.dtype: raise TypeError(f"assign: dtype {x.dtype} does not match the tensor's {self.dtype}")
+    if self._home is None:
+      self.realize()
+      self._home = self.uop
+    self.uop = x.uop
+    return self
+
+  def _data(self) -> np.ndarray:
+    """The flat array that holds this (realized) tensor's data."""
+    return _flat(self.realize().uop)
+
+  @staticmethod
+  def _from_array(flat: np.ndarray, shape: tuple[int, ...]) -> Tensor:
+    """A tensor whose data is the flat array (no copy), viewed in shape."""
+    buf = UOp(Ops.BUFFER, (), TensorData(flat, from_np(flat.dtype), (flat.size,)))
+    return Tensor(buf if tuple(shape) == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(shape)))
+
   def numpy(self) -> np.ndarray:
-    self.realize()
-    b = self.uop
-    while b.op is Ops.RESHAPE: b = b.src[0]   # a reshape of a reshape of data is still data
-    return b.arg.array.reshape(self.shape)
+    return self._data().reshape(self.shape)
 
   def item(self):
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -296,7 +309,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if not axes or self.ndim == 0: return self
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
-      if op is Ops.MAX: raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+      if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
+        raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
       out = Tensor.full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
       return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
@@ -318,11 +332,13 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return out * (out.numel() / x.numel()) if x.numel() else out * math.nan
 
   def softmax(self, axis: int = -1) -> Tensor:
+    if not self.numel(): return self   # nothing to normalize (and an empty axis has no max)
     m = self - self.max(axis, keepdim=True)
     e = m.exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1) -> Tensor:
+    if not self.numel(): return self
     m = self - self.max(axis, keepdim=True)
     return m - m.exp().sum(axis, keepdim=True).log()
 
@@ -355,21 +371,15 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
 
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
-    from uopc.autograd import backward
-    backward(self)
+    autograd.backward(self)
+
+
+def _flat(u: UOp) -> np.ndarray:
+  """The array under a realized tensor's uop (a BUFFER, or RESHAPEs of one)."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.arg.array
 
 
 def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
   """d f / d w for every w in wrt, as lazy Tensors (see uopc.autograd)."""
-  from uopc.autograd import gradient as _gradient
-  return _gradient(f, wrt)
-
-
-def _shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
-  """Sizes as Python ints: one tuple/list or several integers (NumPy integers too). Anything else raises before a
-  node is built: a float size would hash like its integer and poison the node cache."""
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  for s in shape:
-    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
-      raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")
-  return tuple(int(s) for s in shape)
+  return autograd.gradient(f, wrt)

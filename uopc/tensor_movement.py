@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
+from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import UOp, Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
 
 def _norm_axis(axis: int, ndim: int) -> int:
-  from uopc.tensor import _axis
   return _axis(axis, ndim)
 
 
@@ -82,7 +82,6 @@ class MovementMixin:
   def expand_as(self, other) -> Tensor: return self.expand(other.shape)
   def repeat(self, *repeats) -> Tensor:
     """Tile: repeat(2, 3) of a (4, 5) tensor is (8, 15). A RESHAPE, an EXPAND and a RESHAPE, no copies."""
-    from uopc.tensor import _shape_arg
     reps = _shape_arg(repeats, "repeat")
     if len(reps) < self.ndim: raise ValueError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
     if any(r < 0 for r in reps): raise ValueError(f"repeat: counts must be non-negative, got {reps}")
@@ -151,7 +150,6 @@ class MovementMixin:
     """out[b..., rest...] = x[idxs[0][b], idxs[1][b], ..., rest...] with the idxs broadcast to b: a one-hot select of
     the chosen entries, (idx[b] == arange(n)).where(x, 0), summed over the n axes. Shape (*b, *rest)."""
     T = type(self)
-    from uopc.tensor import broadcast_shape
     b = broadcast_shape(*(i.shape for i in idxs))
     rest = [k for k in range(self.ndim) if k not in axes]
     if not all(self.shape[a] for a in axes): return T.full(b + tuple(self.shape[k] for k in rest), 0, self.dtype)

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 import numpy as np
 from uopc.dtype import dtypes
+from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
@@ -32,12 +33,10 @@ class NNMixin:
     cls._rng = np.random.default_rng(seed)
   @classmethod
   def rand(cls, *shape, seed: int | None = None, dtype=dtypes.f32) -> Tensor:
-    from uopc.tensor import _shape_arg
     return cls(_np_rng(cls, seed).random(_shape_arg(shape, "rand")), dtype)
   @classmethod
   def randint(cls, *shape, low: int = 0, high: int = 10, seed: int | None = None, dtype=dtypes.i32) -> Tensor:
     """Integers low <= x < high (tinygrad's signature)."""
-    from uopc.tensor import _shape_arg
     if high <= low: raise ValueError(f"randint: need low < high, got {low} and {high}")
     return cls(_np_rng(cls, seed).integers(low, high, _shape_arg(shape, "randint")), dtype)
   def full_like(self, value, dtype=None) -> Tensor: return type(self).full(self.shape, value, dtype or self.dtype)
@@ -81,7 +80,6 @@ class NNMixin:
     """The first index of the max (min): max over (x == max) ? n - i : 0 is n - (first i)."""
     T = type(self)
     if axis is None: return self.reshape(-1)._arg(0, False, smallest).reshape((1,) * self.ndim if keepdim else ())
-    from uopc.tensor import _axis
     axis = _axis(axis, self.ndim)
     if self.ndim == 0: return T.full((), 0, dtypes.int)
     n = self.shape[axis]
@@ -94,7 +92,6 @@ class NNMixin:
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._arg(axis, keepdim, True)
   def cumsum(self, axis: int = 0) -> Tensor:
     """out[i] = sum_{j <= i} x[j]: a lower-triangular mask times x, summed (n^2 work along the axis)."""
-    from uopc.tensor import _axis
     if self.ndim == 0: return self.sum()
     axis = _axis(axis, self.ndim)
     n = self.shape[axis]

@@ -270,6 +270,12 @@ def render_expr(u: UOp, names: dict[UOp, str]) -> str:
   return f"{u.op.name.lower()}({', '.join(render_expr(s, names) for s in u.src)})"
 
 
+def base_alloc(u: UOp) -> UOp | None:
+  """The ALLOC under a chain of AFTERs, if any (the storage a loop program's state lives in)."""
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u if u.op is Ops.ALLOC else None
+
+
 def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
   """u with every node in mapping replaced (the replaced node's sources are not visited)."""
   memo: dict[UOp, UOp] = {}

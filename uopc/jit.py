@@ -1,0 +1,120 @@
+"""Capture and replay: a training step's plans, run again without building its graph (tinygrad's TinyJit).
+
+  @TinyJit
+  def step(x, y):
+    loss = model(x).cross_entropy(y)
+    loss.backward(); opt.step()
+    return loss
+  for x, y in batches: step(x, y).item()
+
+The first call runs the function as it is (plans are built and compiled). The second call runs it too, and records
+every realize it makes: the plan, where each of the plan's inputs came from (an argument of the call, an output of
+an earlier realize in the same call, or an array that lives on, such as a parameter), and which outputs were
+written back into which arrays (assign). Every later call replays the record: the same kernels on the new
+arguments' data, with no Python graph, no normalize and no plan lookup.
+
+What replay cannot see: a value the function builds from Python on each call (a learning rate as a Python float,
+a Tensor made from fresh NumPy data inside the function) is captured as it was on the second call. Pass such
+values as arguments, or keep them in Tensors the function assigns.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Any, Callable
+import numpy as np
+from uopc.capture import capturing
+from uopc.kernelize import replay
+from uopc.tensor import Tensor
+
+@dataclass
+class Step:
+  """One realize of a captured call: run plan on inputs; write outputs back where writes say."""
+  plan: Any
+  options: Any
+  inputs: list[tuple]                      # per plan input: ("arg", k) | ("out", step, i) | ("keep", array)
+  writes: list[tuple[int, np.ndarray]] = field(default_factory=list)   # (output i, array it is copied into)
+
+
+class JitError(RuntimeError):
+  """A captured function was called in a way its capture cannot replay."""
+
+
+class TinyJit:
+  def __init__(self, fn: Callable):
+    self.fn, self.calls, self.steps = fn, 0, None
+    self.spec: list[tuple] | None = None     # (shape, dtype) of each Tensor argument, as captured
+    self.returns: Any = None                 # how to rebuild the result: ("out", step, i, shape, dtype) leaves
+
+  def reset(self) -> None:
+    """Forget the capture: the next two calls run the function again."""
+    self.calls, self.steps, self.spec, self.returns = 0, None, None, None
+
+  def __call__(self, *args):
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    for t in tensors: t.realize()
+    spec = [(t.shape, t.dtype) for t in tensors]
+    if self.steps is not None:
+      if spec != self.spec:
+        raise JitError(f"{self.fn.__name__} was captured for Tensor arguments {self.spec}, called with {spec}; "
+                       "call .reset() to capture again")
+      return self._replay([t._data() for t in tensors])
+    self.calls += 1
+    if self.calls == 1: return self.fn(*args)
+    with capturing() as rec:
+      out = self.fn(*args)
+      leaves = [t for t in _tensors_in(out)]
+      if leaves: Tensor.realize(*leaves)
+    self.steps, self.spec = self._resolve(rec, [t._data() for t in tensors]), spec
+    self.returns = _structure(out, self._origin)
+    return out
+
+  def _resolve(self, rec: list, arg_arrays: list[np.ndarray]) -> list[Step]:
+    """Name where every input array of every recorded realize came from."""
+    made: dict[int, tuple[int, int]] = {}   # id(array) -> (step, output) of the realize that produced it
+    steps = []
+    for k, (plan, options, arrays, outs, writes) in enumerate(rec):
+      src = []
+      for a in arrays:
+        if any(a is x for x in arg_arrays): src.append(("arg", next(n for n, x in enumerate(arg_arrays) if a is x)))
+        elif id(a) in made: src.append(("out",) + made[id(a)])
+        else: src.append(("keep", a))
+      for i, o in enumerate(outs): made[id(o)] = (k, i)
+      steps.append(Step(plan, options, src, writes))
+    self._made = made
+    return steps
+
+  def _origin(self, t) -> tuple:
+    a = t._data()
+    if id(a) in self._made: return ("out",) + self._made[id(a)] + (t.shape,)
+    return ("keep", t)
+
+  def _replay(self, arg_arrays: list[np.ndarray]):
+    results: list[list[np.ndarray]] = []
+    for st in self.steps:
+      arrays = [arg_arrays[s[1]] if s[0] == "arg" else results[s[1]][s[2]] if s[0] == "out" else s[1]
+                for s in st.inputs]
+      outs = replay(st.plan, arrays, st.options)
+      for i, target in st.writes: np.copyto(target, outs[i])
+      results.append(outs)
+    return _rebuild(self.returns, results)
+
+
+def _tensors_in(out) -> list:
+  if isinstance(out, Tensor): return [out]
+  if isinstance(out, (tuple, list)): return [t for o in out for t in _tensors_in(o)]
+  if out is None: return []
+  raise JitError(f"a captured function returns Tensors, tuples or lists of them, or None; got {type(out).__name__}")
+
+
+def _structure(out, origin) -> Any:
+  if isinstance(out, Tensor): return origin(out)
+  if isinstance(out, (tuple, list)): return type(out)(_structure(o, origin) for o in out)
+  return None
+
+
+def _rebuild(spec, results):
+  if spec is None: return None
+  if isinstance(spec, (tuple, list)) and (not spec or not isinstance(spec[0], str)):
+    return type(spec)(_rebuild(s, results) for s in spec)
+  if spec[0] == "keep": return spec[1]
+  _, k, i, shape = spec
+  return Tensor._from_array(results[k][i], shape)

@@ -1,0 +1,34 @@
+"""Shapes and axes as the Tensor front end checks them: one place for the rules every Tensor method shares."""
+from __future__ import annotations
+import numpy as np
+
+
+def axis_index(axis: int, ndim: int) -> int:
+  if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    raise TypeError(f"an axis must be an integer, got {axis!r} ({type(axis).__name__})")
+  if not -max(ndim, 1) <= axis < max(ndim, 1):   # a 0-d tensor has axes 0 and -1, as in PyTorch
+    raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+  return axis % ndim if ndim else 0
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """NumPy's rule: align from the right; each axis must match or be 1."""
+  n = max(len(s) for s in shapes)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for k in range(n):
+    sizes = {p[k] for p in padded} - {1}
+    if len(sizes) > 1:
+      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+
+def shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
+  """Sizes as Python ints: one tuple/list or several integers (NumPy integers too). Anything else raises before a
+  node is built: a float size would hash like its integer and poison the node cache."""
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+      raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")
+  return tuple(int(s) for s in shape)
