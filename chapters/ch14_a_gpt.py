@@ -201,7 +201,7 @@ from uopc.optim import AdamW
 print(inspect.getsource(AdamW._updates))
 
 # %%
-from uopc.kernelize import plan_count
+from uopc.kernelize import plan_cache_size
 
 opt = AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
 batch_rng = np.random.default_rng(0)
@@ -210,7 +210,7 @@ for step in range(3):
   xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
   _, loss = model(xb, yb)
   opt.zero_grad(); loss.backward(); opt.step(loss)
-  counts.append(plan_count())
+  counts.append(plan_cache_size())
 print("plans in the cache after steps 1, 2, 3:", counts, "-> the same plan every step:", counts[0] == counts[-1])
 
 # %% [markdown]
@@ -315,7 +315,7 @@ print(tok.decode(model.generate(tok.encode("HAMLET:\n").tolist(), 240, temperatu
 # Chapter 11 (section 11.1) cites NOTES 15: "in a GPT, a LayerNorm output EXPANDed into a matmul was recomputed
 # for every output column, and one training step spent 374 ms in kernels until stage_broadcast_compute started
 # staging such tensors (125 ms)". Here is the experiment on this chapter's step. As in chapter 7, the rule is
-# patched inside `uopc.kernelize.isolated_plans()` (plans made inside are thrown away after it).
+# patched inside `uopc.kernelize.isolated_plan_cache()` (plans made inside are thrown away after it).
 # `stage_except_layernorm` keeps the book's rule but makes its cost estimate say 0 for the outputs of the
 # model's LayerNorm modules (recorded while the step's graph is built), so exactly those stay fused and every
 # matmul that broadcasts them recomputes them, in the forward and in the backward; everything else is staged
@@ -331,7 +331,7 @@ runs = {}
 for label in ("staged", "unstaged"):
   with recording_layernorms() as lns:
     roots = step_roots(model, AdamW(model.parameters(), lr=3e-3), xb, yb)
-  with uopc.kernelize.isolated_plans():
+  with uopc.kernelize.isolated_plan_cache():
     saved = uopc.kernelize.stage_broadcast_compute
     rule = stage_except_layernorm(saved, roots, lns)
     if label == "unstaged": uopc.kernelize.stage_broadcast_compute = rule
@@ -379,7 +379,7 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 # ## Pitfalls
 # - **Anything that changes every step must be a buffer.** A learning rate or a bias correction written as a Python
 #   float becomes a CONST in the graph: a new graph shape at every step, a new plan, new compiles. Watch
-#   `plan_count()` across steps 2 and 3.
+#   `plan_cache_size()` across steps 2 and 3.
 # - **Realize together.** Realizing the loss, then each gradient, runs the forward once per realize; one
 #   `realize(loss, *updates)` runs it once.
 # - **Generation with a growing context** compiles a plan per length. `GPT.generate` always feeds a full window
@@ -393,7 +393,7 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 # 1. ★ Count. From the printed configuration, derive the model's parameter count by hand (embeddings, per block,
 #    final LayerNorm; the head is tied). How many more parameters would an untied head add?
 # 2. ★ Plans. Pass AdamW's bias corrections as Python floats instead of buffers (edit a copy of `_updates`), train
-#    five steps, and print `plan_count()` after each. Explain the numbers.
+#    five steps, and print `plan_cache_size()` after each. Explain the numbers.
 # 3. ★★ SGD with momentum against AdamW. Train the chapter's model for 300 steps with each (tune SGD's learning
 #    rate over 3 values). Plot the validation curves on one chart; which reaches ln V - 1.5 first?
 # 4. ★★ Dropout. Train with `dropout=0.1` and compare the gap between the training and validation curves after

@@ -3,7 +3,7 @@
   OMP_NUM_THREADS=1 python notes/notes15_layernorm_staging.py            # chapter 14's model and NOTES 15's 2-layer one
   OMP_NUM_THREADS=1 python notes/notes15_layernorm_staging.py --small    # chapter 14's model only
 
-"Unstaged" patches uopc.kernelize.stage_broadcast_compute, inside isolated_plans(), with the same rule whose cost
+"Unstaged" patches uopc.kernelize.stage_broadcast_compute, inside isolated_plan_cache(), with the same rule whose cost
 estimate says 0 for the LayerNorm modules' outputs: exactly those stay fused (recomputed by every matmul column
 that reads them, in the forward and in the backward); everything else is staged as usual. Kernel times are CPU
 seconds per kernel, best of 5, one thread; both plans run on the same inputs and their losses and updates are
@@ -30,7 +30,7 @@ def measure(cfg: GPTConfig, reps: int = 5) -> dict:
   for label in ("staged", "unstaged"):
     model = GPT(cfg, seed=0)
     with recording_layernorms() as lns: roots = step_roots(model, AdamW(model.parameters(), lr=3e-3), x, y)
-    with uopc.kernelize.isolated_plans():
+    with uopc.kernelize.isolated_plan_cache():
       saved = uopc.kernelize.stage_broadcast_compute
       rule = stage_except_layernorm(saved, roots, lns)
       if label == "unstaged": uopc.kernelize.stage_broadcast_compute = rule

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from uopc.data import CharTokenizer, get_batch, load_text, split
 from uopc.dtype import dtypes
-from uopc.kernelize import plan_count
+import uopc.kernelize
+from uopc.jit import TinyJit
+from uopc.kernelize import plan_cache_size
 from uopc.nn import GPT, GPTConfig, Dropout, Embedding, LayerNorm, Linear, Module, load_npz
 from uopc.nn_gpt import cross_entropy_numpy, gpt_forward_numpy
 from uopc.optim import SGD, AdamW, adamw_step_numpy, realize, sgd_step_numpy
@@ -161,19 +163,43 @@ def test_gpt_gradients_match_finite_differences():
 
 
 # ---- training ----
-def test_step_reuses_one_plan_and_loss_falls():
-  cfg = GPTConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8)
-  m = GPT(cfg, seed=0)
-  opt = AdamW(m.parameters(), lr=1e-2, weight_decay=0.0)
-  ids = np.tile(np.arange(11, dtype=np.int32), 40)        # a sequence a model learns quickly: k -> k+1
-  rng, losses, plans = np.random.default_rng(0), [], []
-  for _ in range(40):
-    x, y = get_batch(ids, 4, cfg.block_size, rng)
+STEP_CFG = GPTConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8)
+IDS = np.tile(np.arange(11, dtype=np.int32), 40)          # a sequence a model learns quickly: k -> k+1
+
+
+def train_tiny(steps: int, jit: bool = False, watch=None):
+  m = GPT(STEP_CFG, seed=0)
+  opt = AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
+  def step(x, y):
     _, loss = m(x, y)
     opt.zero_grad(); loss.backward(); opt.step(loss)
-    losses.append(loss.item()); plans.append(plan_count())
-  assert plans[1] == plans[-1], f"a new plan after step 2: {plans}"
+    return loss
+  step = TinyJit(step) if jit else step
+  rng, losses = np.random.default_rng(0), []
+  for k in range(steps):
+    opt.lr = 1e-2 * (1 - k / (2 * steps))                  # changes every step: a buffer, not a constant
+    x, y = get_batch(IDS, 4, STEP_CFG.block_size, rng)
+    losses.append(step(Tensor(x), Tensor(y)).item())
+    if watch: watch()
+  return losses, m.state_dict()
+
+
+def test_step_reuses_one_plan_and_loss_falls(monkeypatch):
+  used, real = [], uopc.kernelize.plan_for
+  monkeypatch.setattr(uopc.kernelize, "plan_for", lambda roots, options: used.append(real(roots, options)) or used[-1])
+  sizes = []
+  losses, _ = train_tiny(40, watch=lambda: sizes.append(plan_cache_size()))
+  step_plans = [p for p in used if len(p.kernels) > 20]    # the training step's plan (item() realizes nothing)
+  assert len(step_plans) == 40 and all(p is step_plans[1] for p in step_plans[1:]), "a new plan after step 2"
+  assert sizes[1] == sizes[-1]
   assert losses[0] > math.log(11) - 0.3 and np.mean(losses[-5:]) < losses[0] - 1.0, losses
+
+
+def test_captured_step_replays_the_same_training():
+  eager, s_eager = train_tiny(8)
+  jitted, s_jit = train_tiny(8, jit=True)
+  np.testing.assert_allclose(jitted, eager, rtol=1e-6)
+  for k, v in s_eager.items(): np.testing.assert_allclose(s_jit[k], v, rtol=1e-5, atol=1e-7)
 
 
 def test_generate_is_seeded_and_one_shape():

@@ -142,7 +142,7 @@ def recording_layernorms():
 def stage_except_layernorm(original, roots: list, layernorm_outputs: list):
   """stage_broadcast_compute as it is, except that its cost estimate (_fused_work) says 0 for the LayerNorm outputs
   of roots, so the rule leaves exactly those fused (recomputed by every consumer that broadcasts them). To be patched
-  in as uopc.kernelize.stage_broadcast_compute inside isolated_plans(). The outputs are normalized together with
+  in as uopc.kernelize.stage_broadcast_compute inside isolated_plan_cache(). The outputs are normalized together with
   the roots, so that they are the very nodes the plan's passes see (buffers numbered the same way)."""
   from uopc.kernelize import normalize
   norm = normalize(list(roots) + list(layernorm_outputs))[0]

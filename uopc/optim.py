@@ -5,35 +5,26 @@
   opt.zero_grad(); loss.backward()        # .grad: lazy Tensors, nothing has run
   opt.step(loss)                          # ONE plan: the loss, every gradient and every update, realized together
 
-step() builds each parameter's new value (and the optimizer's state: momentum, Adam's m and v) as lazy Tensors and
-realizes them in one plan together with any tensors passed to it (the loss). Everything that changes from step to
-step (the learning rate, Adam's bias corrections) enters as a one-element buffer, never as a constant, so the
-graph of step 2 has the same shape as step 1's and the cached plan is reused. The new values then replace each
-parameter's buffer: the Tensor objects the model holds are the same ones.
+step() builds each parameter's new value (and the optimizer's state: momentum, Adam's m and v) as lazy Tensors,
+assign()s each to its tensor, and realizes them in one plan together with any tensors passed to it (the loss):
+the new values are written into the tensors' own buffers. Everything that changes from step to step (the learning
+rate, Adam's b1^t and b2^t) is a tensor too, never a Python constant in the graph, so the graph of step 2 has the
+same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capture and replay the step.
 """
 from __future__ import annotations
 import numpy as np
 from uopc.dtype import np_dtype
-from uopc.kernelize import is_contiguous_buffer
 from uopc.nn_layers import requires_grad_ids
 from uopc.tensor import Tensor
 
 
 def realize(*tensors: Tensor) -> list[Tensor]:
-  """Realize all of tensors in one plan (each Tensor's graph replaced by its data, as Tensor.realize does)."""
-  from uopc.kernelize import realize as run, TensorData
-  from uopc.uop import UOp, Ops
-  todo = [t for t in tensors if not is_contiguous_buffer(t.uop)]
-  if todo:
-    outs = run([t.uop for t in todo], options=Tensor.options())
-    for t, a in zip(todo, outs):
-      t.lazy = t.uop   # the graph that computed it, so backward() after realize still works
-      buf = UOp(Ops.BUFFER, (), TensorData(a, t.dtype, (a.size,)))
-      t.uop = buf if t.shape == (a.size,) else UOp(Ops.RESHAPE, (buf,), t.shape)
+  """Realize all of tensors in one plan (Tensor.realize(a, *others)); returns them."""
+  if tensors: tensors[0].realize(*tensors[1:])
   return list(tensors)
 
 
-def _scalar(value: float, like: Tensor) -> Tensor:
+def _data_tensor(value, like: Tensor) -> Tensor:
   """A 0-d buffer of like's dtype: a number that may change every step without changing the graph."""
   return Tensor(np.array(value, np_dtype(like.dtype)))
 
@@ -48,7 +39,17 @@ class Optimizer:
     marked = requires_grad_ids()
     for p in uniq:
       if id(p) not in marked: p.requires_grad = True
-    self.params, self.lr, self.steps = uniq, lr, 0
+    self.params, self.steps = uniq, 0
+    self._lr = _data_tensor(lr, uniq[0])
+
+  @property
+  def lr(self) -> float: return float(self._lr.numpy())
+  @lr.setter
+  def lr(self, value: float) -> None:
+    """Written into the learning rate's own buffer: the graph and a captured step (uopc.jit) both see it."""
+    np.copyto(self._lr._data(), value)
+
+  def _scalar(self, t: Tensor, p: Tensor) -> Tensor: return t if t.dtype is p.dtype else t.cast(p.dtype)
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -58,23 +59,16 @@ class Optimizer:
     raise NotImplementedError
 
   def schedule_step(self) -> list[Tensor]:
-    """The step as lazy Tensors, not yet run: realize them (with the loss) in one plan, then call commit()."""
-    self.steps += 1
-    self._pending = self._updates()
-    return [new for _, new in self._pending]
-
-  def commit(self) -> None:
-    """Each target takes its realized new value: a parameter keeps its identity, its data is the new buffer."""
-    for target, new in self._pending:
-      target.uop, target.lazy = new.uop, None
-    self._pending = []
+    """The next values of the parameters and the optimizer's state, as lazy Tensors; nothing runs or changes."""
+    return [new for _, new in self._updates()]
 
   def step(self, *also: Tensor) -> None:
-    """One update; tensors in `also` (the loss) are realized in the same plan."""
-    missing = [k for k, p in enumerate(self.params) if p.grad is None]
-    if len(missing) == len(self.params): raise RuntimeError("step: no parameter has a .grad; call loss.backward()")
-    realize(*also, *self.schedule_step())
-    self.commit()
+    """One update: every parameter and state tensor assigned its new value (into its own buffer) and realized in
+    one plan together with the tensors in `also` (the loss)."""
+    if all(p.grad is None for p in self.params): raise RuntimeError("step: no parameter has a .grad; call backward()")
+    targets = [target.assign(new) for target, new in self._updates()]
+    realize(*also, *targets)
+    self.steps += 1
 
 
 class SGD(Optimizer):
@@ -93,14 +87,16 @@ class SGD(Optimizer):
         b = self.b[k] * self.momentum + g
         out.append((self.b[k], b))
         g = b
-      out.append((p, p.detach() - g * _scalar(self.lr, p)))
+      out.append((p, p.detach() - g * self._scalar(self._lr, p)))
     return out
 
 
 class AdamW(Optimizer):
   """Adam with decoupled weight decay (Loshchilov and Hutter; PyTorch's AdamW), at step t:
     m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2
-    p <- p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)"""
+    p <- p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+  b1^t and b2^t are tensors multiplied by b1 and b2 at every step (tinygrad's way): the bias corrections are part of
+  the graph, so a captured step replays them too."""
   def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.01):
     super().__init__(params, lr)
@@ -108,18 +104,18 @@ class AdamW(Optimizer):
     self.eps, self.weight_decay = eps, weight_decay
     self.m = [Tensor(np.zeros(p.shape, np_dtype(p.dtype))) for p in self.params]
     self.v = [Tensor(np.zeros(p.shape, np_dtype(p.dtype))) for p in self.params]
+    self.b1_t, self.b2_t = _data_tensor(1.0, self.params[0]), _data_tensor(1.0, self.params[0])   # b1^t, b2^t
 
   def _updates(self):
-    t, out = self.steps, []
+    b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2                  # this step's b1^t and b2^t
+    out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
     for k, p in enumerate(self.params):
       if p.grad is None: continue
       g = p.grad.detach()
       m = self.m[k] * self.b1 + g * (1 - self.b1)
       v = self.v[k] * self.b2 + g * g * (1 - self.b2)
-      # step-dependent numbers as buffers: same graph every step
-      lr, c1, c2 = _scalar(self.lr, p), _scalar(1 / (1 - self.b1 ** t), p), _scalar(1 / (1 - self.b2 ** t), p)
-      decay = _scalar(1 - self.lr * self.weight_decay, p)
-      new = p.detach() * decay - lr * (m * c1) / ((v * c2).sqrt() + self.eps)
+      lr, c1, c2 = self._scalar(self._lr, p), self._scalar(1 - b1_t, p), self._scalar(1 - b2_t, p)
+      new = p.detach() * (1 - lr * self.weight_decay) - lr * (m / c1) / ((v / c2).sqrt() + self.eps)
       out += [(self.m[k], m), (self.v[k], v), (p, new)]
     return out
 
