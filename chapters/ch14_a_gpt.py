@@ -247,17 +247,25 @@ print(f"the other {len(order) - 5} kernels: {sum(kt['kernel_s'][j] for j in orde
 # %% [markdown]
 # On a step this small the kernels are not the whole story: the Python that builds the three graphs (forward,
 # backward, update) every step takes a share of the time comparable to the kernels' (the cell above prints both).
-# Replaying a captured step, without building its graph again, is the next step for uopc (tinygrad's TinyJit does
-# that); `python -m uopc.bench gpt` prints the same split next to PyTorch eager's step.
+# Replaying a captured step, without building its graph again, removes that share: that is the next section's
+# training loop. `python -m uopc.bench gpt` prints the same split next to PyTorch eager's step.
 #
 # ## 14.5 A training run
 #
 # `examples/gpt.py --steps 300` trains this model from the command line (a progress bar on stderr, a checkpoint
 # `.npz`, the validation loss on stdout). Here is the same loop, short enough for the notebook: AdamW with a
 # warm-up and a cosine decay, 300 steps of 16 windows of 32 characters, the validation loss on 4 fixed batches
-# every 50 steps. The learning rate changes every step, and still one plan serves them all.
+# every 50 steps. The step is wrapped in `uopc.jit.TinyJit`: the first call runs it as written, the second records
+# every realize it makes (the plan, and where each input came from), and every later call replays those kernels on
+# the new batch with no graph built at all. That works because everything the step changes lives in buffers: the
+# parameters and moments are `assign`ed in place, AdamW's $\beta^t$ are tensors it multiplies every step, and the
+# learning rate is written into its own buffer (`opt.lr = ...`). A Python float in the graph would be frozen at
+# its second-call value.
 
 # %% tags=["nbval-ignore-output"]
+from uopc.jit import TinyJit
+
+
 def val_loss(m, batches=4, seed=1234):
   r = np.random.default_rng(seed)
   m.eval()
@@ -268,15 +276,22 @@ def val_loss(m, batches=4, seed=1234):
 
 model = GPT(cfg, seed=0)
 opt = AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+
+
+@TinyJit
+def train_step(xb: Tensor, yb: Tensor) -> Tensor:
+  _, loss = model(xb, yb)
+  opt.zero_grad(); loss.backward(); opt.step(loss)
+  return loss
+
+
 steps, lr, batch_rng = 300, 3e-3, np.random.default_rng(0)
 train_curve, val_curve = [], [(0, val_loss(model))]
 t0 = time.perf_counter()
 for k in range(steps):
-  opt.lr = lr * min(1.0, (k + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * k / steps))
+  opt.lr = lr * min(1.0, (k + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * k / steps))   # into its buffer
   xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
-  _, loss = model(xb, yb)
-  opt.zero_grad(); loss.backward(); opt.step(loss)
-  train_curve.append(loss.item())
+  train_curve.append(train_step(Tensor(xb), Tensor(yb)).item())
   if (k + 1) % 50 == 0: val_curve.append((k + 1, val_loss(model)))
 wall = time.perf_counter() - t0
 print(f"{steps} steps in {wall:.1f} s ({wall / steps * 1e3:.0f} ms a step, evaluations included)")
@@ -371,10 +386,11 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #
 # `python -m uopc.bench gpt` runs this chapter's step in uopc and, when it is importable, in PyTorch eager on the
 # CPU with the same weights, batches and thread count, and prints the ratio and uopc's split into graph building,
-# scheduling and kernels. PyTorch is not a dependency of this repository; NOTES 15 records one run. At this size
-# PyTorch's step is several times faster: its kernels are hand-tuned, and it builds no graph to schedule. A
-# captured step (replaying the plan without rebuilding the graph) removes uopc's Python share; the kernels'
-# share is the subject of chapter 10's exercises.
+# scheduling and kernels, with and without the captured step. PyTorch is not a dependency of this repository;
+# NOTES 15 records two runs, in which PyTorch's step was several times faster than uopc's even with the step
+# replayed: what is left after replay is uopc's kernels, many small ones where PyTorch calls a tuned GEMM, and an
+# embedding computed as a one-hot select over the vocabulary. Making those kernels faster is chapter 10's subject
+# and this chapter's exercise 6.
 #
 # ## Pitfalls
 # - **Anything that changes every step must be a buffer.** A learning rate or a bias correction written as a Python
@@ -386,6 +402,9 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #   (the context at the start, zeros after): causal attention keeps the padding out of the logits it reads.
 # - **Ties and names.** A tied weight is one parameter: the optimizer must update it once, and the state dict holds
 #   it once (under its first name).
+# - **A captured step replays kernels, not Python.** Whatever the step computes in Python (a dropout mask drawn
+#   with NumPy, a learning rate as a float in the graph) is frozen at its second call. Keep such values in
+#   buffers that you write, or in tensors the step assigns.
 # - **Gradient checks in float32** fail for the wrong reasons (finite differences of a float32 loss have about 3
 #   correct digits): load float64 weights (`load_state_dict` keeps the arrays' dtype) and check there.
 #

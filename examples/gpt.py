@@ -15,7 +15,9 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from uopc.data import load_text, CharTokenizer, split, get_batch   # noqa: E402
 from uopc.nn import GPT, GPTConfig, save_npz, load_npz             # noqa: E402
+from uopc.jit import TinyJit                                        # noqa: E402
 from uopc.optim import AdamW                                       # noqa: E402
+from uopc.tensor import Tensor                                     # noqa: E402
 
 # the chapter's model: small enough that 300 steps take well under two minutes on two cores
 MODEL = dict(block_size=32, n_layer=1, n_head=2, n_embd=64)
@@ -43,18 +45,24 @@ def evaluate(model: GPT, ids: np.ndarray, batches: int, batch: int, seed: int = 
 
 
 def train(model: GPT, train_ids: np.ndarray, steps: int, batch: int = BATCH, lr: float = LR, seed: int = 0,
-          warmup: int = 20, progress: bool = True) -> list[float]:
-  """AdamW with a linear warmup and a cosine decay to lr/10; returns the training loss of every step."""
+          warmup: int = 20, progress: bool = True, jit: bool = True) -> list[float]:
+  """AdamW with a linear warm-up and a cosine decay to lr/10; returns the training loss of every step. jit: capture
+  the step with uopc.jit.TinyJit and replay it."""
   opt = AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
-  rng, losses, t0 = np.random.default_rng(seed), [], time.perf_counter()
-  for k in range(steps):
-    opt.lr = lr * min(1.0, (k + 1) / warmup) * (0.55 + 0.45 * math.cos(math.pi * k / steps))   # a buffer: no replan
-    x, y = get_batch(train_ids, batch, model.config.block_size, rng)
+
+  def step(x: Tensor, y: Tensor) -> Tensor:
     _, loss = model(x, y)
     opt.zero_grad()
     loss.backward()
     opt.step(loss)                                  # loss, gradients and updates: one plan
-    losses.append(loss.item())
+    return loss
+
+  step = TinyJit(step) if jit else step             # from the third call on: the plan replayed, no graph built
+  rng, losses, t0 = np.random.default_rng(seed), [], time.perf_counter()
+  for k in range(steps):
+    opt.lr = lr * min(1.0, (k + 1) / warmup) * (0.55 + 0.45 * math.cos(math.pi * k / steps))   # into its buffer
+    x, y = get_batch(train_ids, batch, model.config.block_size, rng)
+    losses.append(step(Tensor(x), Tensor(y)).item())
     if progress and (k % 10 == 0 or k + 1 == steps):
       bar(k + 1, steps, f"loss {losses[-1]:.3f}  {time.perf_counter() - t0:.1f} s")
   return losses
@@ -70,6 +78,7 @@ def main() -> None:
   ap.add_argument("--heads", type=int, default=MODEL["n_head"])
   ap.add_argument("--block", type=int, default=MODEL["block_size"])
   ap.add_argument("--eval-batches", type=int, default=20)
+  ap.add_argument("--no-jit", action="store_true", help="build every step's graph instead of replaying it")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--checkpoint", default="gpt_checkpoint.npz", help="where to write the trained weights")
   ap.add_argument("--load", default=None, help="start from this checkpoint")
@@ -93,10 +102,11 @@ def main() -> None:
   t0 = time.perf_counter()
   if args.steps:   # one throw-away step compiles the step's plan; the weights are then put back
     start = model.state_dict()
-    train(model, train_ids, 1, args.batch, args.lr, seed=args.seed + 1, progress=False)
+    train(model, train_ids, 1, args.batch, args.lr, seed=args.seed + 1, progress=False, jit=False)
     model.load_state_dict(start)
   t1 = time.perf_counter()
-  losses = train(model, train_ids, args.steps, args.batch, args.lr, seed=args.seed) if args.steps else []
+  losses = train(model, train_ids, args.steps, args.batch, args.lr, seed=args.seed, jit=not args.no_jit) \
+    if args.steps else []
   t2 = time.perf_counter()
   val = evaluate(model, val_ids, args.eval_batches, args.batch)
   t3 = time.perf_counter()

@@ -97,7 +97,9 @@ class Module:
       if k not in state: continue
       a = np.asarray(state[k])
       if a.shape != p.shape: raise ValueError(f"load_state_dict: {k} has shape {a.shape}, the model's is {p.shape}")
-      p.uop, p.grad, p.lazy = Tensor(a).uop, None, None
+      if np_dtype(p.dtype) == a.dtype: np.copyto(p._data(), a.reshape(-1))   # into its own buffer: a captured step
+      else: p.uop, p.lazy = Tensor(a).uop, None                               # (uopc.jit) sees the new weights
+      p.grad = None
 
   def save(self, path) -> None: save_npz(self.state_dict(), path)
   def load(self, path) -> None: self.load_state_dict(load_npz(path))
