@@ -13,6 +13,8 @@ from uopc.nn_gpt import cross_entropy_numpy, gpt_forward_numpy
 from uopc.optim import SGD, AdamW, adamw_step_numpy, realize, sgd_step_numpy
 from uopc.tensor import Tensor
 
+pytestmark = pytest.mark.ch14
+
 TINY = GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)
 
 
