@@ -320,14 +320,17 @@ print(f"total {total:,}; the book's 4 N^2 D = {4 * N * N * D:,}, plus O(N^2) for
 #   loading them) and for page faults on the plan's new temporaries. Time with a warm-up (`best_of`), and
 #   when a kernel that writes a big buffer looks slow, compare DEBUG=3's "again" column before optimizing
 #   its loops.
-# - **Cached plans hold memory.** Every plan keeps its temporaries for the life of the process: a plan at
-#   N = 4096 holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans; call
-#   `uopc.kernelize.clear_plan_cache()` or pad to a few sizes.
+# - **Cached plans hold memory.** Every plan keeps its temporaries while it is cached: a plan at N = 4096
+#   holds two 64 MB buffers. Many shapes (variable sequence lengths) mean many plans, so the cache keeps the
+#   most recently used ones within a budget of temporaries' bytes (`UOPC_PLAN_CACHE_MB`, and a count,
+#   `UOPC_PLAN_CACHE_PLANS`) and drops the rest; `uopc.kernelize.clear_plan_cache()` frees them all. Padding
+#   to a few sizes keeps the plans, and their compiles, few.
 # - **Outputs are fresh; temporaries are not.** A caller may keep an output; nobody may keep a temporary.
 #   A kernel that read a temporary before writing it would see the previous run's values.
-# - **The cache key is the graph's shape, not its data,** and also `fuse_reduce` and the optimizer object.
+# - **The cache key is the graph's shape, not its data,** and the options of the realize (`fuse_reduce`, the
+#   optimizer object, online softmax, the device: `uopc.options.Options`).
 #   A change to a rule of the kernelizer (as Chapter 7 did with `stage_broadcast_compute`) is invisible to
-#   the cache: use a fresh cache when experimenting.
+#   the cache: use a fresh cache when experimenting (`with uopc.kernelize.isolated_plan_cache():`).
 # - **Threads and timing.** Kernels run with OpenMP. On a machine shared with other work, a kernel waits
 #   for its slowest thread, and single runs can be off by milliseconds; read the best of several.
 #

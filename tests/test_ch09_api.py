@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from uopc.dtype import dtypes
 from uopc.tensor import Tensor, gradient
+from numerics import finite_differences   # tests/numerics.py
 
 pytestmark = pytest.mark.ch09
 
@@ -215,16 +216,6 @@ def test_forward_matches_numpy(name):
 
 
 # ---- gradients: uopc's against central differences, float64 ----
-def finite_differences(f, xs, eps=1e-6):
-  grads = []
-  for k, x in enumerate(xs):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
-      plus[k][i] += eps; minus[k][i] -= eps
-      g[i] = (f(*plus) - f(*minus)) / (2 * eps)
-    grads.append(g)
-  return grads
 
 
 W = rng.standard_normal((3, 4))

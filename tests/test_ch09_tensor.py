@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from uopc.dtype import dtypes
 from uopc.tensor import Tensor, gradient
+from numerics import finite_differences   # tests/numerics.py
 
 pytestmark = pytest.mark.ch09
 
@@ -293,17 +294,6 @@ def test_random_graphs_match_numpy(fuse, prog):
 
 
 # ---- gradients ----
-def finite_differences(f, xs: list[np.ndarray], eps: float = 1e-6) -> list[np.ndarray]:
-  """d f / d x for each x, by central differences in float64."""
-  grads = []
-  for k, x in enumerate(xs):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
-      plus[k][i] += eps; minus[k][i] -= eps
-      g[i] = (f(*plus) - f(*minus)) / (2 * eps)
-    grads.append(g)
-  return grads
 
 
 def _softmax(x, axis=-1):

@@ -110,12 +110,12 @@ def test_float16_tensors_compute():
 
 
 # ---- the plan cache gives memory back ----
-def test_the_plan_cache_is_bounded_by_bytes_of_temporaries(monkeypatch):
-  cache = PlanCache(max_bytes=3 * 4 * 1000, max_plans=100)   # room for three plans of 1000-float temporaries
-  monkeypatch.setattr(uopc.kernelize, "_plans", cache)
-  for n in range(1000, 1006):                               # six shapes, each a plan with an n-float temporary
-    x = Tensor(np.ones(n, np.float32))
-    (x.exp().contiguous() * 2).sum().numpy()                # contiguous(): a temporary of n floats
-  assert 1 <= len(cache) <= 3 and cache.nbytes <= cache.max_bytes
-  uopc.kernelize.clear_plan_cache()
-  assert len(cache) == 0 and cache.nbytes == 0
+def test_the_plan_cache_is_bounded_by_bytes_of_temporaries():
+  with uopc.kernelize.isolated_plan_cache(max_bytes=3 * 4 * 1000) as cache:   # three plans of 1000-float temps
+    assert isinstance(cache, PlanCache)
+    for n in range(1000, 1006):                             # six shapes, each a plan with an n-float temporary
+      x = Tensor(np.ones(n, np.float32))
+      (x.exp().contiguous() * 2).sum().numpy()              # contiguous(): a temporary of n floats
+    assert 1 <= len(cache) <= 3 and cache.nbytes <= cache.max_bytes
+    uopc.kernelize.clear_plan_cache()
+    assert len(cache) == 0 and cache.nbytes == 0

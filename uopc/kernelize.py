@@ -168,12 +168,12 @@ def clear_plan_cache() -> None:
 
 
 @contextlib.contextmanager
-def isolated_plan_cache():
-  """Plans made inside the block are thrown away after it, and the plans from before are back: for experiments that
-  patch a pass (the book's reshape-simplify experiment) and must neither use nor leave behind ordinary plans."""
+def isolated_plan_cache(max_bytes: int | None = None, max_plans: int | None = None):
+  """Plans made inside the block go to a cache of their own (yielded; same limits unless given), and the plans from
+  before are back after it: for experiments that patch a pass and must neither use nor leave behind ordinary plans."""
   global _plans
-  saved, _plans = _plans, PlanCache(_plans.max_bytes, _plans.max_plans)
-  try: yield
+  saved, _plans = _plans, PlanCache(max_bytes or _plans.max_bytes, max_plans or _plans.max_plans)
+  try: yield _plans
   finally: _plans = saved
 
 
