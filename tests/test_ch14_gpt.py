@@ -224,3 +224,29 @@ def test_text_tokenizer_split():
   assert x.shape == y.shape == (4, 8) and x.dtype == np.int32
   np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
   with pytest.raises(ValueError, match="alphabet"): tok.encode("\u00e9")
+
+
+# ---- the command line and the benchmark ----
+def test_examples_gpt_trains_writes_a_checkpoint_and_loads_it(tmp_path):
+  import subprocess, sys
+  from pathlib import Path
+  script = Path(__file__).resolve().parent.parent / "examples" / "gpt.py"
+  small = ["--layers", "1", "--embd", "16", "--heads", "2", "--block", "8", "--batch", "4", "--eval-batches", "1"]
+  ckpt = tmp_path / "ck.npz"
+  run = subprocess.run([sys.executable, str(script), "--steps", "3", *small, "--sample", "5", "--checkpoint",
+                        str(ckpt)], capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr
+  last = run.stdout.strip().splitlines()[-1]
+  assert last.startswith("validation loss ") and "(ln V = 4.3307)" in last
+  assert "3/3" in run.stderr and ckpt.exists()
+  again = subprocess.run([sys.executable, str(script), "--steps", "0", "--load", str(ckpt), "--sample", "0",
+                          "--eval-batches", "1", "--batch", "4"], capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0, again.stderr
+  assert again.stdout.strip().splitlines()[-1] == last    # the same weights, the same fixed validation batches
+
+
+def test_bench_gpt_rows():
+  from uopc.bench_gpt import gpt
+  rows = gpt(reps=2, warmup=1)
+  assert any(r.startswith("uopc ") for r in rows) and any(r.startswith("uopc jit") for r in rows)
+  assert any("graph building" in r for r in rows)
