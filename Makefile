@@ -4,7 +4,9 @@
 #   make notebooks    re-execute chapters/ and solutions/ in place (from their .py sources) and normalise them
 #   make outputs      rebuild outputs/ (scripts/outputs.py)
 #   make assignments  regenerate assignments/ from solutions/
-#   make grade NB=assignments/X.ipynb   grade a student's notebook (scripts/grade.py)
+#   make grade NB=mine.ipynb [SOL=solutions/X.ipynb]   grade a student's notebook, any file name (scripts/grade.py)
+#   make check WEEK=3 run the visible checks of week 3's assignment, task by task (tests/test_student_checks.py)
+#   make release DIR=/tmp/course   write the student's tree: no solutions, no hidden tests (scripts/release.py)
 #   make clean        remove the virtual environment, caches and build folders (never a committed file)
 
 SHELL := /bin/bash
@@ -16,7 +18,7 @@ STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup demo test notebooks outputs assignments grade clean
+.PHONY: setup demo test notebooks outputs assignments grade check release clean
 
 setup: $(STAMP)
 	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
@@ -56,9 +58,16 @@ assignments: setup
 	$(PY) scripts/assignments.py
 
 grade: setup
-	@if [ ! -f scripts/grade.py ]; then echo "no grader yet: scripts/grade.py does not exist"; \
-	elif [ -z "$(NB)" ]; then echo "usage: make grade NB=assignments/<notebook>.ipynb"; exit 2; \
-	else $(PY) scripts/grade.py $(NB); fi
+	@if [ -z "$(NB)" ]; then echo "usage: make grade NB=<notebook>.ipynb [SOL=solutions/<week>.ipynb]"; exit 2; fi
+	$(PY) scripts/grade.py "$(NB)" $(if $(SOL),--solution "$(SOL)")
+
+check: setup
+	@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi
+	OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider -v -rs tests/test_student_checks.py -k "week$(WEEK)_"
+
+release: setup
+	@if [ -z "$(DIR)" ]; then echo "usage: make release DIR=<folder for the student tree>"; exit 2; fi
+	$(PY) scripts/release.py "$(DIR)" $(if $(FORCE),--force)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist

@@ -4,8 +4,13 @@ solutions/X.ipynb is the one source of truth; assignments/X.ipynb is made from i
   - replacing each region of a code cell between a line `### BEGIN SOLUTION` and a line `### END SOLUTION`
     (markers included) by `raise NotImplementedError("<task>")` at the indentation of the BEGIN line, where
     <task> is the name on a `# TASK: <name>` line of that cell, or else the notebook's last heading before it;
-  - dropping cells tagged `hidden-test` (the grader runs them, students never see them);
-  - clearing every output and execution count.
+  - dropping cells tagged `hidden-test` or `hidden-setup` (the grader runs them, students never see them), and
+    cells tagged `answer` (prose that gives an exercise's answer away: the reading of a result, quiz answers);
+  - clearing every output and execution count;
+  - recording which solution it came from in the notebook's metadata (`uopc.assignment`), so that
+    `make grade NB=<any name>.ipynb` finds the hidden tests of a student's renamed copy.
+The solution notebooks carry nbgrader cell metadata (`nbgrader_metadata`, added when scripts/notebooks.py builds
+them): solution cells, grade cells with their points, so nbgrader or Otter-Grader can use them as they are.
 The output is deterministic: the same solution gives the same bytes.
 
   python scripts/assignments.py           # write assignments/ (and remove assignments whose solution is gone)
@@ -24,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 TASK = re.compile(r"^\s*#\s*TASK:\s*(.+?)\s*$")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
-HIDDEN = "hidden-test"
+HIDDEN, SETUP, ANSWER = "hidden-test", "hidden-setup", "answer"
+POINTS = re.compile(r"^\s*#\s*POINTS:\s*(.+?)\s+(\d+(?:\.\d+)?)(?:\s+(structure|speed))?\s*$")
 
 
 class AssignmentError(ValueError):
@@ -65,7 +71,7 @@ def make_assignment(solution: nbformat.NotebookNode, name: str) -> nbformat.Note
   cells, heading = [], name
   for k, cell in enumerate(nb.cells):
     where = f"{name}, cell {k}"
-    if HIDDEN in cell.get("metadata", {}).get("tags", []): continue
+    if {HIDDEN, SETUP, ANSWER} & set(cell.get("metadata", {}).get("tags", [])): continue
     lines = cell.source.split("\n")
     if cell.cell_type == "markdown":
       if any(line.strip() in (BEGIN, END) for line in lines):
@@ -78,6 +84,46 @@ def make_assignment(solution: nbformat.NotebookNode, name: str) -> nbformat.Note
       cell.metadata.pop("execution", None)
     cells.append(cell)
   nb.cells = cells
+  nb.metadata["uopc"] = {"assignment": name}
+  return nb
+
+
+def slug(text: str) -> str: return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def nbgrader_metadata(nb: nbformat.NotebookNode) -> dict[int, dict]:
+  """Cell index -> its nbgrader metadata: a code cell with a solution region is a solution cell (task from its
+  `# TASK:` line), a hidden test an autograded grade cell with the points of its `# POINTS:` line, a hidden-setup
+  cell a locked cell. Other cells get none."""
+  out, seen, heading = {}, {}, "task"
+  def unique(base: str) -> str:
+    seen[base] = seen.get(base, 0) + 1
+    return f"{base}-{seen[base]}"
+  for k, cell in enumerate(nb.cells):
+    lines, tags = cell.source.split("\n"), cell.get("metadata", {}).get("tags", [])
+    if cell.cell_type == "markdown":
+      heading = last_heading(lines) or heading
+      continue
+    if cell.cell_type != "code": continue
+    base = {"grade": False, "solution": False, "locked": False, "schema_version": 3}
+    if HIDDEN in tags:
+      m = POINTS.match(cell.source.lstrip("\n").split("\n", 1)[0])
+      if m is None: continue   # the grader reports it
+      out[k] = {**base, "grade": True, "locked": True, "points": float(m.group(2)),
+                "grade_id": unique(f"{slug(m.group(1))}-{m.group(3) or 'values'}")}
+    elif SETUP in tags: out[k] = {**base, "locked": True, "grade_id": unique("hidden-setup")}
+    elif any(line.strip() == BEGIN for line in lines):
+      task = next((m.group(1) for line in lines if (m := TASK.match(line))), heading)
+      out[k] = {**base, "solution": True, "grade_id": unique(f"{slug(task)}-solution")}
+  return out
+
+
+def annotate(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+  """nb with nbgrader metadata on exactly the cells nbgrader_metadata names (in place; returned for chaining)."""
+  meta = nbgrader_metadata(nb)
+  for k, cell in enumerate(nb.cells):
+    if k in meta: cell.metadata["nbgrader"] = meta[k]
+    else: cell.metadata.pop("nbgrader", None)
   return nb
 
 

@@ -1,16 +1,22 @@
 """Grade a student's notebook with the hidden tests of its solution notebook.
 
-  python scripts/grade.py assignments/week6_flash_attention.ipynb      # points per task as a table, then JSON
+  python scripts/grade.py mine.ipynb                # points per task, what went wrong, then one line of JSON
   python scripts/grade.py mine.ipynb --solution solutions/week6_flash_attention.ipynb --json score.json
   python scripts/grade.py mine.ipynb --only "merge two states" --timeout 30
 
+Which solution: --solution if given; else the one the notebook's metadata names (`uopc.assignment`, which the
+generated assignment carries), else the solution whose title week matches the notebook's (`# Week 3 ...`), else
+solutions/<the notebook's file name>. So a student's copy may have any name.
+
 How it grades: one Python kernel runs the student's code cells in order, each under a time limit. An error or a
 timeout is recorded, never fatal: a timed-out cell is interrupted, and a kernel that dies or does not come back is
-replaced by a fresh one, which first re-runs the cells that had worked. Then every hidden test of the solution (a
-code cell tagged `hidden-test` whose first line is `# POINTS: <task> <points>`) runs in the same namespace, after
+replaced by a fresh one, which first re-runs the cells that had worked. Then the solution's cells tagged
+`hidden-setup` run (the grader's checks, scripts/gradelib.py), then every hidden test of the solution (a code cell
+tagged `hidden-test` whose first line is `# POINTS: <task> <points> [structure|speed]`), in the same namespace, after
 all of the student's cells, each under its own time limit. A test scores its points if it finishes without an
-error. If a test kills the kernel (or hangs it), it scores 0, and the student's cells that ran without error are
-run again in a fresh kernel before the next test.
+error. A test marked `structure` or `speed` is run only when every plain (values) test of its task scored: a fast
+kernel that computes the wrong values earns nothing. If a test kills the kernel (or hangs it), it scores 0, and the
+student's cells that ran without error are run again in a fresh kernel before the next test.
 
 The last line printed is always the result as one line of JSON. Exit status: 0 when the notebook was graded (even
 with 0 points), 1 when no kernel could be started, 2 for a usage error (no solution, no hidden tests, unknown task).
@@ -33,13 +39,14 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parent.parent
-HIDDEN = "hidden-test"
-POINTS = re.compile(r"^\s*#\s*POINTS:\s*(.+?)\s+(\d+(?:\.\d+)?)\s*$")
+HIDDEN, SETUP = "hidden-test", "hidden-setup"
+POINTS = re.compile(r"^\s*#\s*POINTS:\s*(.+?)\s+(\d+(?:\.\d+)?)(?:\s+(structure|speed))?\s*$")
+WEEK = re.compile(r"^\s{0,3}#\s+Week\s+(\d+)\b", re.I | re.M)
 # the same kernel environment as scripts/notebooks.py, so tracebacks read the same
 KERNEL_ENV = {"IPYKERNEL_CELL_NAME": "<IPY-INPUT>", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 TIMEOUT_NAME = "GradingTimeout"
 MAX_REPLAYS = 2          # fresh kernels to replay the student's cells in, after hidden tests killed the kernel
-MAX_TEXT = 300           # characters of an error message kept in the report
+MAX_TEXT = 600           # characters of an error message kept in the report
 
 
 class UsageError(ValueError):
@@ -52,6 +59,7 @@ class HiddenTest:
   points: float
   source: str
   cell: int              # index of the cell in the solution notebook
+  kind: str = "values"   # values, structure or speed: the last two count only when the task's values are right
 
 
 @dataclass
@@ -74,9 +82,28 @@ def hidden_tests(solution: nbformat.NotebookNode, where: str) -> list[HiddenTest
     first = cell.source.lstrip("\n").split("\n", 1)[0]
     m = POINTS.match(first)
     if m is None: raise UsageError(f"{where}, cell {k}: a hidden test must start with `# POINTS: <task> <points>`")
-    tests.append(HiddenTest(m.group(1), float(m.group(2)), cell.source, k))
+    tests.append(HiddenTest(m.group(1), float(m.group(2)), cell.source, k, m.group(3) or "values"))
   if not tests: raise UsageError(f"{where} has no cells tagged {HIDDEN}: nothing to grade with")
   return tests
+
+
+def setup_cells(solution: nbformat.NotebookNode) -> list[str]:
+  """The code of the solution's hidden-setup cells: what its hidden tests need (the grader's checks)."""
+  return [c.source for c in solution.cells if c.cell_type == "code" and SETUP in c.get("metadata", {}).get("tags", [])]
+
+
+def find_solution(student: Path, solutions: Path = ROOT / "solutions") -> Path:
+  """The solution notebook a student's notebook answers (see the module docstring)."""
+  try: nb = nbformat.read(student, as_version=4)
+  except Exception: nb = None   # unreadable: fall back to its name; grade() scores it 0
+  if nb is not None:
+    name = nb.metadata.get("uopc", {}).get("assignment")
+    if name and (solutions / f"{name}.ipynb").is_file(): return solutions / f"{name}.ipynb"
+    title = next((c.source for c in nb.cells if c.cell_type == "markdown" and WEEK.search(c.source)), "")
+    if m := WEEK.search(title):
+      found = sorted(solutions.glob(f"week{int(m.group(1))}_*.ipynb"))
+      if len(found) == 1: return found[0]
+  return solutions / student.name
 
 
 class QuietClient(NotebookClient):
@@ -149,8 +176,9 @@ class Report:
 
 
 class Grader:
-  def __init__(self, student: Path, tests: list[HiddenTest], timeout: float, test_timeout: float, budget: float):
-    self.student, self.tests = student, tests
+  def __init__(self, student: Path, tests: list[HiddenTest], timeout: float, test_timeout: float, budget: float,
+               setup: list[str] | None = None):
+    self.student, self.tests, self.setup = student, tests, setup or []
     self.timeout, self.test_timeout, self.budget = timeout, test_timeout, budget
     self.session: Session | None = None
     self.ok_cells: list[str] = []   # the student's cells that ran without error, to replay in a fresh kernel
@@ -195,13 +223,24 @@ class Grader:
       if out.status == "dead" or (out.status == "timeout" and not self.session.responsive()):
         self.restart()   # a cell that worked once and not now: give up on the replay, keep a live kernel
         break
+    self.run_setup()
+
+  def run_setup(self) -> None:
+    """The solution's hidden-setup cells (the checks its tests call); a failure shows in the tests that need them."""
+    for source in self.setup:
+      out = self.session.run(source, self.test_timeout)
+      if out.status != "ok": self.report.note = short(f"hidden setup failed: {out.error or out.status}")
 
   def run(self, cells: list[tuple[int, str]]) -> Report:
     self.start()
     self.run_student(cells)
+    self.run_setup()
     replays = 0
     for t in self.tests:
+      values_ok = all(x["status"] == "ok" for x in self.report.tasks[t.task]["tests"] if x["kind"] == "values")
       if self.session is None: out = Outcome("skipped", "no kernel")
+      elif t.kind != "values" and not values_ok:
+        out = Outcome("skipped", f"not run: {t.kind} points count only once the values of this task are right")
       else:
         out = self.session.run(t.source, self.test_timeout)
         if out.status == "timeout" and not self.session.responsive(): out.status = "dead"
@@ -209,7 +248,7 @@ class Grader:
       got = t.points if out.status == "ok" else 0.0
       task["points"] += got
       self.report.total += got
-      task["tests"].append({"cell": t.cell, "points": got, "max": t.points, **asdict(out)})
+      task["tests"].append({"cell": t.cell, "kind": t.kind, "points": got, "max": t.points, **asdict(out)})
       if out.status == "dead" and t is not self.tests[-1]:
         self.session.close()
         self.session = None
@@ -227,51 +266,84 @@ def student_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
           and isinstance(c.get("source"), str) and c.source.strip()]
 
 
-def grade(student: Path, solution: Path, timeout: float = 120, test_timeout: float = 60, budget: float = 900,
-          only: list[str] | None = None) -> Report:
-  if not solution.is_file(): raise UsageError(f"no solution notebook {solution} (pass --solution)")
-  tests = hidden_tests(nbformat.read(solution, as_version=4), str(solution))
+def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
+          budget: float = 900, only: list[str] | None = None) -> Report:
+  solution = solution or find_solution(student)
+  if not solution.is_file():
+    raise UsageError(f"no solution notebook {solution}: pass --solution (make grade NB=... SOL=...)")
+  solution_nb = nbformat.read(solution, as_version=4)
+  tests = hidden_tests(solution_nb, str(solution))
   if only:
     known = {t.task.lower(): t.task for t in tests}
     unknown = [o for o in only if o.lower() not in known]
     if unknown: raise UsageError(f"unknown task(s) {unknown}; the tasks are {sorted(set(known.values()))}")
     tests = [t for t in tests if t.task.lower() in {o.lower() for o in only}]
-  grader = Grader(student, tests, timeout, test_timeout, budget)
+  grader = Grader(student, tests, timeout, test_timeout, budget, setup_cells(solution_nb))
   grader.report.solution = str(solution)
   try: nb = nbformat.read(student, as_version=4)
   except Exception as e:   # not JSON, not a notebook, not there: scored, with every task at 0
     grader.report.note = short(f"the notebook could not be read: {type(e).__name__}: {e}")
-    for t in tests: grader.report.tasks[t.task]["tests"].append({"cell": t.cell, "points": 0.0, "max": t.points,
-                                                                   "status": "skipped", "error": "", "seconds": 0.0})
+    for t in tests: grader.report.tasks[t.task]["tests"].append({"cell": t.cell, "kind": t.kind, "points": 0.0,
+                                                                   "max": t.points, "status": "skipped", "error": "",
+                                                                   "seconds": 0.0})
     return grader.report
   return grader.run(student_cells(nb))
 
 
+def advice(task: str, t: dict, stubbed: set[str]) -> list[str]:
+  """What a student should do about one task: one line per hidden test that did not score."""
+  if t["points"] == t["max"]: return []
+  if task in stubbed or all("NotImplementedError" in x["error"] for x in t["tests"] if x["status"] == "error"):
+    if any(x["status"] == "error" for x in t["tests"]):
+      return [f"not attempted: its stub still raises NotImplementedError(\"{task}\")"]
+  out = []
+  for x in t["tests"]:
+    if x["status"] == "ok": continue
+    what = {"values": "values", "structure": "structure", "speed": "speed"}.get(x.get("kind", "values"), "values")
+    if x["status"] == "skipped": out.append(f"{what} ({x['max']:g} pt): {x['error'] or 'not run'}")
+    elif x["status"] == "timeout": out.append(f"{what} ({x['max']:g} pt): ran past the time limit (an endless loop, "
+                                              f"or far too slow)")
+    elif x["status"] == "dead": out.append(f"{what} ({x['max']:g} pt): the kernel died (a crash in C: an index out "
+                                           f"of bounds?)")
+    else:
+      ename, _, msg = x["error"].partition(": ")
+      if ename == "AssertionError" and not msg: msg = "a check failed (no message)"
+      elif ename != "AssertionError": msg = f"{ename}: {msg}"
+      out.append(f"{what} ({x['max']:g} pt): {msg}")
+  return out
+
+
 def table(r: Report) -> str:
+  """The per-task summary: points, then for every task short of full marks what went wrong."""
   width = max([len(t) for t in r.tasks] + [5])
-  lines = [f"{'task':<{width}}  {'points':>11}  first problem"]
+  stubbed = {e["error"].partition(": ")[2] for e in r.student_cells["errors"]
+             if e["error"].startswith("NotImplementedError: ")}
+  lines = [f"{'task':<{width}}  {'points':>11}"]
   for name, t in r.tasks.items():
-    problem = next((f"{x['status']}: {x['error']}" if x["error"] else x["status"] for x in t["tests"]
-                    if x["status"] != "ok"), "")
-    lines.append(f"{name:<{width}}  {t['points']:5g} / {t['max']:<3g}  {problem[:100]}")
+    lines.append(f"{name:<{width}}  {t['points']:5g} / {t['max']:<3g}" + ("  ok" if t["points"] == t["max"] else ""))
+    lines += [f"{'':<{width}}    - {line}" for line in advice(name, t, stubbed)]
   lines.append(f"{'total':<{width}}  {r.total:5g} / {r.max:<3g}")
   c = r.student_cells
   lines.append(f"student cells: {c['run']} run, {len(c['errors'])} failed ({c['timeouts']} timed out), "
                f"{c['skipped']} skipped; kernel restarts: {r.kernel_restarts}" + (f"; {r.note}" if r.note else ""))
+  for e in c["errors"]:
+    if not e["error"].startswith("NotImplementedError"):
+      lines.append(f"  cell {e['cell']}: {e['status']}: {e['error']}")
   return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("notebook", type=Path, help="the student's notebook")
-  ap.add_argument("--solution", type=Path, help="the solution notebook (default: solutions/<same name>)")
+  ap.add_argument("--solution", type=Path, help="the solution notebook (default: the one the notebook's metadata "
+                  "or title names)")
   ap.add_argument("--json", type=Path, help="also write the result to this file")
   ap.add_argument("--timeout", type=float, default=120, help="seconds each student cell may run (default 120)")
   ap.add_argument("--test-timeout", type=float, default=60, help="seconds each hidden test may run (default 60)")
   ap.add_argument("--budget", type=float, default=900, help="seconds for all the student's cells (default 900)")
   ap.add_argument("--only", action="append", metavar="TASK", help="grade only this task (repeatable)")
   args = ap.parse_args(argv)
-  solution = args.solution or ROOT / "solutions" / args.notebook.name
+  solution = args.solution or find_solution(args.notebook)
   status = 0
   try: report = grade(args.notebook, solution, args.timeout, args.test_timeout, args.budget, args.only)
   except UsageError as e:

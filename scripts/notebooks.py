@@ -12,6 +12,7 @@ import os, subprocess, sys, time
 from pathlib import Path
 import jupytext, nbformat
 from nbclient import NotebookClient
+from assignments import annotate, nbgrader_metadata   # scripts/ is on the path when this file runs as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("chapters", "solutions")
@@ -46,6 +47,7 @@ def build(py: Path) -> None:
   nb.metadata.pop("widgets", None)
   for c in nb.cells:
     if c.cell_type == "code": c.outputs = merge_streams(c.outputs)
+  if py.parent.name == "solutions": annotate(nb)   # nbgrader cell metadata (solution and grade cells, points)
   out = py.with_suffix(".ipynb")
   nbformat.write(nb, out)
   if not strip(out): raise SystemExit(f"nbstripout failed on {out}")
@@ -77,6 +79,10 @@ def check(py: Path) -> list[str]:
   for k, c in enumerate(nb.cells):
     if c.cell_type == "code" and c.source.strip() and c.execution_count is None:
       problems.append(f"{name}: code cell {k} was never executed (execution_count is null)")
+  if py.parent.name == "solutions":
+    want = nbgrader_metadata(nb)
+    have = {k: c.metadata["nbgrader"] for k, c in enumerate(nb.cells) if "nbgrader" in c.metadata}
+    if have != want: problems.append(f"{name}: nbgrader cell metadata out of date (run `make notebooks`)")
   if not strip(ipynb, verify=True):
     problems.append(f"{name}: not normalised (nbstripout {' '.join(STRIP)} would change it)")
   return problems

@@ -15,7 +15,8 @@
 #   signatures, the grader calls them;
 # - **visible checks** right after it, which you can run as often as you like;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
-#   points below. Written answers (strings shown with `show(ANSWER)`) are read by a person, not scored.
+#   points below. A *structure* point (the loops a kernel makes, what a plan stores) counts only once the task's
+#   values are right. Written answers (strings shown with `show(ANSWER)`) are read by a person, not scored.
 #
 # | exercise | task name | points |
 # |---|---|---|
@@ -130,6 +131,15 @@ q, k, v = qkv(256, 64)
 print("online_attention_ir matches NumPy:", matches(run_attention_kernel(online_attention_ir, q, k, v, "flash"),
                                                   ref_attention(q, k, v)))
 
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
 # %% [markdown]
 # ## Exercise 1 (★): size the matrices
 #
@@ -151,15 +161,17 @@ print(f"S for 12 heads, batch 8:      {score_bytes(8192, heads=12, batch=8) / 1e
 print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)")
 assert score_bytes(1024) == 4 * 2**20
 
-# %% [markdown]
+# %% [markdown] tags=["answer"]
 # 268.4 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
 # of a head. Nobody materializes S at long context.
 
 # %% tags=["hidden-test"]
 # POINTS: size the matrices 1
-assert score_bytes(8192) == 268435456
-assert score_bytes(8192, heads=12, batch=8) == 96 * 268435456
-assert score_bytes(1000, itemsize=2) == 2_000_000
+### BEGIN HIDDEN TESTS
+gradelib.expect_equal(score_bytes(8192), 268435456, "score_bytes(8192)")
+gradelib.expect_equal(score_bytes(8192, heads=12, batch=8), 96 * 268435456, "score_bytes(8192, heads=12, batch=8)")
+gradelib.expect_equal(score_bytes(1000, itemsize=2), 2_000_000, "score_bytes(1000, itemsize=2)")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 2 (★): count the passes
@@ -223,7 +235,7 @@ for upcast in (8, 16, 32, 64):
 print("the online kernel:", count_key_passes(render_c(online_attention_ir(N, 64), "flash"), N), "pass")
 print("needs the most registers: upcast", most_registers())
 
-# %% [markdown]
+# %% [markdown] tags=["answer"]
 # Two softmax passes plus 64 / upcast output passes: 10, 6, 4 and 3. The upcast of 64 makes the fewest passes but
 # keeps 64 output accumulators live across its whole key loop: as scalars, far more than the 16 registers of
 # x86-64 (32 with AVX-512), so they would spill to the stack, unless the compiler packs them into vectors. Its C is
@@ -231,16 +243,25 @@ print("needs the most registers: upcast", most_registers())
 
 # %% tags=["hidden-test"]
 # POINTS: count the passes 1
-assert [predicted_passes(u) for u in (8, 16, 32, 64)] == [10, 6, 4, 3]
-assert predicted_passes(16, D=128) == 10 and predicted_passes(32, D=32) == 3
-assert most_registers() == 64
+### BEGIN HIDDEN TESTS
+gradelib.expect_equal([predicted_passes(u) for u in (8, 16, 32, 64)], [10, 6, 4, 3],
+                      "predicted_passes(upcast) for upcast 8, 16, 32, 64 at D = 64")
+gradelib.expect_equal(predicted_passes(16, D=128), 10, "predicted_passes(16, D=128)")
+gradelib.expect_equal(predicted_passes(32, D=32), 3, "predicted_passes(32, D=32)")
+gradelib.expect_equal(most_registers(), 64, "most_registers()")
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: count the passes 2
+### BEGIN HIDDEN TESTS
 for _u, _want in ((8, 10), (16, 6), (32, 4), (64, 3)):
-  assert count_key_passes(fused_plan(384, 64, _u).kernels[-1].src, 384) == _want, _u
-assert count_key_passes(fused_plan(384, 32, 8).kernels[-1].src, 384) == 6
-assert count_key_passes(render_c(online_attention_ir(384, 64), "flash"), 384) == 1
+  gradelib.expect_equal(count_key_passes(fused_plan(384, 64, _u).kernels[-1].src, 384), _want,
+                        f"count_key_passes(the fused kernel at N = 384, D = 64, upcast {_u})")
+gradelib.expect_equal(count_key_passes(fused_plan(384, 32, 8).kernels[-1].src, 384), 6,
+                      "count_key_passes(the fused kernel at N = 384, D = 32, upcast 8)")
+gradelib.expect_equal(count_key_passes(render_c(online_attention_ir(384, 64), "flash"), 384), 1,
+                      "count_key_passes(online_attention_ir(384, 64))")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 3 (★): merge two states
@@ -290,19 +311,26 @@ for name, st in (("{0}", state_of(s[:1], v[:1])), ("{1, 2}", state_of(s[1:], v[1
 
 # %% tags=["hidden-test"]
 # POINTS: merge two states 2
+### BEGIN HIDDEN TESTS
+def _expect_state(got, want, what):
+  assert len(got) == 3, f"{what}: returned {len(got)} values, expected the state (m, l, o)"
+  for _name, _x, _y in zip("mlo", got, want): gradelib.expect_close(_x, _y, f"{what}: {_name}", tol=1e-6)
+
+
 _s, _v = np.array([1.0, 3.0, 2.0]), np.array([10.0, 20.0, 30.0])
-_m, _l, _o = merge(state_of(_s[:1], _v[:1]), state_of(_s[1:], _v[1:]))
-assert _m == 3 and abs(_l - 1.5032) < 1e-4 and abs(_o - 32.3897) < 1e-4
+_expect_state(merge(state_of(_s[:1], _v[:1]), state_of(_s[1:], _v[1:])), state_of(_s, _v),
+              "merge of the worked example's keys {0} and {1, 2}")
 _rng = np.random.default_rng(3)
 _s, _v = 4 * _rng.standard_normal(40), _rng.standard_normal((40, 8))
 for _cut in (1, 13, 39):
-  _got = merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:]))
-  for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y), _cut
-_got = merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:]))
-for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y)
+  _expect_state(merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:])), state_of(_s, _v),
+                f"merge of keys 0..{_cut - 1} and {_cut}..39 (o a vector of 8)")
+_expect_state(merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:])),
+              state_of(_s, _v), "merge of three states")
 _empty = (-np.inf, 0.0, np.zeros(8))
-for _got in (merge(_empty, state_of(_s, _v)), merge(state_of(_s, _v), _empty)):
-  for _x, _y in zip(_got, state_of(_s, _v)): assert np.allclose(_x, _y)
+_expect_state(merge(_empty, state_of(_s, _v)), state_of(_s, _v), "merge(empty state, a state)")
+_expect_state(merge(state_of(_s, _v), _empty), state_of(_s, _v), "merge(a state, empty state)")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 4 (★★): causal mask
@@ -422,20 +450,30 @@ show(ANSWER)
 
 # %% tags=["hidden-test"]
 # POINTS: causal mask 2
+### BEGIN HIDDEN TESTS
 _q, _k, _v = qkv(96, 16, seed=5)
 _tri = np.tri(96, dtype=bool)
-assert matches(run_attention_kernel(masked_attention_ir, _q, _k, _v, "h_where"), ref_attention(_q, _k, _v, _tri))
+gradelib.expect_attention(run_attention_kernel(masked_attention_ir, _q, _k, _v, "h_where"), _q, _k, _v,
+                          "masked_attention_ir(96, 16), causal mask", keep=_tri)
 _upper = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: i < j + 1)
-assert matches(run_attention_kernel(_upper, _q, _k, _v, "h_upper"), ref_attention(_q, _k, _v, _tri.T))
+gradelib.expect_attention(run_attention_kernel(_upper, _q, _k, _v, "h_upper"), _q, _k, _v,
+                          "masked_attention_ir(96, 16) with keep j >= i (each row's first keys masked)", keep=_tri.T)
 _all = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: j < 1_000_000)
-assert matches(run_attention_kernel(_all, _q, _k, _v, "h_all"), ref_attention(_q, _k, _v))
+gradelib.expect_attention(run_attention_kernel(_all, _q, _k, _v, "h_all"), _q, _k, _v,
+                          "masked_attention_ir(96, 16) with a mask that keeps every key")
+_q, _k, _v = qkv(96, 16, seed=6)
+gradelib.expect_attention(run_attention_kernel(causal_range_ir, _q, _k, _v, "h_range"), _q, _k, _v,
+                          "causal_range_ir(96, 16)", keep=np.tri(96, dtype=bool))
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
-# POINTS: causal mask 1
-_q, _k, _v = qkv(96, 16, seed=6)
-_ref = ref_attention(_q, _k, _v, np.tri(96, dtype=bool))
-assert matches(run_attention_kernel(causal_range_ir, _q, _k, _v, "h_range"), _ref)
-assert re.search(r"ridx\d+ < [^;\d]", render_c(causal_range_ir(96, 16), "h_range")), "no loop with a row-dependent end"
+# POINTS: causal mask 1 structure
+### BEGIN HIDDEN TESTS
+_bounds = re.findall(r"for \(int (ridx\d+) = 0; \1 < ([^;]+);", render_c(causal_range_ir(96, 16), "h_range"))
+assert any(not _b.strip().isdigit() for _, _b in _bounds), (
+  f"causal_range_ir(96, 16): every loop has a constant end ({', '.join(_b for _, _b in _bounds)}): the key loop "
+  f"should end at the diagonal, range_(i + 1, ...)")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 5 (★★): query blocking
@@ -537,17 +575,29 @@ show(ANSWER)
 
 # %% tags=["hidden-test"]
 # POINTS: query blocking 2
+### BEGIN HIDDEN TESTS
 _q, _k, _v = qkv(128, 16, seed=7)
-assert matches(run_attention_kernel(blocked_attention_ir, _q, _k, _v, "h_blocked"), ref_attention(_q, _k, _v))
+gradelib.expect_attention(run_attention_kernel(blocked_attention_ir, _q, _k, _v, "h_blocked"), _q, _k, _v,
+                          "blocked_attention_ir(128, 16)")
 _q, _k, _v = qkv(64, 32, seed=8)
 _b2 = lambda N, D: blocked_attention_ir(N, D, B=2)
-assert matches(run_attention_kernel(_b2, _q, _k, _v, "h_blocked2"), ref_attention(_q, _k, _v))
+gradelib.expect_attention(run_attention_kernel(_b2, _q, _k, _v, "h_blocked2"), _q, _k, _v,
+                          "blocked_attention_ir(64, 32, B=2)")
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
-# POINTS: query blocking 1
+# POINTS: query blocking 1 structure
+### BEGIN HIDDEN TESTS
 _src = render_c(blocked_attention_ir(128, 16), "h_blocked")
-_loops = re.findall(r"for \(int (ridx\d+) = 0; \1 < (\d+);", _src)
-assert "#pragma omp parallel for" in _src and _loops[0][1] == "32", _loops   # one parallel iteration per 4 rows
+_nest = gradelib.loop_nest(_src)
+assert gradelib.parallel_loops(_src) >= 1, "blocked_attention_ir(128, 16): no parallel loop"
+_trips = _nest[0][1] if _nest else 0
+assert _trips == 32, (f"blocked_attention_ir(128, 16): the parallel loop makes {_trips} trips, expected 32 (one per "
+                      f"block of 4 query rows)")
+_k_loads = len(re.findall(r"= data1\[", _src))
+assert _k_loads == 1, (f"blocked_attention_ir(128, 16): {_k_loads} loads of k (data1) in the C, expected 1: each "
+                       f"k_j[e] loaded once serves the 4 queries of the block")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 6 (★★): flash-decoding
@@ -689,18 +739,24 @@ show(ANSWER)
 
 # %% tags=["hidden-test"]
 # POINTS: flash-decoding 2
+### BEGIN HIDDEN TESTS
 _rng = np.random.default_rng(11)
 _q = _rng.standard_normal(32).astype(np.float32)
 _k, _v = (_rng.standard_normal((4096, 32)).astype(np.float32) for _ in range(2))
 _k[3000] = 3 * _q                                        # the maximum appears late in one chunk
-_ref = ref_attention(_q[None], _k, _v)[0]
 for _T in (1, 4, 16):
-  assert matches(make_flash_decode(4096, 32, _T)(_q, _k, _v), _ref), _T
+  gradelib.expect_attention(make_flash_decode(4096, 32, _T)(_q, _k, _v).reshape(1, 32), _q[None], _k, _v,
+                            f"make_flash_decode(4096, 32, T={_T}): out")
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
-# POINTS: flash-decoding 1
+# POINTS: flash-decoding 1 structure
+### BEGIN HIDDEN TESTS
 _src = render_c(decode_partial_ir(4096, 32, 16), "h_partial")
-assert re.search(r"#pragma omp parallel for\s+for \(int (ridx\d+) = 0; \1 < 16;", _src), "the THREAD loop runs over T"
+_par = re.search(r"#pragma omp parallel for\s+for \(int (ridx\d+) = 0; \1 < (\d+);", _src)
+assert _par and _par.group(2) == "16", (f"decode_partial_ir(4096, 32, T=16): the parallel loop makes "
+                                        f"{_par.group(2) if _par else 'no'} trips, expected 16 (one per chunk)")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 7 (★★): upcast the head
@@ -780,12 +836,26 @@ N + 16 floats) would let N = 1024 behave like N = 1000.
 show(ANSWER)
 
 # %% tags=["hidden-test"]
-# POINTS: upcast the head 2
+# POINTS: upcast the head 1
+### BEGIN HIDDEN TESTS
 _q, _k, _v = qkv(128, 32, seed=9)
 _out, _plan = staged_fused_attention(_q, _k, _v)
-assert matches(_out, ref_attention(_q, _k, _v))
-assert 128 * 128 in [n for _, n in _plan.temps], "P (N x N) must be stored"
-assert _plan.kernels[0].name == "r_128_128" and len(_plan.kernels) == len(fused_plan(128, 32).kernels) + 1
+gradelib.expect_attention(_out, _q, _k, _v, "staged_fused_attention(N=128, D=32): output")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: upcast the head 1 structure
+### BEGIN HIDDEN TESTS
+_q, _k, _v = qkv(128, 32, seed=9)
+_out, _plan = staged_fused_attention(_q, _k, _v)
+_temps = [n for _, n in _plan.temps]
+assert 128 * 128 in _temps, (f"staged_fused_attention(N=128): the plan's temporaries have sizes {_temps}: none is "
+                             f"P (N x N = 16384), so P was not staged")
+_want = len(fused_plan(128, 32).kernels) + 1
+assert len(_plan.kernels) == _want, (f"staged_fused_attention(N=128): {len(_plan.kernels)} kernels "
+                                     f"({[k.name for k in _plan.kernels]}), expected {_want}: the fused plan's and one "
+                                     f"that stores P")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 8 (★★): find the bug
@@ -874,19 +944,24 @@ show(ANSWER)
 
 # %% tags=["hidden-test"]
 # POINTS: find the bug 1
+### BEGIN HIDDEN TESTS
 _q, _k, _v = bug_hiding_inputs(64, 16)
-assert all(x.shape == (64, 16) and x.dtype == np.float32 for x in (_q, _k, _v)) and np.std(_v) > 0.1
-assert matches(run_attention_kernel(buggy_attention_ir, _q, _k, _v, "h_buggy"), ref_attention(_q, _k, _v))
+for _name, _x in zip("qkv", (_q, _k, _v)):
+  assert _x.shape == (64, 16) and _x.dtype == np.float32, (f"bug_hiding_inputs(64, 16): {_name} has shape {_x.shape} "
+                                                          f"and dtype {_x.dtype}, expected (64, 16) float32")
+assert np.std(_v) > 0.1, f"bug_hiding_inputs: v is nearly constant (std {np.std(_v):.3g}): any weights give its mean"
+gradelib.expect_close(run_attention_kernel(buggy_attention_ir, _q, _k, _v, "h_buggy"), ref_attention(_q, _k, _v),
+                      "the buggy kernel on bug_hiding_inputs(64, 16) (it should pass there)")
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: find the bug 1
-check_online_kernel(online_attention_ir)
-try:
-  check_online_kernel(buggy_attention_ir)
-  _caught = False
-except AssertionError:
-  _caught = True
-assert _caught, "check_online_kernel does not catch the missing rescale of o"
+### BEGIN HIDDEN TESTS
+try: check_online_kernel(online_attention_ir)
+except AssertionError as _e: raise AssertionError(f"check_online_kernel fails the correct kernel: {_e}") from None
+gradelib.expect_raises(AssertionError, lambda: check_online_kernel(buggy_attention_ir),
+                       "check_online_kernel(buggy_attention_ir): does not catch the missing rescale of o")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 9 (★★★): backward with recompute
@@ -955,13 +1030,17 @@ for name, mine, theirs in zip(("dQ", "dK", "dV"), (dq, dk, dv), grads):
 
 # %% tags=["hidden-test"]
 # POINTS: backward with recompute 1
+### BEGIN HIDDEN TESTS
 _q, _k, _v = qkv(80, 16, seed=12)
 _o, _lse = flash_forward(_q, _k, _v, block=32)
 _s = _q.astype(np.float64) @ _k.T.astype(np.float64) / math.sqrt(16)
-assert matches(_o, ref_attention(_q, _k, _v)) and matches(_lse, np.log(np.exp(_s).sum(1)))
+gradelib.expect_attention(_o, _q, _k, _v, "flash_forward(N=80, D=16, block=32): O")
+gradelib.expect_close(_lse, np.log(np.exp(_s).sum(1)), "flash_forward(N=80, D=16, block=32): lse")
+### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: backward with recompute 3
+### BEGIN HIDDEN TESTS
 _q, _k, _v = qkv(80, 16, seed=13)
 _do = np.random.default_rng(14).standard_normal((80, 16))
 _q64, _k64, _v64 = (_x.astype(np.float64) for _x in (_q, _k, _v))
@@ -972,11 +1051,33 @@ _ds = _p * (_do @ _v64.T - (_do * (_p @ _v64)).sum(1, keepdims=True))
 _want = (_ds @ _k64 / 4.0, _ds.T @ _q64 / 4.0, _dv)
 _o, _lse = flash_forward(_q, _k, _v, block=32)
 for _block in (16, 32):
-  for _got, _w in zip(flash_backward(_q, _k, _v, _o, _lse, _do, block=_block), _want):
-    assert matches(_got, _w, 1e-6), _block
+  for _name, _got, _w in zip(("dQ", "dK", "dV"), flash_backward(_q, _k, _v, _o, _lse, _do, block=_block), _want):
+    gradelib.expect_close(_got, _w, f"flash_backward(N=80, D=16, block={_block}): {_name}", tol=1e-6)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Quiz
+#
+# Answer in a markdown cell of your own below; a person reads it, the grader does not.
+#
+# **1. What are the two costs on either side of a fusion decision?**
+#
+# **2. Why does unfused attention make six passes over N x N data? Name them.**
+#
+# **3. With fuse_reduce=True and FlashOpt at D = 64, how many times is each q_i . k_j computed, and why?**
+#
+# **4. Write the recurrences for m_j, l_j and o_j in online softmax.**
+#
+# **5. Why is the correction factor exp(m_{j-1} - m_j) allowed to multiply the whole running sum?**
+#
+# **6. In the O(N^3) bug, what did the unsimplified index mention, and why did that move the accumulator?**
+#
+# **7. Why can a value-comparison test not catch the O(N^3) bug?**
+#
+# **8. In FlashAttention's backward pass, why is recomputing P cheaper than storing it?**
+
+# %% [markdown] tags=["answer"]
+# **Answers.**
 #
 # **1. What are the two costs on either side of a fusion decision?**
 # Memory traffic (writing and re-reading the intermediate, plus a launch) against recomputation (FLOPs the fused
@@ -1010,3 +1111,144 @@ for _block in (16, 32):
 # **8. In FlashAttention's backward pass, why is recomputing P cheaper than storing it?**
 # Storing P costs O(N²) writes and reads of slow global memory; recomputing it from Q, K and the saved log-sum-exp
 # costs O(N² D) FLOPs on fast tensor cores, block by block, entirely on chip (Exercise 9 does the same on a CPU).
+
+# %% [markdown]
+# # Chapter 12 exercises: GPUs
+#
+# The exercises of Chapter 12 (`chapters/ch12_gpus`), run on the CL device: OpenCL on PoCL, a CPU that runs GPU
+# programs with real work-groups, local memory and barriers. The same rules as above: a task cell, visible checks,
+# hidden tests with the points below.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | ★ 10 | block sizes | 1 |
+# | ★ 11 | warp transactions | 2 |
+# | ★★ 12 | row sum kernel | 3 |
+
+# %%
+import warnings
+import pyopencl as cl
+from uopc.device_cl import cl_queue
+from uopc.gpu import default_block
+
+cl_ctx, cl_q = cl_queue()   # the PoCL device uopc found by name
+
+
+def run_cl(src: str, name: str, arrays: list, out: np.ndarray, global_size: tuple, local_size: tuple) -> np.ndarray:
+  """Build src, launch `name` over global_size in work-groups of local_size on arrays + [out], return out."""
+  with warnings.catch_warnings():   # a non-empty build log is a warning
+    warnings.simplefilter("ignore")
+    kernel = cl.Kernel(cl.Program(cl_ctx, src).build(), name)
+  mf = cl.mem_flags
+  bufs = [cl.Buffer(cl_ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
+  out_buf = cl.Buffer(cl_ctx, mf.WRITE_ONLY, out.nbytes)
+  kernel(cl_q, global_size, local_size, *bufs, out_buf)
+  cl.enqueue_copy(cl_q, out, out_buf)
+  return out
+
+# %% [markdown]
+# ## Exercise 10 (★): block sizes
+#
+# A launch needs a work-group size for each of its (up to three) axes. Write the default chooser of Section 12.3:
+# for each axis in order (dimension 0 first), the largest work-group that divides the axis, with the product of
+# all the work-groups at most `limit`. A divisor, so the grid covers each axis exactly and no work-item needs a
+# bounds check.
+
+# %%
+# TASK: block sizes
+def block_sizes(sizes: list[int], limit: int = 256) -> list[int]:
+  """Work-items per work-group for each axis: the largest divisor of the axis within what `limit` leaves."""
+  ### BEGIN SOLUTION
+  out, left = [], limit
+  for n in sizes:
+    b = max(d for d in range(1, min(n, left) + 1) if n % d == 0)
+    out.append(b)
+    left //= b
+  return out
+  ### END SOLUTION
+
+
+# %%
+print(block_sizes([1024, 1024]), block_sizes([64, 64]), block_sizes([37, 5]), block_sizes([257]))
+
+# %% tags=["hidden-test"]
+# POINTS: block sizes 1
+for _sizes, _limit in [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
+                       ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16)]:
+  _got = block_sizes(_sizes, _limit)
+  assert _got == default_block(_sizes, _limit), (_sizes, _limit, _got)
+
+# %% [markdown]
+# ## Exercise 11 (★): warp transactions
+#
+# The 32 work-items of a warp load together, and memory serves them in 128-byte segments. Write
+# `warp_transactions(index, n_warps)`: `index(i)` is the element (a float, 4 bytes) that work-item i loads; count,
+# for each of the first `n_warps` warps (work-items 0-31, 32-63, ...), the distinct 128-byte segments its loads fall
+# in, and return the total. Then compare the patterns below, and explain the last line in one sentence.
+
+# %%
+# TASK: warp transactions
+def warp_transactions(index, n_warps: int, itemsize: int = 4, warp: int = 32, segment: int = 128) -> int:
+  """Memory transactions the first n_warps warps need when work-item i loads element index(i)."""
+  ### BEGIN SOLUTION
+  return sum(len({index(w * warp + lane) * itemsize // segment for lane in range(warp)}) for w in range(n_warps))
+  ### END SOLUTION
+
+
+# %%
+for name, fn in [("x[i]", lambda i: i), ("x[2*i]", lambda i: 2 * i), ("x[1024*i]", lambda i: 1024 * i),
+                 ("tile read down columns, x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32)]:
+  print(f"{name:<46} {warp_transactions(fn, 4):>4} transactions for 4 warps")
+
+# %% tags=["hidden-test"]
+# POINTS: warp transactions 2
+assert warp_transactions(lambda i: i, 4) == 4
+assert warp_transactions(lambda i: 2 * i, 4) == 8
+assert warp_transactions(lambda i: 1024 * i, 2) == 64
+assert warp_transactions(lambda i: 7, 3) == 3                     # a broadcast: one segment per warp
+assert warp_transactions(lambda i: i + 16, 1) == 2                # misaligned by half a segment
+assert warp_transactions(lambda i: i, 2, itemsize=8) == 4         # doubles: 256 bytes per warp
+assert warp_transactions(lambda i: (i % 32) * 32 + i // 32, 4) == 128
+
+# %% [markdown]
+# ## Exercise 12 (★★): a work-group reduction in OpenCL C
+#
+# Write `row_sum_kernel(width)`: the OpenCL C source of `__kernel void row_sum(__global const float* x,
+# __global float* out)` that sums each row of a row-major (rows, width) matrix. One work-group of `width`
+# work-items per row (width is a power of two, at most 256): each work-item loads one element into a `__local`
+# array, then the group adds pairs in a tree, halving the active work-items each step, with
+# `barrier(CLK_LOCAL_MEM_FENCE)` wherever one work-item's store must be seen by another's load; work-item 0 stores
+# the row's sum. `run_cl(src, "row_sum", [x], out, (rows * width,), (width,))` runs it.
+
+# %%
+# TASK: row sum kernel
+def row_sum_kernel(width: int) -> str:
+  """OpenCL C for row_sum(x, out): out[r] = sum of row r of a (rows, width) matrix, one work-group per row."""
+  ### BEGIN SOLUTION
+  return f"""__kernel void row_sum(__global const float* x, __global float* out) {{
+  __local float tile[{width}];
+  int lid = get_local_id(0), row = get_group_id(0);
+  tile[lid] = x[row * {width} + lid];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = {width // 2}; s > 0; s >>= 1) {{
+    if (lid < s) tile[lid] += tile[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  if (lid == 0) out[row] = tile[0];
+}}"""
+  ### END SOLUTION
+
+
+# %%
+_x = np.random.default_rng(12).standard_normal((5, 64)).astype(np.float32)
+got = run_cl(row_sum_kernel(64), "row_sum", [_x], np.empty(5, np.float32), (5 * 64,), (64,))
+print("row sums match NumPy:", matches(got, _x.sum(1)))
+
+# %% tags=["hidden-test"]
+# POINTS: row sum kernel 3
+for _rows, _width in [(7, 128), (3, 256), (9, 16), (1, 2)]:
+  _x = np.random.default_rng(_rows * _width).standard_normal((_rows, _width)).astype(np.float32)
+  _src = row_sum_kernel(_width)
+  assert "__local" in _src and "barrier(" in _src, "the reduction must use local memory and barriers"
+  _got = run_cl(_src, "row_sum", [_x], np.empty(_rows, np.float32), (_rows * _width,), (_width,))
+  assert matches(_got, _x.sum(1)), (_rows, _width)

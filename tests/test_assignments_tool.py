@@ -136,3 +136,24 @@ def test_empty_or_missing_solutions_pass(tmp_path, capsys):
   (tmp_path / "solutions").mkdir()
   for solutions in (tmp_path / "solutions", tmp_path / "nowhere"):
     assert check(capsys, solutions, tmp_path / "assignments") == (0, "")
+
+
+def test_hidden_setup_dropped_and_origin_recorded():
+  nb = solution_notebook()
+  nb.cells.insert(2, new_code_cell("import gradelib", metadata={"tags": ["hidden-setup"]}))
+  nb.cells.append(new_markdown_cell("**Answer.** 42", metadata={"tags": ["answer"]}))
+  out = tool.make_assignment(nb, "week0")
+  assert "import gradelib" not in nbformat.writes(out) and out.metadata["uopc"] == {"assignment": "week0"}
+  assert "42" not in nbformat.writes(out)
+
+
+def test_nbgrader_metadata_marks_solution_and_grade_cells():
+  nb = solution_notebook()
+  nb.cells[5].source = "# POINTS: add 2 structure\nassert add(2, 2) == 4"
+  meta = tool.nbgrader_metadata(nb)
+  assert sorted(meta) == [2, 3, 5]   # the two solution cells and the hidden test; prose and visible checks: none
+  assert meta[2]["solution"] and meta[2]["grade_id"] == "task-1-add-two-numbers-solution-1"
+  assert meta[3]["grade_id"] == "multiply-solution-1"
+  assert meta[5] == {"grade": True, "solution": False, "locked": True, "schema_version": 3, "points": 2.0,
+                     "grade_id": "add-structure-1"}
+  assert tool.annotate(nb).cells[5].metadata["nbgrader"] == meta[5] and "nbgrader" not in nb.cells[4].metadata

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 import pytest
+from assignment_grading import Wrong, make_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "week6_flash_attention.ipynb"
@@ -42,7 +43,7 @@ def with_solved(tasks: set[str]) -> nbformat.NotebookNode:
   """The student notebook with the solution's cells put back for `tasks` (cells line up: the assignment is the
   solution without its hidden tests)."""
   sol, asg = nbformat.read(SOLUTION, as_version=4), nbformat.read(ASSIGNMENT, as_version=4)
-  visible = [c for c in sol.cells if "hidden-test" not in c.metadata.get("tags", [])]
+  visible = [c for c in sol.cells if not {"hidden-test", "hidden-setup", "answer"} & set(c.metadata.get("tags", []))]
   assert len(visible) == len(asg.cells)
   for s, a in zip(visible, asg.cells):
     m = TASK.search(s.source) if s.cell_type == "code" else None
@@ -75,7 +76,7 @@ def task_points() -> dict[str, float]:
 def test_every_exercise_has_a_task_and_a_hidden_test(task_points):
   sol = nbformat.read(SOLUTION, as_version=4)
   tasks = {m.group(1) for c in sol.cells if c.cell_type == "code" for m in TASK.finditer(c.source)}
-  assert tasks == set(task_points) and len(tasks) == 9
+  assert tasks == set(task_points) and len(tasks) == 12   # chapter 11: 9, chapter 12: 3
 
 
 def test_solution_scores_full_marks(solution_score, task_points):
@@ -154,3 +155,35 @@ def test_unreadable_notebook_and_usage_errors(tmp_path, capsys):
   assert rc == 2 and score["note"].startswith("usage error")
   rc, score = main(str(garbage), "--solution", str(tmp_path / "missing.ipynb"))
   assert rc == 2 and score["total"] == 0
+
+
+WRONG = [
+  Wrong("size the matrices", "return N * N * itemsize * heads * batch", "return N * N * itemsize * heads",
+        "score_bytes(8192, heads=12, batch=8): expected 25769803776, found 3221225472"),
+  # the two softmax passes forgotten; count_key_passes is right, so the task keeps its 2 points for it
+  Wrong("count the passes", "return 2 + D // min(upcast, D)", "return D // min(upcast, D)",
+        "predicted_passes(upcast) for upcast 8, 16, 32, 64 at D = 64: expected [10, 6, 4, 3], found [8, 4, 2, 1]"),
+  Wrong("merge two states", "l1 * c1 + l2 * c2", "l1 * c1 + l2",
+        "merge of keys 0..12 and 13..39 (o a vector of 8): l: max abs error"),
+  # -inf as the masked score: the rows whose first keys are masked become NaN
+  Wrong("causal mask", "masked = -1e30 if masked is None else masked",
+        "masked = -math.inf if masked is None else masked",
+        "with keep j >= i (each row's first keys masked): NaN in rows"),
+  # the issue's case: forgetting to rescale o, named by the grader
+  Wrong("query blocking", "Od.index(b * D + d).load() * corr[b] + p[b] * vjd",
+        "Od.index(b * D + d).load() + p[b] * vjd",
+        "It is what a kernel computes when o is never rescaled"),
+  Wrong("flash-decoding", "PL.index(t1).load() * (PM.index(t1).load() - m).exp2()", "PL.index(t1).load()",
+        "make_flash_decode(4096, 32, T=4): out: max abs error"),
+  # right values, P not staged: the structure point says so
+  Wrong("upcast the head", "roots = stage_broadcast_compute([attention(Tensor(q), Tensor(k), Tensor(v)).uop])",
+        "roots = [attention(Tensor(q), Tensor(k), Tensor(v)).uop]", "none is P (N x N = 16384), so P was not staged"),
+  # a test on the very inputs that hide the bug
+  Wrong("find the bug", "k *= np.linspace(0.1, 3, 64, dtype=np.float32)[:, None]",
+        "q, k, v = bug_hiding_inputs(64, 16)",
+        "does not catch the missing rescale of o: raised nothing"),
+  Wrong("backward with recompute", "ds = p * (do[rows] @ vj.T - delta[rows, None])", "ds = p * (do[rows] @ vj.T)",
+        "flash_backward(N=80, D=16, block=16): dQ: max abs error"),
+]
+
+test_wrong_answers_score_partially_and_say_why = make_tests(NAME.removesuffix(".ipynb"), WRONG, n_tasks=9)[2]

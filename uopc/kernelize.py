@@ -205,7 +205,8 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   outs = run_kernels(plan, arrays, temps, device, debug)
   t2 = time.perf_counter()
   if debug >= 2:
-    print(f"realize: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, run {(t2 - t1) * 1e3:.1f} ms")
+    print(f"realize{_on(device, ' on ')}: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, "
+          f"run {(t2 - t1) * 1e3:.1f} ms")
   if observe is not None: observe(plan, arrays, outs)   # a capture (uopc.jit) records what ran
   return outs
 
@@ -233,11 +234,11 @@ def run_kernels(plan: Plan, arrays: list, temps: list, device: Device, debug: in
   for o in plan.outs:   # an input passed through, an earlier output again, or a fresh array
     outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else device.alloc(o[0], o[1]))
   pick = {"in": arrays, "temp": temps, "out": outs}
-  with plan.lock: _run(plan, pick, debug)
+  with plan.lock: _run(plan, pick, debug, device)
   return outs
 
 
-def _run(plan: Plan, pick: dict, debug: int) -> None:
+def _run(plan: Plan, pick: dict, debug: int, device: Device) -> None:
   for k in plan.kernels:
     bufs = [pick[kind][n] for kind, n in k.args]
     if debug >= 4: print(k.src)
@@ -245,7 +246,7 @@ def _run(plan: Plan, pick: dict, debug: int) -> None:
     k.prg(*bufs)
     dt = time.perf_counter() - ts
     if debug >= 2:
-      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s"
+      line = f"  {k.name:<30s}{dt * 1e3:9.3f} ms{k.flops / dt / 1e9:9.2f} GFLOP/s" + _on(device)
       if debug >= 3:   # the same kernel again, on memory it has already touched
         ts = time.perf_counter(); k.prg(*bufs); again = time.perf_counter() - ts
         line += f"   again {again * 1e3:8.3f} ms"
@@ -256,6 +257,11 @@ def replay(plan: Plan, arrays: list, options: Options) -> list[np.ndarray]:
   """Run a plan that has run before on new inputs: no graph, no normalize, no cache lookup (uopc.jit)."""
   if plan.temp_arrays is None: raise RuntimeError("replay: this plan has never run, so it has no temporaries yet")
   return run_kernels(plan, arrays, plan.temp_arrays, get_device(options.device), options.debug)
+
+
+def _on(device: Device, sep: str = "  ") -> str:
+  """The device, in a DEBUG line (the CPU's lines stay as the book prints them)."""
+  return "" if device.name == "CPU" else f"{sep}{device.name}"
 
 
 def plan_cache_size() -> int:

@@ -14,9 +14,10 @@ import numbers
 import re
 from dataclasses import dataclass
 from typing import Callable, ClassVar
-from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc
+from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc, is_local
 from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
+from uopc.gpu import Launch, launch_of
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Param:
 @dataclass(frozen=True)
 class Signature:
   params: tuple[Param, ...]
+  launch: Launch = Launch()     # work-groups x work-items (a GPU kernel; one of one for C)
 
   def __len__(self): return len(self.params)
 
@@ -74,9 +76,13 @@ def _fn(name: str):
 class CStyleRenderer:
   """The renderer every C-like dialect shares. Subclasses change the class attributes, not the walk."""
   device: ClassVar[str] = "CPU"
-  kernel_prefix: ClassVar[str] = "void "                # before the function name
+  kernel_prefix: ClassVar[str] = "void "                # before the name ({threads}, {block}: the work-group size)
   buffer_decl: ClassVar[str] = "{type}* restrict {name}"
   thread_pragma: ClassVar[str | None] = "#pragma omp parallel for"   # written above a THREAD loop
+  # GPU words (chapter 12): a SPECIAL launch index, a work-group barrier, the qualifier of a local-memory array
+  code_for_workitem: ClassVar[dict[str, str]] = {}     # "gidx"/"lidx" -> the expression, {dim} 0 1 2, {xyz} x y z
+  barrier: ClassVar[str | None] = None
+  smem_prefix: ClassVar[str | None] = None
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
     dtypes.u8: "unsigned char", dtypes.bool: "bool"}
@@ -136,7 +142,8 @@ class CStyleRenderer:
     for u in topo:
       # an ALLOC used directly (not through .after) is function-wide state: declared at the top
       used_bare = u.op is Ops.ALLOC and any(x.op is not Ops.AFTER and u in x.src for x in topo)
-      if u.op is Ops.ALLOC and (u not in decl_at or used_bare): decl_at[u] = u
+      # local memory belongs to the work-group: declared once, at the top, whatever loops use it
+      if u.op is Ops.ALLOC and (u not in decl_at or used_bare or is_local(u)): decl_at[u] = u
 
     buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.BUFFER}.items())
     slots = [s for s, _ in buffers]
@@ -148,15 +155,18 @@ class CStyleRenderer:
                        "source")
     stored = {base_buffer(u.src[0].src[0]) for u in topo if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
     signature = Signature(tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers))
+    launch = launch_of(topo)
+    signature = Signature(signature.params, launch)
     params = ", ".join(self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params)
     # indices are 32-bit unless a buffer has more elements than an int can count: then every int is 64-bit
     wide = any(p.size > INT32_MAX for p in signature.params) or any(u.op is Ops.RANGE and u.src[0].op is Ops.CONST
                                                                      and u.src[0].arg > INT32_MAX for u in topo)
     itype = (lambda d: self.type(dtypes.i64) if d is dtypes.i32 else self.type(d)) if wide else self.type
-    out = [f"{self.kernel_prefix}{name}({params}) {{"]
+    block = ",".join(str(b) for b in (launch.block + (1, 1, 1))[:3])
+    out = [f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{"]
     names: dict[UOp, str] = {}
     ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
-    trips, flops = [1], 0
+    trips, flops = [launch.items], 0   # every work-item runs the body once
     depth, counter = 1, [0]
     def emit(text: str): out.append("  " * depth + text)
     def new_name(prefix: str) -> str:
@@ -165,17 +175,22 @@ class CStyleRenderer:
     # a one-element ALLOC only ever read at [0] is a plain local variable (a register), anything else an array
     at_zero = lambda i: i.op is Ops.CONST and i.arg == 0
     indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not at_zero(u.src[1])}
-    scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed}
+    scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed and not is_local(u)}
     acc_trips: dict[int, int] = {}
     def declare(a: UOp) -> None:
       acc_trips[a.arg.slot] = trips[-1]
       t = self.type(a.arg.dtype)
-      emit(f"{t} acc{a.arg.slot};" if a in scalar else f"{t} acc{a.arg.slot}[{a.arg.size}];")
+      if is_local(a):
+        if self.smem_prefix is None:
+          raise NotImplementedError(f"{type(self).__name__}: local memory (lmem{a.arg.slot}) has no form on device "
+                                    f"{self.device}")
+        emit(f"{self.smem_prefix}{t} {names[a]}[{a.arg.size}];")
+      else: emit(f"{t} acc{a.arg.slot};" if a in scalar else f"{t} acc{a.arg.slot}[{a.arg.size}];")
 
     for u in topo:   # leaves every line may refer to
       if u.op is Ops.CONST: names[u] = self.const(u.arg, u.dtype)
       elif u.op is Ops.BUFFER: names[u] = f"data{u.arg.slot}"
-      elif u.op is Ops.ALLOC: names[u] = f"acc{u.arg.slot}"
+      elif u.op is Ops.ALLOC: names[u] = f"lmem{u.arg.slot}" if is_local(u) else f"acc{u.arg.slot}"
       elif u.op is Ops.RANGE: names[u] = rname(u)
 
     for ln in lines:
@@ -214,6 +229,18 @@ class CStyleRenderer:
           emit(f"{itype(u.dtype)} {names[u]} = {expr};")
           flops += ops_in.pop(u) * trips[-1]
         else: names[u] = expr
+      elif u.op is Ops.SPECIAL:
+        kind, dim = u.arg
+        if kind not in self.code_for_workitem:
+          raise NotImplementedError(f"{type(self).__name__}: the launch index {kind}{dim} has no form on device "
+                                    f"{self.device} (a GPU program: render it with a GPU dialect)")
+        names[u] = f"{kind}{dim}"
+        workitem = self.code_for_workitem[kind].format(dim=dim, xyz='xyz'[dim])
+        emit(f"{itype(dtypes.int)} {names[u]} = {workitem}; /* {u.src[0].arg} */")
+      elif u.op is Ops.BARRIER:
+        if self.barrier is None:
+          raise NotImplementedError(f"{type(self).__name__}: BARRIER has no form on device {self.device}")
+        emit(self.barrier)
       elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
       else:
         raise NotImplementedError(f"{type(self).__name__}: {u.op} has no source form (is this a tensor-level op in a "

@@ -35,7 +35,7 @@ def _bounds(u: UOp) -> tuple[float, float]:
   if u.op is Ops.CONST: return (u.arg, u.arg)
   if u.dtype.is_float: return (-math.inf, math.inf)
   lim = INT_LIMITS.get(u.dtype, (-math.inf, math.inf))
-  if u.op is Ops.RANGE: return (0, bounds(u.src[0])[1] - 1)
+  if u.op in (Ops.RANGE, Ops.SPECIAL): return (0, bounds(u.src[0])[1] - 1)
   s = [bounds(x) for x in u.src]
   if u.op is Ops.ADD: return (s[0][0] + s[1][0], s[0][1] + s[1][1])
   if u.op is Ops.MUL:

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 from typing import Sequence
 import numpy as np
 from uopc import autograd
@@ -20,9 +21,26 @@ from uopc.tensor_elementwise import ElementwiseMixin
 from uopc.tensor_movement import MovementMixin
 from uopc.tensor_nn import NNMixin
 from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
+from uopc.device import canonical
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
+
+
+# ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
+@dataclass(frozen=True, eq=False, repr=False)
+class DeviceData(TensorData):
+  """Tensor data placed on a device by the program (Tensor(x, device="CL"), t.to("CL")). Plain TensorData follows
+  DEVICE=. The array is a host array on every device (uopc.device)."""
+  device: str = "CPU"
+
+
+def device_of(u: UOp) -> str | None:
+  """The device a graph's data was placed on (None: none was named, DEVICE= decides)."""
+  found = {x.arg.device for x in u.toposort() if x.op is Ops.BUFFER and isinstance(x.arg, DeviceData)}
+  if len(found) > 1:
+    raise ValueError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
+  return found.pop() if found else None
 
 
 class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
@@ -30,14 +48,15 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.online; chapter 11 appendix)
 
-  def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False):
+  def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp): self.uop = data
     else:
       arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
-      buf = UOp(Ops.BUFFER, (), TensorData(flat, dt, (flat.size,)))
+      buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
+    if isinstance(data, UOp) and device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
     self.grad, self.lazy = None, None
     self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     self.requires_grad = requires_grad
@@ -57,6 +76,10 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
+  @property
+  def device(self) -> str:
+    """Where this Tensor is realized: the device its data was placed on, else DEVICE= (CPU by default)."""
+    return device_of(self.uop) or canonical(DEVICE.value)
   def __repr__(self): return f"<Tensor shape={self.shape} dtype={self.dtype}>"
   __hash__ = object.__hash__   # == is elementwise (below), so a Tensor hashes by identity
   def __bool__(self) -> bool:
@@ -75,7 +98,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
     todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
     if not todo: return self
-    options, seen = Tensor.options(), {}
+    placed = device_of(UOp(Ops.SINK, tuple(t.uop for t in todo)))   # Tensor(x, device=...) or .to(...)
+    options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
     outs = realize([t.uop for t in todo], options=options, observe=observe)
     writes = []
@@ -86,7 +110,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
         np.copyto(_flat(home), out)
         writes.append((k, _flat(home)))
         t.uop = home
-      else: t.uop = Tensor._from_array(out, t.shape).uop
+      else: t.uop = Tensor._from_array(out, t.shape, placed).uop
     if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
     return self
 
@@ -107,13 +131,18 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return _flat(self.realize().uop)
 
   @staticmethod
-  def _from_array(flat: np.ndarray, shape: tuple[int, ...]) -> Tensor:
-    """A tensor whose data is the flat array (no copy), viewed in shape."""
-    buf = UOp(Ops.BUFFER, (), TensorData(flat, from_np(flat.dtype), (flat.size,)))
+  def _from_array(flat: np.ndarray, shape: tuple[int, ...], device: str | None = None) -> Tensor:
+    """A tensor whose data is the flat array (no copy), viewed in shape (on device, if one is named)."""
+    buf = UOp(Ops.BUFFER, (), _tensor_data(flat, from_np(flat.dtype), device))
     return Tensor(buf if tuple(shape) == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(shape)))
 
   def numpy(self) -> np.ndarray:
     return self._data().reshape(self.shape)
+
+  def to(self, device: str) -> Tensor:
+    """This Tensor's values on another device: realized where it is now, then placed on `device`. Buffers are host
+    arrays on every device, so nothing is copied here; the device's program maps them when a kernel runs."""
+    return Tensor._from_array(self._data(), self.shape, canonical(device))
 
   def item(self):
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -383,3 +412,9 @@ def _flat(u: UOp) -> np.ndarray:
 def gradient(f: Tensor, wrt: list[Tensor]) -> list[Tensor]:
   """d f / d w for every w in wrt, as lazy Tensors (see uopc.autograd)."""
   return autograd.gradient(f, wrt)
+
+
+def _tensor_data(flat: np.ndarray, dtype: DType, device: str | None) -> TensorData:
+  """The arg of a data BUFFER: plain TensorData (DEVICE= decides where it runs) or placed on a device."""
+  return TensorData(flat, dtype, (flat.size,)) if device is None else DeviceData(flat, dtype, (flat.size,),
+                                                                                   canonical(device))

@@ -29,6 +29,8 @@ class Ops(Enum):
   AND = auto(); OR = auto(); XOR = auto()
   # ALU, ternary
   WHERE = auto()
+  # loop level, GPU: a launch index (group id or local id) and a work-group barrier (chapter 12)
+  SPECIAL = auto(); BARRIER = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
 
@@ -47,6 +49,8 @@ class AxisType(Enum):
   REDUCE = auto()    # a loop that feeds an accumulator
   UPCAST = auto()    # an output axis unrolled into registers (never a loop)
   UNROLL = auto()    # a reduce axis unrolled (never a loop)
+  GLOBAL = auto()    # a launch axis across work-groups (the grid); on a GPU it becomes get_group_id / blockIdx
+  LOCAL = auto()     # a launch axis within a work-group (the block); get_local_id / threadIdx
 
   def __repr__(self): return f"AxisType.{self.name}"
 
@@ -62,11 +66,16 @@ class ParamArg:
   def size(self) -> int: return prod(self.shape)
 
 
+@dataclass(frozen=True)
+class LocalArg(ParamArg):
+  """The arg of an ALLOC in local memory: one array per work-group, shared by its work-items (lmem{slot})."""
+
+
 def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
   if op in (Ops.BUFFER, Ops.ALLOC): return arg.dtype
   if op is Ops.CONST: return dtypes.from_py(arg)
-  if op is Ops.RANGE: return dtypes.int
-  if op in (Ops.STORE, Ops.END, Ops.SINK): return dtypes.void
+  if op in (Ops.RANGE, Ops.SPECIAL): return dtypes.int
+  if op in (Ops.STORE, Ops.END, Ops.SINK, Ops.BARRIER): return dtypes.void
   if op in COMPARISON: return dtypes.bool
   if op is Ops.WHERE: return src[1].dtype
   if op is Ops.CAST: raise TypeError("CAST needs an explicit dtype")
@@ -274,6 +283,11 @@ def base_alloc(u: UOp) -> UOp | None:
   """The ALLOC under a chain of AFTERs, if any (the storage a loop program's state lives in)."""
   while u.op is Ops.AFTER: u = u.src[0]
   return u if u.op is Ops.ALLOC else None
+
+
+def is_local(u: UOp | None) -> bool:
+  """An ALLOC in local memory (one array per work-group, chapter 12)."""
+  return u is not None and u.op is Ops.ALLOC and isinstance(u.arg, LocalArg)
 
 
 def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:

@@ -1,0 +1,187 @@
+"""Checks for hidden tests: each raises AssertionError with a message that says what was wrong.
+
+A hidden test that fails says which input, how far off (largest error and where, rows with NaN), what loop trips
+it expected and found, or how much slower a kernel was: a student reads the message, not the test. The solution
+notebooks load this file in a cell tagged `hidden-setup`, which the grader runs after the student's cells and before
+the hidden tests (and which scripts/assignments.py drops with the hidden tests).
+"""
+from __future__ import annotations
+import math
+import re
+import time
+from typing import Any, Callable
+import numpy as np
+
+
+def _fmt(x: Any) -> str:
+  return f"{x:.4g}" if isinstance(x, (float, np.floating)) else repr(x)
+
+
+def _rows(idx: np.ndarray, limit: int = 8) -> str:
+  rows = [int(r) for r in idx[:limit]]
+  return f"{rows}{' ...' if len(idx) > limit else ''} ({len(idx)} in all)"
+
+
+def expect_close(got: Any, want: Any, what: str, tol: float = 1e-4) -> None:
+  """got matches want to tol (absolute and relative), with the same shape and no NaN where want has none."""
+  want = np.asarray(want, np.float64)
+  if got is None: raise AssertionError(f"{what}: returned None (expected an array of shape {want.shape})")
+  try: got = np.asarray(got, np.float64)
+  except (TypeError, ValueError) as e: raise AssertionError(f"{what}: not an array of numbers ({e})") from None
+  if got.size == want.size and got.shape != want.shape and got.ndim <= 1: got = got.reshape(want.shape)
+  if got.shape != want.shape: raise AssertionError(f"{what}: shape {got.shape}, expected {want.shape}")
+  rows = lambda mask: np.unique(np.nonzero(mask)[0]) if mask.ndim else np.array([0] if mask else [])
+  nan = np.isnan(got) & ~np.isnan(want)
+  if nan.any():
+    where = f" in rows {_rows(rows(nan))}" if got.ndim >= 2 else f" at {_rows(np.nonzero(nan.reshape(-1))[0])}"
+    raise AssertionError(f"{what}: NaN{where} (expected finite values: an element never written, 0/0, or inf - inf?)")
+  bad = ~np.isclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+  if bad.any():
+    err = np.where(np.isnan(want), 0, np.abs(got - want))
+    at = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
+    where = f" at index {tuple(int(i) for i in at)}" if at else ""
+    extra = f"; wrong rows {_rows(rows(bad))}" if got.ndim >= 2 else f"; {int(bad.sum())} of {bad.size} values wrong"
+    e, w, g = float(err[at]), float(want[at]), float(got[at])
+    digits = next((d for d in range(4, 18) if f"{w:.{d}g}" != f"{g:.{d}g}"), 17)   # enough to see the difference
+    raise AssertionError(f"{what}: max abs error {e:.3g}{where} (expected {w:.{digits}g}, found {g:.{digits}g})"
+                         f"{extra}; tolerance {tol:g}")
+
+
+def expect_equal(got: Any, want: Any, what: str) -> None:
+  """got == want (numbers, strings, tuples, lists; arrays compared element by element)."""
+  if isinstance(want, np.ndarray) or isinstance(got, np.ndarray):
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape: raise AssertionError(f"{what}: shape {g.shape}, expected {w.shape}")
+    bad = np.nonzero((g != w).reshape(-1))[0]
+    if len(bad):
+      k = int(bad[0])
+      raise AssertionError(f"{what}: {len(bad)} of {w.size} values differ; first at flat index {k}: expected "
+                           f"{_fmt(w.reshape(-1)[k].item())}, found {_fmt(g.reshape(-1)[k].item())}")
+    return
+  if got != want: raise AssertionError(f"{what}: expected {want!r}, found {got!r}")
+
+
+def expect_raises(exc: type, fn: Callable[[], Any], what: str, mentions: tuple[str, ...] = ()) -> None:
+  """fn() raises exc, and the message mentions every string of `mentions`."""
+  try: fn()
+  except exc as e:
+    missing = [m for m in mentions if m not in str(e)]
+    if missing: raise AssertionError(f"{what}: raised {exc.__name__}({str(e)!r}), which does not mention "
+                                     f"{', '.join(map(repr, missing))}") from None
+    return
+  except Exception as e:
+    raise AssertionError(f"{what}: raised {type(e).__name__}({str(e)!r}), expected {exc.__name__}") from None
+  raise AssertionError(f"{what}: raised nothing, expected {exc.__name__}")
+
+
+LOOP = re.compile(r"for \(int (\w+) = 0; \1 < (\d+); \1\+\+\)")
+
+
+def loop_nest(src: str) -> list[tuple[int, int]]:
+  """(depth, trips) of every `for` loop of a C source, in order (depth 0: a loop in no other loop)."""
+  out, depth = [], 0
+  for line in src.splitlines():
+    if m := LOOP.search(line): out.append((depth, int(m.group(2))))
+    depth += line.count("{") - line.count("}")
+  return [(d - 1, n) for d, n in out]   # the function's own braces are depth 1
+
+
+def parallel_loops(src: str) -> int:
+  return src.count("#pragma omp parallel for")
+
+
+def expect_loops(src: str, want: list[tuple[int, int]], what: str) -> None:
+  """The C's loops, as (depth, trips) in order, are exactly want."""
+  got = loop_nest(src)
+  if got != want:
+    show = lambda ls: ", ".join(f"{n} trips at depth {d}" for d, n in ls) or "none"
+    raise AssertionError(f"{what}: expected loops [{show(want)}], found [{show(got)}]")
+
+
+def best_time(fn: Callable[[], Any], reps: int = 5) -> float:
+  fn()
+  best = math.inf
+  for _ in range(reps):
+    t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
+  return best
+
+
+def expect_faster(fast: Callable[[], Any], slow: Callable[[], Any], ratio: float, what: str, reps: int = 7) -> float:
+  """fast runs at least `ratio` times faster than slow (best of reps each, taking turns); returns the ratio."""
+  fast(); slow()
+  tf = ts = math.inf
+  for _ in range(reps):
+    t0 = time.perf_counter(); fast(); tf = min(tf, time.perf_counter() - t0)
+    t0 = time.perf_counter(); slow(); ts = min(ts, time.perf_counter() - t0)
+  if ts / tf < ratio:
+    raise AssertionError(f"{what}: {ts / tf:.2f}x faster ({tf * 1e3:.2f} ms against {ts * 1e3:.2f} ms), expected at "
+                         f"least {ratio:g}x")
+  return ts / tf
+
+
+# --- attention: the reference, and what a kernel computes with one of the usual mistakes -------------------------
+def attention_ref(q, k, v, keep=None, scale: float | None = None) -> np.ndarray:
+  """softmax(q k^T * scale) v in float64 (scale 1/sqrt(D) by default); keep (Nq, Nk) bool: the scores kept."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+  if keep is not None: s = np.where(keep, s, -np.inf)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def _online(q, k, v, keep, rescale_o: bool = True, rescale_l: bool = True, normalize: bool = True) -> np.ndarray:
+  """The online softmax key by key (every row at once), with the chosen rescales left out."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s_all = q @ k.T / math.sqrt(q.shape[-1])
+  if keep is not None: s_all = np.where(keep, s_all, -1e30)
+  m, l, o = np.full(len(q), -np.inf), np.zeros(len(q)), np.zeros((len(q), v.shape[1]))
+  with np.errstate(invalid="ignore", over="ignore"):
+    for j in range(len(k)):
+      s = s_all[:, j]
+      m_new = np.maximum(m, s)
+      corr, p = np.exp(m - m_new), np.exp(s - m_new)
+      l = (l * corr if rescale_l else l) + p
+      o = (o * corr[:, None] if rescale_o else o) + p[:, None] * v[j]
+      m = m_new
+    return o / l[:, None] if normalize else o
+
+
+MISTAKES = {
+  "o is never rescaled (o = o + p * v: the `* corr` of the output update is missing)":
+    lambda q, k, v, keep: _online(q, k, v, keep, rescale_o=False),
+  "l is never rescaled (l = l + p: the `* corr` of the sum is missing)":
+    lambda q, k, v, keep: _online(q, k, v, keep, rescale_l=False),
+  "o is not divided by l at the end": lambda q, k, v, keep: _online(q, k, v, keep, normalize=False),
+  "the scores are not scaled by 1/sqrt(D)": lambda q, k, v, keep: attention_ref(q, k, v, keep, scale=1.0),
+  "exp2 is applied to scores not multiplied by log2(e)":
+    lambda q, k, v, keep: attention_ref(q, k, v, keep, scale=math.log(2) / math.sqrt(q.shape[-1])),
+  "the mask is ignored": lambda q, k, v, keep: attention_ref(q, k, v) if keep is not None else None,
+}
+
+
+def expect_attention(got, q, k, v, what: str, keep=None, tol: float = 1e-4) -> None:
+  """got is attention of q, k, v (with the mask keep); if not, say which usual mistake it matches, if any."""
+  want = attention_ref(q, k, v, keep)
+  try: expect_close(got, want, what, tol)
+  except AssertionError as e:
+    g = np.asarray(got, np.float64).reshape(want.shape) if np.size(got) == want.size else None
+    for fault, fn in MISTAKES.items():
+      alt = fn(q, k, v, keep) if g is not None else None
+      if alt is not None and np.allclose(g, alt, rtol=10 * tol, atol=10 * tol):
+        raise AssertionError(f"{e}. It is what a kernel computes when {fault}") from None
+    raise
+
+
+def weighted_count(src: str, pattern: str) -> int:
+  """How many times `pattern` (a regex) is evaluated when a C source runs: each occurrence counted once per trip of
+  the loops around it (loops with constant trips only)."""
+  total, trips = 0, []   # the trips of the loops open at this line, and the brace depth each opened at
+  depth, opened = 0, []
+  for line in src.splitlines():
+    m = LOOP.search(line)
+    if m:
+      trips.append(int(m.group(2))); opened.append(depth)
+    else: total += len(re.findall(pattern, line)) * math.prod(trips)
+    depth += line.count("{") - line.count("}")
+    while opened and depth <= opened[-1]: opened.pop(); trips.pop()
+  return total

@@ -1,0 +1,134 @@
+"""Write the tree a student gets: chapters, assignments, uopc, examples, the tests that check the student's own work;
+no solutions, no hidden tests, no grader.
+
+  python scripts/release.py /tmp/course          # the folder must not exist, or be empty
+  python scripts/release.py /tmp/course --force  # replace what is there
+
+What goes in: the files git tracks (so no build output, caches or local scratch), minus solutions/, the grader
+(scripts/grade.py, scripts/gradelib.py) and the tests of the instructor's tools (the grading tests of every week,
+the grader's, the assignment generator's, the nbgrader metadata's, this script's). The tree gets its own Makefile
+(STUDENT_MAKEFILE below: setup, test, check WEEK=n, notebooks, clean), because the instructor's `make test` also
+checks assignments/ against solutions/, which a student does not have. In the student's tree `make test` passes
+before any work is done: the checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
+After writing, the tree is checked: no solution region, no hidden-test, hidden-setup or answer cell anywhere.
+"""
+from __future__ import annotations
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+EXCLUDE_DIRS = ("solutions/", ".ci/")
+EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
+                 "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
+                 "tests/test_grader.py", "tests/test_nbgrader_metadata.py"}
+EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
+
+STUDENT_MAKEFILE = """\
+# uopc, the student's tree (written by the instructor's `make release`).
+#   make test          set up, then ruff, pytest (uopc's tests and your assignments' visible checks), strict nbval
+#                      on the chapter notebooks, notebook format check
+#   make check WEEK=3  run the visible checks of week 3's assignment, task by task (skipped: not attempted yet)
+#   make notebooks     re-execute the chapter notebooks in place
+#   make clean         remove the virtual environment and caches
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+NOTEBOOKS = $(wildcard chapters/*.ipynb)
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
+
+.PHONY: setup test check notebooks clean
+
+setup: $(STAMP)
+\t@$(PY) -c "import matplotlib.pyplot"
+
+$(PY):
+\tpython3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+\t$(PY) -m pip install -e '.[dev]'
+\ttouch $(STAMP)
+
+test: setup
+\t$(VENV)/bin/ruff check .
+\tOMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider tests/
+\tIPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)
+\t$(PY) scripts/notebooks.py check
+
+check: setup
+\t@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi
+\tOMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider -v -rs tests/test_student_checks.py -k "week$(WEEK)_"
+
+notebooks: setup
+\t$(PY) scripts/notebooks.py build chapters/*.py
+
+clean:
+\trm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist
+\tfind . -path ./.git -prune -o \\( -name __pycache__ -o -name .ipynb_checkpoints -o -name '*.egg-info' \\) \\
+\t  -type d -prune -exec rm -rf {} +
+"""
+
+
+def tracked(root: Path) -> list[str]:
+  """The files git tracks (as the index has them), or every file when root is not a git checkout."""
+  r = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True)
+  if r.returncode == 0: return [f for f in r.stdout.split("\0") if f]
+  return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts]
+
+
+def wanted(path: str) -> bool:
+  return not (path.startswith(EXCLUDE_DIRS) or path in EXCLUDE_FILES or path.startswith(EXCLUDE_PREFIXES))
+
+
+def leaks(tree: Path) -> list[str]:
+  """Every place in tree that holds a solution region or a hidden cell (a marker line, a tagged cell)."""
+  found = []
+  for p in sorted(tree.rglob("*")):
+    if not p.is_file() or ".venv" in p.parts: continue
+    rel = p.relative_to(tree)
+    if p.suffix == ".ipynb":
+      for k, c in enumerate(nbformat.read(p, as_version=4).cells):
+        if HIDDEN_TAGS & set(c.get("metadata", {}).get("tags", [])): found.append(f"{rel}: cell {k} is a hidden cell")
+        if any(line.strip() in MARKERS for line in c.source.split("\n")): found.append(f"{rel}: cell {k} has a marker")
+    elif p.suffix in (".py", ".md", ".txt", ".cfg", ".toml"):
+      text = p.read_text(encoding="utf-8", errors="replace")
+      if any(line.strip() in MARKERS for line in text.splitlines()): found.append(f"{rel}: a marker line")
+  return found
+
+
+def release(dest: Path, force: bool = False, root: Path = ROOT) -> list[str]:
+  """Write the student tree into dest; return the files written (relative paths)."""
+  if dest.exists() and any(dest.iterdir()):
+    if not force: raise SystemExit(f"error: {dest} is not empty (pass --force to replace it)")
+    shutil.rmtree(dest)
+  dest.mkdir(parents=True, exist_ok=True)
+  files = [f for f in tracked(root) if wanted(f) and (root / f).is_file()]
+  for f in files:
+    (dest / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / f, dest / f)
+  (dest / "Makefile").write_text(STUDENT_MAKEFILE)
+  if problems := leaks(dest): raise SystemExit("error: the release leaks solutions:\n" + "\n".join(problems))
+  return files + ["Makefile"]
+
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("dest", type=Path)
+  ap.add_argument("--force", action="store_true", help="replace a non-empty destination")
+  args = ap.parse_args(argv)
+  files = release(args.dest, args.force)
+  weeks = sorted(f for f in files if f.startswith("assignments/"))
+  print(f"wrote {len(files)} files to {args.dest}: {len(weeks)} assignments, no solutions, no hidden tests")
+  print(f"next: cd {args.dest} && make test   (and make check WEEK=<n> for one week's visible checks)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

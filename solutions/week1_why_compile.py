@@ -1,0 +1,394 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 1 assignment: why compile, and C from Python
+#
+# The exercises of Chapter 1 (why compile?) and Chapter 2 (from C to Python). Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - a **worked example** before it, solved, on a neighbouring problem;
+# - **visible checks** right after it, with the output they should print;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below. A *structure* or *speed* point counts only once the task's values are right.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | 1.1 | cost table | 2 |
+# | 1.3 | blocked attention | 3 (values 2, structure 1) |
+# | 2.3 | check the arguments | 2 |
+# | 2.5 | a fused kernel | 3 (values 2, speed 1) |
+#
+# The whole notebook runs in well under a minute on two cores. Timings are best-of-k after a warm-up; the
+# notebook prints ratios measured in one run and never asserts a time.
+
+# %% tags=["nbval-ignore-output"]
+import datetime
+import os
+import platform
+import re
+import subprocess
+
+cpu = re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M)
+print(f"CPU:      {cpu.group(1) if cpu else platform.machine()}, {os.cpu_count()} cores")
+print(f"compiler: {subprocess.run(['cc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+print(f"date:     {datetime.date.today()}")
+
+# %% [markdown]
+# ## Setup
+#
+# Chapter 1's attention in NumPy (`attention`, float64 for the reference) and Chapter 2's `MiniProgram`: C source
+# -> `cc` -> shared object -> cffi, called with NumPy arrays (by pointer) and numbers (by value).
+
+# %%
+import math
+import tempfile
+import time
+import tracemalloc
+import cffi
+import numpy as np
+
+
+def attention(q, k, v):
+  """softmax(q k^T / sqrt(D)) v for (N, D) arrays."""
+  s = q @ k.T * (1 / math.sqrt(q.shape[-1]))          # (N, N) scores S
+  p = np.exp(s - s.max(axis=-1, keepdims=True))       # (N, N) unnormalized probabilities
+  return (p / p.sum(axis=-1, keepdims=True)) @ v      # (N, D)
+
+
+def qkv(N: int, D: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  return tuple(rng.standard_normal((N, D), dtype=np.float32) for _ in range(3))
+
+
+def reference(q, k, v) -> np.ndarray: return attention(*(x.astype(np.float64) for x in (q, k, v)))
+
+
+class MiniProgram:
+  """C source -> cc -> shared object -> cffi, called with NumPy arrays (by pointer) and numbers (by value)."""
+
+  def __init__(self, src: str, name: str):
+    self.tmp = tempfile.TemporaryDirectory()          # removed when the MiniProgram is
+    c_path, so_path = os.path.join(self.tmp.name, f"{name}.c"), os.path.join(self.tmp.name, f"{name}.so")
+    with open(c_path, "w") as f: f.write(src)
+    r = subprocess.run(["cc", "-O3", "-shared", "-fPIC", "-o", so_path, c_path], capture_output=True, text=True)
+    if r.returncode != 0: raise RuntimeError(f"cc failed:\n{r.stderr}")
+    self.ffi = cffi.FFI()
+    self.ffi.cdef(src[:src.index("{")].strip() + ";")   # the function's header is its declaration
+    self.lib = self.ffi.dlopen(so_path)                 # keep a reference: the code lives in this object
+    self.fn = getattr(self.lib, name)
+
+  def __call__(self, *args):
+    params = self.ffi.typeof(self.fn).args              # the C parameter types, from the declaration
+    self.fn(*[self.ffi.from_buffer(t, a) if t.kind == "pointer" else a for t, a in zip(params, args)])
+
+
+def best_time(fn, reps: int = 5) -> float:
+  fn()
+  best = math.inf
+  for _ in range(reps):
+    t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
+  return best
+
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
+# %% [markdown]
+# ## Exercise 1.1: cost table
+#
+# **Worked example.** Chapter 1's cost of attention for float32 and D = 64: S and P are N x N each, QK^T and PV
+# make 2D FLOPs per score each.
+
+# %%
+def cost_f32(N: int) -> dict:
+  sp_bytes = 2 * 4 * N * N                  # S and P, float32
+  io_bytes = 4 * 4 * N * 64                 # read Q, K, V; write out
+  flops = 4 * N * N * 64                    # QK^T and PV, 2D FLOPs per dot product
+  return dict(sp_bytes=sp_bytes, io_bytes=io_bytes, flops=flops,
+              ai_unfused=flops / (2 * sp_bytes + io_bytes), ai_fused=flops / io_bytes)
+
+
+print(cost_f32(1024))
+
+# %% [markdown]
+# **Your task.** Write `cost(N, D, itemsize)` for any head dimension D and element size (4 bytes for float32, 2
+# for float16), with the same five entries: `sp_bytes` (S and P), `io_bytes` (Q, K, V read, the output written),
+# `flops`, `ai_unfused` (S and P each written once and read once) and `ai_fused` (S and P never leave the chip).
+
+# %%
+# TASK: cost table
+def cost(N: int, D: int = 64, itemsize: int = 4) -> dict:
+  """Bytes, FLOPs and arithmetic intensities of attention at sequence length N, head dimension D."""
+  ### BEGIN SOLUTION
+  sp_bytes = 2 * itemsize * N * N
+  io_bytes = 4 * itemsize * N * D
+  flops = 4 * N * N * D
+  return dict(sp_bytes=sp_bytes, io_bytes=io_bytes, flops=flops,
+              ai_unfused=flops / (2 * sp_bytes + io_bytes), ai_fused=flops / io_bytes)
+  ### END SOLUTION
+
+
+# %%
+print(f"{'N':>6} {'D':>4} {'S+P (MiB)':>10} {'GFLOP':>7} {'FLOP/byte, S,P in memory':>25} {'FLOP/byte, fused':>17}")
+for n, d in ((4096, 64), (4096, 128)):
+  c = cost(n, d)
+  print(f"{n:>6} {d:>4} {c['sp_bytes'] / 2**20:>10.0f} {c['flops'] / 1e9:>7.1f} {c['ai_unfused']:>25.1f}"
+        f" {c['ai_fused']:>17.0f}")
+assert cost(1024) == cost_f32(1024)
+
+# %% [markdown]
+# Expected: doubling D doubles the FLOPs and the bytes of Q, K, V and the output, but not S and P. So the fused
+# intensity stays N/4 = 1024 FLOP/byte, while the intensity with S and P in memory nearly doubles (15.8 to 31.0).
+
+# %% tags=["hidden-test"]
+# POINTS: cost table 2
+### BEGIN HIDDEN TESTS
+for _n, _d, _size in ((1024, 64, 4), (4096, 128, 4), (2048, 64, 2), (1000, 96, 2)):
+  _got = cost(_n, _d, _size)
+  _want = {"sp_bytes": 2 * _size * _n * _n, "io_bytes": 4 * _size * _n * _d, "flops": 4 * _n * _n * _d}
+  _want["ai_unfused"] = _want["flops"] / (2 * _want["sp_bytes"] + _want["io_bytes"])
+  _want["ai_fused"] = _want["flops"] / _want["io_bytes"]
+  for _key, _w in _want.items():
+    assert _key in _got, f"cost({_n}, {_d}, {_size}) has no entry {_key!r}"
+    gradelib.expect_close(_got[_key], _w, f"cost({_n}, D={_d}, itemsize={_size})[{_key!r}]", tol=1e-9)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 1.3: blocked attention
+#
+# **Worked example.** A row-wise softmax computed a block of rows at a time: each block's rows are complete, so
+# the block is normalized on its own, and only a (block, N) piece exists at once.
+
+# %%
+def softmax_rows_blocked(s: np.ndarray, block: int = 128) -> np.ndarray:
+  out = np.empty_like(s)
+  for i0 in range(0, len(s), block):
+    rows = s[i0:i0 + block]                            # (block, N); the last block may be shorter
+    p = np.exp(rows - rows.max(axis=-1, keepdims=True))
+    out[i0:i0 + block] = p / p.sum(axis=-1, keepdims=True)
+  return out
+
+
+s = np.random.default_rng(1).standard_normal((300, 50))
+e = np.exp(s - s.max(-1, keepdims=True))
+print("blocked softmax matches:", np.allclose(softmax_rows_blocked(s, 128), e / e.sum(-1, keepdims=True)))
+
+# %% [markdown]
+# **Your task.** `blocked_attention(q, k, v, block)`: attention a block of `block` query rows at a time, so that
+# no N x N array ever exists (the largest temporary is (block, N)). N need not be a multiple of `block`.
+
+# %%
+# TASK: blocked attention
+def blocked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, block: int = 128) -> np.ndarray:
+  """softmax(q k^T / sqrt(D)) v, computed `block` query rows at a time."""
+  ### BEGIN SOLUTION
+  out = np.empty((len(q), v.shape[1]), np.result_type(q, v))
+  scale = 1 / math.sqrt(q.shape[-1])
+  for i0 in range(0, len(q), block):
+    s = q[i0:i0 + block] @ k.T * scale                # (block, N): the only large temporary
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    out[i0:i0 + block] = (p / p.sum(axis=-1, keepdims=True)) @ v
+  return out
+  ### END SOLUTION
+
+
+# %%
+def peak_bytes(fn) -> int:
+  """The largest amount of memory fn() had allocated at once (NumPy arrays included), in bytes."""
+  tracemalloc.start()
+  try:
+    fn()
+    return tracemalloc.get_traced_memory()[1]
+  finally: tracemalloc.stop()
+
+
+q, k, v = qkv(1000)
+print("blocked attention matches the reference:", np.allclose(blocked_attention(q, k, v), reference(q, k, v),
+                                                              atol=1e-5))
+print("blocked peak below one N x N float32 array:", peak_bytes(lambda: blocked_attention(q, k, v)) < 1000 * 1000 * 4)
+
+# %% tags=["nbval-ignore-output"]
+print(f"peak memory, N = 1000: blocked {peak_bytes(lambda: blocked_attention(q, k, v)) / 2**20:.1f} MiB, "
+      f"unblocked {peak_bytes(lambda: attention(q, k, v)) / 2**20:.1f} MiB")
+
+# %% [markdown]
+# Expected: `True` twice, and a peak of a few MiB blocked against about 12 MiB unblocked (three N x N float32 arrays
+# live at once: S, its exponential, and P).
+
+# %% tags=["hidden-test"]
+# POINTS: blocked attention 2
+### BEGIN HIDDEN TESTS
+for _n, _d, _block in ((1000, 64, 128), (256, 32, 64), (70, 16, 32), (5, 8, 128)):
+  _q, _k, _v = qkv(_n, _d, seed=_n)
+  gradelib.expect_close(blocked_attention(_q, _k, _v, _block), reference(_q, _k, _v),
+                        f"blocked_attention(N={_n}, D={_d}, block={_block})", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: blocked attention 1 structure
+### BEGIN HIDDEN TESTS
+_q, _k, _v = qkv(2048, 64, seed=3)
+_peak = peak_bytes(lambda: blocked_attention(_q, _k, _v, 128))
+assert _peak < 2048 * 2048 * 4 / 2, (f"blocked_attention(N=2048, block=128): peak memory {_peak / 2**20:.1f} MiB; one "
+                                     f"N x N float32 array is 16 MiB, a (block, N) one 1 MiB: an N x N array exists")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 2.3: check the arguments
+#
+# **Worked example.** The C types of a kernel's parameters, as cffi reads them from its declaration:
+
+# %%
+ADD = """void add(const float* a, const float* b, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}"""
+add = MiniProgram(ADD, "add")
+for t in add.ffi.typeof(add.fn).args:
+  print(f"{t.cname:14s} kind {t.kind:9s}" + (f" points to {t.item.cname}" if t.kind == "pointer" else ""))
+
+# %% [markdown]
+# `MiniProgram` passes whatever it is given: a float64 array is read as twice as many garbage floats, a
+# transposed view as the wrong elements. **Your task.** `CheckedProgram`, a `MiniProgram` whose call raises
+# `TypeError` before calling C when
+# - the number of arguments differs from the number of parameters (the message gives both numbers);
+# - a pointer parameter gets something that is not a NumPy array, or an array whose dtype does not match the C type
+#   (`float` is float32, `double` float64, `int` int32), or that is not C-contiguous. The message says
+#   `argument <k>` (counted from 0) and what was wrong: the dtype it got, or `not contiguous`.
+
+# %%
+# TASK: check the arguments
+C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32}
+
+
+class CheckedProgram(MiniProgram):
+  def __call__(self, *args):
+    ### BEGIN SOLUTION
+    params = self.ffi.typeof(self.fn).args
+    if len(args) != len(params):
+      raise TypeError(f"{len(params)} arguments expected, {len(args)} given")
+    for k, (t, a) in enumerate(zip(params, args)):
+      if t.kind != "pointer": continue
+      want = np.dtype(C_TYPES[t.item.cname])
+      if not isinstance(a, np.ndarray): raise TypeError(f"argument {k}: a {type(a).__name__}, expected a {want} array")
+      if a.dtype != want: raise TypeError(f"argument {k}: dtype {a.dtype}, expected {want} ({t.cname})")
+      if not a.flags.c_contiguous: raise TypeError(f"argument {k}: not contiguous (use np.ascontiguousarray)")
+    super().__call__(*args)
+    ### END SOLUTION
+
+
+# %%
+checked = CheckedProgram(ADD, "add")
+x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
+checked(x, x, y, 8)
+print("right call:", y)
+for bad in ((x, x, y), (x, x.astype(np.float64), y, 8), (x, x, np.zeros((8, 2), np.float32)[:, 0], 8)):
+  try:
+    checked(*bad)
+    print("no error!")
+  except TypeError as err:
+    print("TypeError:", err)
+
+# %% [markdown]
+# Expected: `[2. 2. ...]`, then three TypeErrors: the argument count, `argument 1` with float64, `argument 2` not
+# contiguous.
+
+# %% tags=["hidden-test"]
+# POINTS: check the arguments 2
+### BEGIN HIDDEN TESTS
+_prg = CheckedProgram("""void axpy(float* y, const double* x, int n, const int* idx) {
+  for (int i = 0; i < n; i++) y[idx[i]] += (float)x[i];
+}""", "axpy")
+_y, _x, _idx = np.zeros(4, np.float32), np.arange(4, dtype=np.float64), np.array([3, 2, 1, 0], np.int32)
+_prg(_y, _x, 4, _idx)
+gradelib.expect_equal(_y, np.array([3, 2, 1, 0], np.float32), "CheckedProgram(axpy) on right arguments: y")
+gradelib.expect_raises(TypeError, lambda: _prg(_y, _x, 4), "axpy called with 3 of its 4 arguments", ("4", "3"))
+gradelib.expect_raises(TypeError, lambda: _prg(_y, _x.astype(np.float32), 4, _idx),
+                       "axpy with a float32 array for `const double* x`", ("argument 1", "float32"))
+gradelib.expect_raises(TypeError, lambda: _prg(_y, _x, 4, _idx.astype(np.int64)),
+                       "axpy with an int64 array for `const int* idx`", ("argument 3", "int64"))
+gradelib.expect_raises(TypeError, lambda: _prg(np.zeros((4, 2), np.float32)[:, 1], _x, 4, _idx),
+                       "axpy with a strided view for `float* y`", ("argument 0", "contiguous"))
+gradelib.expect_raises(TypeError, lambda: _prg([0.0] * 4, _x, 4, _idx), "axpy with a list for `float* y`",
+                       ("argument 0",))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 2.5: a fused kernel
+#
+# **Worked example.** Chapter 2's `a * b + c` in one loop: one pass over memory, where NumPy makes two (and a
+# temporary for `a * b`).
+
+# %%
+FMA = """void fma3(const float* a, const float* b, const float* c, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i];
+}"""
+fma3 = MiniProgram(FMA, "fma3")
+n = 1 << 22
+rng = np.random.default_rng(0)
+a, b, c, d = (rng.standard_normal(n, dtype=np.float32) for _ in range(4))
+out = np.zeros(n, np.float32)
+fma3(a, b, c, out, n)
+print("fma3 matches NumPy:", np.allclose(out, a * b + c))
+
+# %% [markdown]
+# **Your task.** `fused_source()`: the C source of `void fused(const float* a, const float* b, const float* c,
+# const float* d, float* out, int n)` computing `out = a * b + c * d - a` in one loop. Predict the NumPy/C ratio
+# from the passes over memory each side makes, then measure it below.
+
+# %%
+# TASK: a fused kernel
+def fused_source() -> str:
+  """The C source of `fused`: out = a * b + c * d - a in one loop."""
+  ### BEGIN SOLUTION
+  return """void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i];
+}"""
+  ### END SOLUTION
+
+
+# %%
+fused = MiniProgram(fused_source(), "fused")
+fused(a, b, c, d, out, n)
+print("fused matches NumPy:", np.allclose(out, a * b + c * d - a, atol=1e-6))
+
+# %% tags=["nbval-ignore-output"]
+fused = MiniProgram(fused_source(), "fused")
+t_c, t_np = best_time(lambda: fused(a, b, c, d, out, n)), best_time(lambda: a * b + c * d - a)
+print(f"n = {n}: C {t_c * 1e3:.2f} ms, NumPy {t_np * 1e3:.2f} ms: NumPy/C = {t_np / t_c:.1f}")
+
+# %% [markdown] tags=["answer"]
+# NumPy makes four passes (`a * b`, `c * d`, their sum, minus `a`), each reading two arrays and writing one, and
+# allocates three temporaries; the C loop reads four arrays and writes one, once. Counting arrays streamed, that
+# is 12 against 5: the ratio printed above should be of that order when memory is the limit.
+
+# %% tags=["hidden-test"]
+# POINTS: a fused kernel 2
+### BEGIN HIDDEN TESTS
+for _n in (1, 7, 1000):
+  _a, _b, _c, _d = (np.random.default_rng(_s).standard_normal(_n).astype(np.float32) for _s in range(4))
+  _out = np.full(_n, np.nan, np.float32)
+  MiniProgram(fused_source(), "fused")(_a, _b, _c, _d, _out, _n)
+  gradelib.expect_close(_out, _a * _b + _c * _d - _a, f"fused, n = {_n}: out", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: a fused kernel 1 speed
+### BEGIN HIDDEN TESTS
+_n = 1 << 22
+_a, _b, _c, _d = (np.random.default_rng(_s).standard_normal(_n).astype(np.float32) for _s in range(4))
+_out, _fused = np.zeros(_n, np.float32), MiniProgram(fused_source(), "fused")
+_ratio = gradelib.expect_faster(lambda: _fused(_a, _b, _c, _d, _out, _n), lambda: _a * _b + _c * _d - _a, 1.3,
+                                "fused against NumPy's a * b + c * d - a at n = 4M")
+### END HIDDEN TESTS

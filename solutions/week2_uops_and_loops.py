@@ -1,0 +1,344 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 2 assignment: the UOp, and loops as graphs
+#
+# The exercises of Chapter 3 (the UOp: rewrite rules and `simplify`) and Chapter 4 (loops as graphs: the AFTER
+# idiom). Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - a **worked example** before it, solved, on a neighbouring problem;
+# - **visible checks** right after it, with the output they should print;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below. A *structure* point counts only once the task's values are right.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | 3.2 | the divmod rule | 2 |
+# | 3.3 | mod of a mod | 2 |
+# | 4.2 | running argmax | 3 (values 2, structure 1) |
+# | 4.3 | prefix sum | 2 |
+#
+# The whole notebook runs in a few seconds.
+
+# %% [markdown]
+# ## Setup
+#
+# uopc's UOp, patterns and simplifier (Chapter 3) and the loop builders of Chapter 4. `check_rules` is the test of
+# 3.6: random integer expressions, evaluated with C semantics before and after a rewrite, at random points.
+
+# %%
+import math
+import random
+import numpy as np
+from uopc.dtype import dtypes
+from uopc.uop import AxisType, Ops, ParamArg, Pat, UOp, graph_rewrite, range_, sink
+from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules
+from uopc.render_c import render_c
+from uopc.runtime import Program
+
+f32, i32 = dtypes.f32, dtypes.i32
+
+
+def buf(slot: int, n: int, dtype=f32) -> UOp: return UOp(Ops.BUFFER, (), ParamArg(slot, dtype, (n,)))
+def alloc(slot: int, n: int = 1, dtype=f32) -> UOp: return UOp(Ops.ALLOC, (), ParamArg(slot, dtype, (n,)))
+
+
+def simplify_with(e: UOp, rules: list) -> UOp:
+  """e rewritten by uopc's symbolic rules followed by `rules`, to a fixed point."""
+  return graph_rewrite(e, symbolic_rules + rules)
+
+
+def disagreement(e: UOp, rewritten: UOp, points: int = 200, seed: int = 0) -> dict | None:
+  """A point (loop variable -> value) where e and rewritten differ, or None if they agree at every point tried."""
+  rnd = random.Random(seed)
+  rs = sorted(set(ranges_in(e)) | set(ranges_in(rewritten)), key=lambda r: r.arg[0])
+  for _ in range(points):
+    env = {r: rnd.randrange(r.src[0].arg) for r in rs}
+    if evaluate(e, env) != evaluate(rewritten, env): return env
+  return None
+
+
+i, j = range_(64, 0), range_(48, 1)
+
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+import re
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
+
+def _expect_rewrite(rules, e, want, what):
+  """simplify_with(e, rules) is want (None: unchanged by the rules, whatever simplify makes of it), and keeps
+  e's value at every point."""
+  got = simplify_with(e, rules)
+  if (bad := disagreement(e, got)) is not None:
+    at = ", ".join(f"ridx{r.arg[0]}={v}" for r, v in bad.items())
+    raise AssertionError(f"{what}: {e.render()} was rewritten to {got.render()}, which differs at {at}: "
+                         f"{evaluate(e, bad)} before, {evaluate(got, bad)} after")
+  want = simplify(e) if want is None else want
+  if got is not want: raise AssertionError(f"{what}: {e.render()} became {got.render()}, expected {want.render()}")
+
+# %% [markdown]
+# ## Exercise 3.2: the divmod rule
+#
+# **Worked example.** A rule is a pattern and a function of the names it binds; returning None means "no change".
+# `(x * c) % c -> 0`, for a constant c other than 0 (true in C for every x: `x * c` is a multiple of c):
+
+# %%
+xp = Pat.var("x")
+mul_mod_rule = (Pat(Ops.MOD, (Pat(Ops.MUL, (xp, Pat.cvar("c"))), Pat.cvar("c"))),
+                lambda x, c: UOp.const(0, x.dtype) if c.arg != 0 else None)   # (x*c) % c -> 0
+for e in ((i * 3) % 3, (i * 3 + j) % 3, (i * 3) % 4):
+  r = simplify_with(e, [mul_mod_rule])
+  print(f"{e.render():20} -> {r.render():20} same values: {disagreement(e, r) is None}")
+
+# %% [markdown]
+# (The second is simplify's own `%` rule at work, not ours: `i*3 + j` is an ADD, not a MUL, and patterns match the
+# shape of the graph, not its value. The third does not match: the two constants differ.)
+#
+# **Your task.** `simplify` leaves `(x // c) * c + x % c` alone, though it is `x`. Write `divmod_rules()`, a list of
+# uopc rules that rewrites it to `x` for any integer expression x and constant c other than 0, whichever order the
+# two terms of the sum come in. (In C, where `/` truncates and `%` takes the sign of x, it holds for every x; in
+# Python too, where both floor. It would not hold with one of each.)
+
+# %%
+# TASK: the divmod rule
+def divmod_rules() -> list:
+  """Rules that rewrite (x // c) * c + x % c, in either order, to x."""
+  ### BEGIN SOLUTION
+  div_mul = Pat(Ops.MUL, (Pat(Ops.IDIV, (xp, Pat.cvar("c"))), Pat.cvar("c")))
+  mod = Pat(Ops.MOD, (xp, Pat.cvar("c")))
+  return [
+    (Pat(Ops.ADD, (div_mul, mod)), lambda x, c: x if c.arg != 0 else None),   # (x//c)*c + x%c -> x
+    (Pat(Ops.ADD, (mod, div_mul)), lambda x, c: x if c.arg != 0 else None),   # x%c + (x//c)*c -> x
+  ]
+  ### END SOLUTION
+
+# %%
+x = i * 5 + j
+for e in ((i // 4) * 4 + i % 4, i % 8 + (i // 8) * 8, (x // 16) * 16 + x % 16, (i // 4) * 4 + j % 4):
+  r = simplify_with(e, divmod_rules())
+  print(f"{e.render():40} -> {r.render():40} same values: {disagreement(e, r) is None}")
+
+# %% [markdown]
+# Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last (two different x) stays as it
+# is; all `True`.
+
+# %% tags=["hidden-test"]
+# POINTS: the divmod rule 2
+### BEGIN HIDDEN TESTS
+_k = range_(100, 2)
+_x = i * 3 + _k
+_expect_rewrite(divmod_rules(), (i // 4) * 4 + i % 4, i, "divmod_rules")
+_expect_rewrite(divmod_rules(), _k % 7 + (_k // 7) * 7, _k, "divmod_rules, terms the other way round")
+_expect_rewrite(divmod_rules(), (_x // 16) * 16 + _x % 16, simplify(_x), "divmod_rules, x a sum")
+_expect_rewrite(divmod_rules(), (i // 4) * 4 + _k % 4, None, "divmod_rules, two different x")
+_expect_rewrite(divmod_rules(), (i // 4) * 4 + i % 8, None, "divmod_rules, two different constants")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3.3: mod of a mod
+#
+# **Worked example.** A rule with a condition on its constants: `(x // a) // b -> x // (a * b)` for positive a and
+# b (uopc has it, inside its `//` rule).
+
+# %%
+div_div_rule = (Pat(Ops.IDIV, (Pat(Ops.IDIV, (xp, Pat.cvar("a"))), Pat.cvar("b"))),
+                lambda x, a, b: x // (a.arg * b.arg) if a.arg > 0 and b.arg > 0 else None)
+for e in ((i // 4) // 2, (i // 3) // 5):
+  r = graph_rewrite(e, [div_div_rule])
+  print(f"{e.render():20} -> {r.render():20} same values: {disagreement(e, r) is None}")
+
+# %% [markdown]
+# **Your task.** `simplify((i % 8) % 4)` is not `i % 4`. Write `mod_mod_rules()`: `(x % a) % b -> x % b` when b
+# divides a (both positive). Why does "b divides a" matter? The visible check below shows a counterexample.
+
+# %%
+# TASK: mod of a mod
+def mod_mod_rules() -> list:
+  """Rules that rewrite (x % a) % b to x % b when b divides a."""
+  ### BEGIN SOLUTION
+  return [
+    (Pat(Ops.MOD, (Pat(Ops.MOD, (xp, Pat.cvar("a"))), Pat.cvar("b"))),   # (x % a) % b -> x % b when b | a
+     lambda x, a, b: x % b.arg if a.arg > 0 and b.arg > 0 and a.arg % b.arg == 0 else None),
+  ]
+  ### END SOLUTION
+
+# %%
+for e in ((i % 8) % 4, ((i * 3 + j) % 12) % 4, (i % 6) % 4):
+  r = simplify_with(e, mod_mod_rules())
+  print(f"{e.render():28} -> {r.render():24} same values: {disagreement(e, r) is None}")
+print("without the condition, (i % 6) % 4 at i = 6:", (6 % 6) % 4, "but i % 4:", 6 % 4)
+
+# %% [markdown]
+# Expected: the first two lose their inner `% 8` and `% 12`; `(ridx0%6)%4` stays; all `True`.
+
+# %% tags=["hidden-test"]
+# POINTS: mod of a mod 2
+### BEGIN HIDDEN TESTS
+_k = range_(100, 2)
+_expect_rewrite(mod_mod_rules(), (i % 8) % 4, i % 4, "mod_mod_rules")
+_expect_rewrite(mod_mod_rules(), ((i * 3 + _k) % 24) % 6, simplify((i * 3 + _k) % 6), "mod_mod_rules, x a sum")
+_expect_rewrite(mod_mod_rules(), (_k % 6) % 4, None, "mod_mod_rules, 4 does not divide 6")
+_expect_rewrite(mod_mod_rules(), (_k % 10) % 3, None, "mod_mod_rules, 3 does not divide 10")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 4.2: running argmax
+#
+# **Worked example.** Chapter 4's running max per row: the accumulator lives inside the THREAD loop
+# (`alloc(0).after(i)`: one per row, private to its thread), is initialised, updated in the `j` loop, and read after
+# the loop's END.
+
+# %%
+def rowmax_program(R: int, C: int) -> UOp:
+  A, OUT = buf(0, R * C), buf(1, R)
+  i = range_(R, 0, AxisType.THREAD)
+  acc = alloc(0).after(i)                      # the acc that lives inside loop i: one per row, per thread
+  init = acc.index(0).store(-math.inf)
+  j = range_(C, 1)
+  accj = acc.after(init, j)                    # read it inside loop j, after its initialisation
+  upd = accj.index(0).store(accj.index(0).load().maximum(A.index(i * C + j).load())).end(j)
+  return sink(OUT.index(i).store(acc.after(upd).index(0).load()).end(i))   # read it after loop j
+
+
+print(render_c(rowmax_program(4, 6), "rowmax"))
+
+# %% [markdown]
+# **Your task.** `argmax_program(R, C)`: for each row of A (R, C) float32 (buffer 0), the index of its largest
+# value, into an int32 buffer 1 (`buf(1, R, i32)`), the *first* one on ties, as `np.argmax`. Two accumulators, the
+# running max and its index (`alloc(1, 1, i32)` for the index), both placed by `.after(i)`; update both in the `j`
+# loop under one END (a SINK of the two stores), choosing with `cond.where(a, b)`. What must the update of the index
+# be ordered after?
+
+# %%
+# TASK: running argmax
+def argmax_program(R: int, C: int) -> UOp:
+  """out[i] = the first j with a[i, j] == max_j a[i, j], as int32."""
+  ### BEGIN SOLUTION
+  A, OUT = buf(0, R * C), buf(1, R, i32)
+  i = range_(R, 0, AxisType.THREAD)
+  m, idx = alloc(0).after(i), alloc(1, 1, i32).after(i)      # both private to the row, and so to the thread
+  init_m, init_idx = m.index(0).store(-math.inf), idx.index(0).store(0)
+  j = range_(C, 1)
+  mj, idxj = m.after(init_m, j), idx.after(init_idx, j)
+  x, old = A.index(i * C + j).load(), mj.index(0).load()
+  better = old < x                                            # strictly: the first maximum wins a tie
+  st_idx = idxj.index(0).store(better.where(j, idxj.index(0).load()))   # reads the max before it is updated
+  st_m = mj.index(0).store(better.where(x, old))
+  loop = UOp(Ops.SINK, (st_idx, st_m)).end(j)
+  return sink(OUT.index(i).store(idx.after(loop).index(0).load()).end(i))
+  ### END SOLUTION
+
+
+# %%
+def run_argmax(build, a: np.ndarray) -> np.ndarray:
+  out = np.full(a.shape[0], -1, np.int32)
+  Program(render_c(build(*a.shape), "argmax"), "argmax")(np.ascontiguousarray(a, np.float32), out)
+  return out
+
+
+a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4]], np.float32)
+print(render_c(argmax_program(3, 4), "argmax"))
+print("argmax:", run_argmax(argmax_program, a), "NumPy:", a.argmax(1))
+
+# %% [markdown]
+# Expected: `argmax: [1 0 0] NumPy: [1 0 0]`, and both `acc` declarations inside the `#pragma omp parallel for`
+# loop. The index update uses the comparison with the *old* maximum, so it must read the max before the max's own
+# update stores the new one: both come from the same load, made before either store.
+
+# %% tags=["hidden-test"]
+# POINTS: running argmax 2
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng(5)
+for _what, _a in (("random", _rng.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _rng.integers(0, 3, (50, 9))),
+                  ("one column", _rng.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
+                  ("the max last", np.tile(np.arange(10.0), (4, 1)))):
+  gradelib.expect_equal(run_argmax(argmax_program, _a), np.argmax(_a, 1).astype(np.int32),
+                        f"argmax_program on {_what} {_a.shape}: the index per row")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: running argmax 1 structure
+### BEGIN HIDDEN TESTS
+_src = render_c(argmax_program(16, 8), "argmax")
+_lines = _src.splitlines()
+_par = next((n for n, line in enumerate(_lines) if "#pragma omp parallel for" in line), None)
+assert _par is not None, "argmax_program: no parallel loop (make the row loop AxisType.THREAD)"
+_outside = [line.strip() for line in _lines[:_par] if re.match(r"\s*(float|int) acc\d+", line)]
+assert not _outside, (f"argmax_program: {', '.join(_outside)} declared outside the parallel loop: one variable "
+                      f"shared by every thread (place it with .after(i), not .after())")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 4.3: prefix sum
+#
+# **Worked example.** Chapter 4's sum: function-level state (`alloc(0).after()`), initialised once, updated in the
+# loop, read after it.
+
+# %%
+def sum_program(n: int) -> UOp:
+  A, OUT = buf(0, n), buf(1, 1)
+  acc = alloc(0).after()                       # placed in no loop: function-level state
+  init = acc.index(0).store(0.0)
+  k = range_(n, 0)
+  acck = acc.after(init, k)                    # the acc inside loop k, after its initialisation
+  upd = acck.index(0).store(acck.index(0).load() + A.index(k).load()).end(k)
+  return sink(OUT.index(0).store(acc.after(upd).index(0).load()))   # read after the loop that updates it
+
+
+print(render_c(sum_program(8), "sum"))
+
+# %% [markdown]
+# **Your task.** `prefix_sum_program(n)`: `out[k] = a[0] + ... + a[k]` (buffers 0 and 1, float32). The running value
+# is updated and stored in the same iteration: close the loop over both stores with
+# `UOp(Ops.SINK, (store_acc, store_out)).end(k)`. (Why must this loop not be a THREAD loop?)
+
+# %%
+# TASK: prefix sum
+def prefix_sum_program(n: int) -> UOp:
+  """out[k] = a[0] + ... + a[k]."""
+  ### BEGIN SOLUTION
+  A, OUT = buf(0, n), buf(1, n)
+  acc = alloc(0).after()
+  init = acc.index(0).store(0.0)
+  k = range_(n, 0)                             # not THREAD: iteration k needs the value of iteration k - 1
+  acck = acc.after(init, k)
+  new = acck.index(0).load() + A.index(k).load()
+  return sink(UOp(Ops.SINK, (acck.index(0).store(new), OUT.index(k).store(new))).end(k))
+  ### END SOLUTION
+
+
+# %%
+def run_prefix_sum(a: np.ndarray) -> np.ndarray:
+  out = np.full(len(a), np.nan, np.float32)
+  Program(render_c(prefix_sum_program(len(a)), "cumsum"), "cumsum")(a.astype(np.float32), out)
+  return out
+
+
+print(render_c(prefix_sum_program(5), "cumsum"))
+print(run_prefix_sum(np.arange(1, 9)), np.cumsum(np.arange(1, 9)))
+
+# %% [markdown]
+# Expected: one loop, no pragma, and `[ 1.  3.  6. 10. 15. 21. 28. 36.]` twice.
+
+# %% tags=["hidden-test"]
+# POINTS: prefix sum 2
+### BEGIN HIDDEN TESTS
+for _n in (1, 2, 17, 1000):
+  _a = np.random.default_rng(_n).standard_normal(_n).astype(np.float32)
+  gradelib.expect_close(run_prefix_sum(_a), np.cumsum(_a.astype(np.float64)), f"prefix_sum_program({_n}): out",
+                        tol=1e-4)
+### END HIDDEN TESTS

@@ -1,0 +1,526 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 3 assignment: a GEMM by hand in the loop IR
+#
+# The exercises of Chapter 5 (the linearizer and the C renderer), solved in uopc: the matrix multiply that
+# chapters 5 and 11 call "the week-3 assignment", written by hand as a loop program, first naive, then with a 4x4
+# register tile and remainders, then with B transposed, and read back from its C. Then one of Chapter 6
+# (reductions): where the reduce lowering places a fused softmax's work, counted in the C. Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - a **worked example** before it, solved, on a smaller problem of the same shape;
+# - **visible checks** right after it, with the output they should print;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below. A *structure* or *speed* point counts only once the task's values are right.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | 5.1 | naive GEMM | 3 (values 2, structure 1) |
+# | 5.2 | 4x4 register tile | 5 (values 3, structure 1, speed 1) |
+# | 5.3 | B transposed | 3 (values 2, speed 1) |
+# | 5.6 | loads and multiply-adds | 2 |
+# | 6.5 | count the exps | 2 |
+#
+# The whole notebook runs in well under a minute on two cores. Timings are best-of-k after a warm-up; the
+# notebook prints ratios measured in one run and never asserts a time (the grader's speed tests allow wide margins).
+
+# %% tags=["nbval-ignore-output"]
+import datetime
+import os
+import platform
+import re
+import subprocess
+
+cpu = re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M)
+print(f"CPU:      {cpu.group(1) if cpu else platform.machine()}, {os.cpu_count()} cores "
+      f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+print(f"compiler: {subprocess.run(['cc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+print(f"date:     {datetime.date.today()}")
+
+# %% [markdown]
+# ## Setup
+#
+# The helpers of chapters 4 and 5: `buf` and `alloc` make buffers and accumulators, `run_gemm` compiles a loop
+# program with `render_c` and `Program`, runs it on random inputs and returns the result with its float64
+# reference. The output starts as NaN, so an element the kernel never writes shows up.
+
+# %%
+import math
+import time
+import numpy as np
+from uopc.dtype import dtypes
+from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
+from uopc.symbolic import simplify
+from uopc.render_c import render_c
+from uopc.runtime import Program
+
+f32 = dtypes.f32
+
+
+def buf(slot: int, n: int) -> UOp: return UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
+def alloc(slot: int, n: int = 1) -> UOp: return UOp(Ops.ALLOC, (), ParamArg(slot, f32, (n,)))
+
+
+def compile_gemm(build, M: int, N: int, K: int) -> Program:
+  return Program(render_c(build(M, N, K), "gemm"), "gemm")
+
+
+def run_gemm(build, M: int, N: int, K: int, b_transposed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """(C computed by the loop program build(M, N, K), A @ B in float64) for random A (M, K) and B (K, N); the
+  program gets B^T (N, K) instead when b_transposed."""
+  rng = np.random.default_rng(M + 7 * N + 13 * K)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  c = np.full((M, N), np.nan, np.float32)   # every element must be written
+  compile_gemm(build, M, N, K)(a, np.ascontiguousarray(b.T) if b_transposed else b, c)
+  return c, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def matches(c: np.ndarray, ref: np.ndarray) -> bool:
+  return bool(np.allclose(c, ref, rtol=1e-4, atol=1e-4 * math.sqrt(ref.shape[0] + 1)))
+
+
+def loops(src: str) -> list[str]:
+  """The `for` lines of a C source, indented as in the source."""
+  return [line for line in src.splitlines() if "for (" in line]
+
+
+SHAPES = [(1, 1, 1), (4, 4, 4), (5, 7, 3), (64, 64, 64), (67, 33, 29), (128, 96, 200)]
+
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
+# %% [markdown]
+# ## Exercise 5.1: naive GEMM
+#
+# **Worked example.** A matrix-vector product `y[i] = sum_k A[i, k] x[k]` has the shape of chapter 4's running
+# max: one accumulator per output, placed in the output loop with `.after(i)`, initialised, updated in the `k`
+# loop, read after the loop's END.
+
+# %%
+def matvec(M: int, K: int) -> UOp:
+  A, X, Y = buf(0, M * K), buf(1, K), buf(2, M)
+  i, k = range_(M, 0, AxisType.THREAD), range_(K, 1)
+  acc = alloc(0).after(i)                                   # one accumulator per row, private to its thread
+  init = acc.index(0).store(0.0)
+  acck = acc.after(init, k)
+  upd = acck.index(0).store(acck.index(0).load() + A.index(simplify(i * K + k)).load() * X.index(k).load()).end(k)
+  return sink(Y.index(i).store(acc.after(upd).index(0).load()).end(i))
+
+
+print(render_c(matvec(3, 5), "matvec"))
+a, x, y = np.arange(15, dtype=np.float32).reshape(3, 5), np.ones(5, np.float32), np.zeros(3, np.float32)
+Program(render_c(matvec(3, 5), "matvec"), "matvec")(a, x, y)
+print("matvec:", y, "NumPy:", a @ x)
+
+# %% [markdown]
+# **Your task.** `C = A @ B` with A (M, K), B (K, N), C (M, N), row-major float32 in buffers 0, 1 and 2. Write
+# `gemm_naive(M, N, K)`: a THREAD loop over the rows (id 0), a loop over the columns (id 1), the reduction loop over
+# `k` (id 2) with one accumulator per output element, placed inside both output loops. Pass the index expressions
+# through `simplify`.
+
+# %%
+# TASK: naive GEMM
+def gemm_naive(M: int, N: int, K: int) -> UOp:
+  """C = A @ B as a loop program: rows (THREAD), columns, then k; one accumulator per element of C."""
+  ### BEGIN SOLUTION
+  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
+  i, j, k = range_(M, 0, AxisType.THREAD), range_(N, 1), range_(K, 2)
+  acc = alloc(0).after(i, j)                                # one accumulator per output element
+  init = acc.index(0).store(0.0)
+  acck = acc.after(init, k)
+  a, b = A.index(simplify(i * K + k)).load(), B.index(simplify(k * N + j)).load()
+  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+  return sink(C.index(simplify(i * N + j)).store(acc.after(upd).index(0).load()).end(j, i))
+  ### END SOLUTION
+
+
+# %%
+print("\n".join(loops(render_c(gemm_naive(64, 48, 32), "gemm"))))
+print("naive GEMM matches NumPy:", {shape: matches(*run_gemm(gemm_naive, *shape)) for shape in SHAPES})
+
+# %% [markdown]
+# Expected: three nested loops of 64, 48 and 32 trips (the first under `#pragma omp parallel for`), and `True` for
+# every shape.
+
+# %% tags=["hidden-test"]
+# POINTS: naive GEMM 2
+### BEGIN HIDDEN TESTS
+for _shape in [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]:
+  gradelib.expect_close(*run_gemm(gemm_naive, *_shape), f"gemm_naive{_shape}: C", tol=1e-3)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: naive GEMM 1 structure
+### BEGIN HIDDEN TESTS
+_src = render_c(gemm_naive(67, 33, 29), "gemm")
+gradelib.expect_loops(_src, [(0, 67), (1, 33), (2, 29)], "gemm_naive(67, 33, 29): rows, columns, k")
+assert gradelib.parallel_loops(_src) == 1, f"gemm_naive: {gradelib.parallel_loops(_src)} parallel loops, expected 1"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5.2: 4x4 register tile
+#
+# **Worked example.** A 1x4 tile: each iteration of the column loop computes four neighbouring outputs of a row, so
+# every load of A feeds four multiply-adds. Four accumulators are updated under one END of `k` (a SINK of the four
+# stores), and when N is not a multiple of 4 the columns left over are a naive strip after the tiles (`gemm_strip`,
+# the naive kernel with offsets).
+
+# %%
+def gemm_strip(A: UOp, B: UOp, C: UOp, N: int, K: int, rows: tuple, cols: tuple, first_id: int, slot: int) -> UOp:
+  """C[r, c] = sum_k A[r, k] * B[k, c] for rows[0] <= r < rows[1], cols[0] <= c < cols[1] (naive loops)."""
+  i = range_(rows[1] - rows[0], first_id, AxisType.THREAD)
+  j, k = range_(cols[1] - cols[0], first_id + 1), range_(K, first_id + 2)
+  r, c = i + rows[0], j + cols[0]
+  acc = alloc(slot).after(i, j)
+  init = acc.index(0).store(0.0)
+  acck = acc.after(init, k)
+  a, b = A.index(simplify(r * K + k)).load(), B.index(simplify(k * N + c)).load()
+  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+  return C.index(simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
+
+
+def gemm_1x4(M: int, N: int, K: int) -> UOp:
+  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
+  N4 = N - N % 4
+  parts = []
+  if N4:
+    i, j, k = range_(M, 0, AxisType.THREAD), range_(N4 // 4, 1), range_(K, 2)
+    accs = [alloc(t).after(i, j) for t in range(4)]                    # acc[c] for C[i, 4j + c]
+    inits = [acc.index(0).store(0.0) for acc in accs]
+    a = A.index(simplify(i * K + k)).load()                             # one load of A ...
+    b = [B.index(simplify(k * N + j * 4 + c)).load() for c in range(4)]  # ... and 4 of B per k
+    updates = []
+    for t in range(4):
+      acck = accs[t].after(inits[t], k)
+      updates.append(acck.index(0).store(acck.index(0).load() + a * b[t]))
+    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                       # one k loop for all four
+    outs = [C.index(simplify(i * N + j * 4 + t)).store(accs[t].after(loop_k).index(0).load()) for t in range(4)]
+    parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
+  if N4 < N: parts.append(gemm_strip(A, B, C, N, K, (0, M), (N4, N), 3, 4))   # the columns left over
+  return sink(*parts)
+
+
+print("\n".join(loops(render_c(gemm_1x4(6, 7, 5), "gemm"))))
+print("1x4 tile matches NumPy:", {shape: matches(*run_gemm(gemm_1x4, *shape)) for shape in SHAPES})
+
+# %% [markdown]
+# **Your task.** `gemm_tiled(M, N, K)`: a 4x4 register tile. The tile loops come first: rows of tiles (THREAD, id 0,
+# M // 4 trips), columns of tiles (id 1, N // 4 trips), then one `k` loop (id 2) that loads 4 values of A and 4 of B
+# and does 16 multiply-adds into 16 accumulators. Then the remainders: when M or N is not a multiple of 4, the rows
+# and columns left over are computed by naive strips (`gemm_strip`), so that every element of C is written once.
+
+# %%
+# TASK: 4x4 register tile
+def gemm_tiled(M: int, N: int, K: int) -> UOp:
+  """C = A @ B with a 4x4 register tile, naive strips for the rows and columns left over."""
+  ### BEGIN SOLUTION
+  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
+  M4, N4 = M - M % 4, N - N % 4
+  parts = []
+  if M4 and N4:
+    i, j, k = range_(M4 // 4, 0, AxisType.THREAD), range_(N4 // 4, 1), range_(K, 2)
+    accs = [alloc(t).after(i, j) for t in range(16)]                       # acc[4*r + c] for C[4i + r, 4j + c]
+    inits = [acc.index(0).store(0.0) for acc in accs]
+    a = [A.index(simplify((i * 4 + r) * K + k)).load() for r in range(4)]  # 4 loads of A ...
+    b = [B.index(simplify(k * N + j * 4 + c)).load() for c in range(4)]    # ... and 4 of B per k
+    updates = []
+    for t in range(16):
+      acck = accs[t].after(inits[t], k)
+      updates.append(acck.index(0).store(acck.index(0).load() + a[t // 4] * b[t % 4]))
+    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                          # one k loop for all 16
+    outs = [C.index(simplify((i * 4 + t // 4) * N + j * 4 + t % 4)).store(accs[t].after(loop_k).index(0).load())
+            for t in range(16)]
+    parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
+  if N4 < N: parts.append(gemm_strip(A, B, C, N, K, (0, M), (N4, N), 3, 16))          # right strip, all rows
+  if M4 < M and N4: parts.append(gemm_strip(A, B, C, N, K, (M4, M), (0, N4), 6, 17))  # bottom strip
+  return sink(*parts)
+  ### END SOLUTION
+
+
+# %%
+print("\n".join(loops(render_c(gemm_tiled(6, 7, 5), "gemm"))))
+print("4x4 tile matches NumPy:", {shape: matches(*run_gemm(gemm_tiled, *shape)) for shape in SHAPES})
+
+# %% [markdown]
+# Expected with the remainders as above: the tile loops (1, 1, 5 trips), the right strip (6 rows, 3 columns, 5) and
+# the bottom strip (2 rows, 4 columns, 5), and `True` for every shape. How fast is it, on one thread?
+
+# %% tags=["nbval-ignore-output"]
+def best_time(fn, reps: int = 5) -> float:
+  fn()
+  best = math.inf
+  for _ in range(reps):
+    t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
+  return best
+
+
+n = 256
+a, b = np.ones((n, n), np.float32), np.ones((n, n), np.float32)
+c = np.zeros((n, n), np.float32)
+naive, tiled = compile_gemm(gemm_naive, n, n, n), compile_gemm(gemm_tiled, n, n, n)
+t_naive, t_tiled = best_time(lambda: naive(a, b, c)), best_time(lambda: tiled(a, b, c))
+print(f"n = {n}: naive {t_naive * 1e3:.2f} ms, 4x4 tile {t_tiled * 1e3:.2f} ms: {t_naive / t_tiled:.1f}x faster")
+
+# %% tags=["hidden-test"]
+# POINTS: 4x4 register tile 3
+### BEGIN HIDDEN TESTS
+for _shape in [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]:
+  gradelib.expect_close(*run_gemm(gemm_tiled, *_shape), f"gemm_tiled{_shape}: C", tol=1e-3)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: 4x4 register tile 1 structure
+### BEGIN HIDDEN TESTS
+_src = render_c(gemm_tiled(68, 36, 29), "gemm")
+gradelib.expect_loops(_src, [(0, 17), (1, 9), (2, 29)], "gemm_tiled(68, 36, 29): tile rows, tile columns, k")
+_k_body = _src.split("for (int ridx2 = 0;")[1].split("\n    }\n")[0]
+_fmas = len(re.findall(r"acc\d+ = \(", _k_body))
+assert _fmas == 16, f"gemm_tiled: {_fmas} accumulator updates per step of k, expected 16 (a 4x4 tile)"
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: 4x4 register tile 1 speed
+### BEGIN HIDDEN TESTS
+_n = 256
+_a, _b, _c = np.ones((_n, _n), np.float32), np.ones((_n, _n), np.float32), np.zeros((_n, _n), np.float32)
+_naive, _tiled = compile_gemm(gemm_naive, _n, _n, _n), compile_gemm(gemm_tiled, _n, _n, _n)
+_ratio = gradelib.expect_faster(lambda: _tiled(_a, _b, _c), lambda: _naive(_a, _b, _c), 2.0,
+                                "gemm_tiled against gemm_naive at n = 256")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5.3: B transposed
+#
+# **Worked example.** Chapter 4's transpose writes `out[j, i] = a[i, j]`: one of its two accesses walks memory with
+# a stride. NumPy's `b.T` is free (a view), but a contiguous copy of it is one such pass.
+
+# %%
+def transpose_program(R: int, C: int) -> UOp:
+  A, OUT = buf(0, R * C), buf(1, R * C)
+  i, j = range_(R, 0, AxisType.THREAD), range_(C, 1)
+  return sink(OUT.index(simplify(j * R + i)).store(A.index(simplify(i * C + j)).load()).end(j, i))
+
+
+a, out = np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((3, 2), np.float32)
+Program(render_c(transpose_program(2, 3), "transpose"), "transpose")(a, out)
+print(out)
+
+# %% [markdown]
+# **Your task.** The naive kernel reads B down a column: a stride of N floats at every step of `k`. Write
+# `gemm_naive_bt(M, N, K)`, the naive kernel that gets B^T (shape (N, K), buffer 1) instead of B, so that the `k`
+# loop reads both A and B^T contiguously. Same loops as `gemm_naive`.
+
+# %%
+# TASK: B transposed
+def gemm_naive_bt(M: int, N: int, K: int) -> UOp:
+  """C = A @ B, given A (M, K) and B^T (N, K): the k loop reads both contiguously."""
+  ### BEGIN SOLUTION
+  A, BT, C = buf(0, M * K), buf(1, N * K), buf(2, M * N)
+  i, j, k = range_(M, 0, AxisType.THREAD), range_(N, 1), range_(K, 2)
+  acc = alloc(0).after(i, j)
+  init = acc.index(0).store(0.0)
+  acck = acc.after(init, k)
+  a, b = A.index(simplify(i * K + k)).load(), BT.index(simplify(j * K + k)).load()   # both rows, stride 1 in k
+  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+  return sink(C.index(simplify(i * N + j)).store(acc.after(upd).index(0).load()).end(j, i))
+  ### END SOLUTION
+
+
+# %%
+print("B^T GEMM matches NumPy:", {shape: matches(*run_gemm(gemm_naive_bt, *shape, b_transposed=True))
+                                  for shape in SHAPES})
+
+# %% tags=["nbval-ignore-output"]
+n = 512
+a, b, c = np.ones((n, n), np.float32), np.ones((n, n), np.float32), np.zeros((n, n), np.float32)
+naive, bt = compile_gemm(gemm_naive, n, n, n), compile_gemm(gemm_naive_bt, n, n, n)
+t_naive, t_bt = best_time(lambda: naive(a, b, c), 3), best_time(lambda: bt(a, b, c), 3)
+print(f"n = {n}: naive {t_naive * 1e3:.1f} ms, naive with B^T {t_bt * 1e3:.1f} ms: {t_naive / t_bt:.1f}x faster")
+
+# %% tags=["hidden-test"]
+# POINTS: B transposed 2
+### BEGIN HIDDEN TESTS
+for _shape in [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]:
+  gradelib.expect_close(*run_gemm(gemm_naive_bt, *_shape, b_transposed=True), f"gemm_naive_bt{_shape}: C", tol=1e-3)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: B transposed 1 speed
+### BEGIN HIDDEN TESTS
+_n = 512
+_a, _b, _c = np.ones((_n, _n), np.float32), np.ones((_n, _n), np.float32), np.zeros((_n, _n), np.float32)
+_naive, _bt = compile_gemm(gemm_naive, _n, _n, _n), compile_gemm(gemm_naive_bt, _n, _n, _n)
+_ratio = gradelib.expect_faster(lambda: _bt(_a, _b, _c), lambda: _naive(_a, _b, _c), 1.5,
+                                "gemm_naive_bt against gemm_naive at n = 512", reps=3)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5.6: loads and multiply-adds
+#
+# **Worked example.** `loop_body(src, depth)` returns the lines of the first loop at a given depth, up to its
+# closing brace; here the `k` loop of the matrix-vector product, with its two loads (`data0` and `data1`).
+
+# %%
+def loop_body(src: str, depth: int) -> list[str]:
+  """The lines inside the first `for` loop nested `depth` loops deep (0: outermost), without its braces."""
+  lines, seen, out, inside = src.splitlines(), -1, [], 0
+  for line in lines:
+    if inside:
+      inside += line.count("{") - line.count("}")
+      if inside == 0: return out
+      out.append(line)
+    elif "for (" in line:
+      seen = len(line) - len(line.lstrip())
+      if seen // 2 - 1 == depth: inside = 1
+  return out
+
+
+print("\n".join(loop_body(render_c(matvec(3, 5), "matvec"), 1)))
+
+# %% [markdown]
+# **Your task.** `k_step_counts(src)`: read the C of a GEMM kernel and return `(loads, multiply_adds)` made by one
+# step of its first `k` loop (the first loop at depth 2): loads are reads of a buffer (`data<n>[...]`),
+# multiply-adds are accumulator updates (`acc<n> = (...)`). The ratio predicts the tile's gain (Exercise 5.6).
+
+# %%
+# TASK: loads and multiply-adds
+def k_step_counts(src: str) -> tuple[int, int]:
+  """(loads from buffers, multiply-adds into accumulators) in one step of the first k loop (depth 2)."""
+  ### BEGIN SOLUTION
+  body = "\n".join(loop_body(src, 2))
+  return len(re.findall(r"= data\d+\[", body)), len(re.findall(r"acc\d+ = \(", body))
+  ### END SOLUTION
+
+
+# %%
+for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled), ("B^T", gemm_naive_bt)):
+  loads, fmas = k_step_counts(render_c(build(64, 64, 64), "gemm"))
+  print(f"{name:8s}: {loads} loads, {fmas} multiply-adds per k step, {loads / fmas:.2f} loads per multiply-add")
+
+# %% [markdown]
+# Expected: the naive kernels make 2 loads per multiply-add, the tile 8 loads for 16 (0.5): four times fewer loads
+# for the same arithmetic, and 16 independent chains instead of one.
+
+# %% tags=["hidden-test"]
+# POINTS: loads and multiply-adds 2
+### BEGIN HIDDEN TESTS
+_A, _B, _C = buf(0, 20 * 8), buf(1, 8 * 12), buf(2, 20 * 12)
+_naive_src = render_c(sink(gemm_strip(_A, _B, _C, 12, 8, (0, 20), (0, 12), 0, 0)), "gemm")
+gradelib.expect_equal(k_step_counts(_naive_src), (2, 1), "k_step_counts(naive GEMM)")
+gradelib.expect_equal(k_step_counts(render_c(gemm_1x4(8, 9, 8), "gemm")), (5, 4), "k_step_counts(1x4 tile + strip)")
+gradelib.expect_equal(k_step_counts(render_c(matvec(16, 8), "mv")), (0, 0), "k_step_counts(matvec: no loop at depth 2)")
+_tile_2x2 = """void gemm(float* restrict data0, float* restrict data1, float* restrict data2) {
+  for (int ridx0 = 0; ridx0 < 2; ridx0++) {
+    for (int ridx1 = 0; ridx1 < 2; ridx1++) {
+      float acc0 = 0.0f; float acc1 = 0.0f; float acc2 = 0.0f; float acc3 = 0.0f;
+      for (int ridx2 = 0; ridx2 < 4; ridx2++) {
+        float val0 = data0[ridx0*8+ridx2];
+        float val1 = data0[ridx0*8+ridx2+4];
+        float val2 = data1[ridx2*4+ridx1*2];
+        float val3 = data1[ridx2*4+ridx1*2+1];
+        acc0 = (acc0+(val0*val2));
+        acc1 = (acc1+(val0*val3));
+        acc2 = (acc2+(val1*val2));
+        acc3 = (acc3+(val1*val3));
+      }
+      data2[ridx0*8+ridx1*2] = acc0;
+    }
+  }
+}"""
+gradelib.expect_equal(k_step_counts(_tile_2x2), (4, 4), "k_step_counts(a hand-written 2x2 tile)")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 6.5: count the exps
+#
+# **Worked example.** How often a line of C runs is the product of the trips of the loops around it. `runs_per_line`
+# writes that product next to every line that is not a loop; here for the matrix-vector product, whose multiply-add
+# runs 3 x 5 = 15 times.
+
+# %%
+def runs_per_line(src: str) -> list[tuple[int, str]]:
+  """(how many times it runs, the line) for every line of a C source that is not a loop header or a brace."""
+  out, trips = [], []
+  for line in src.splitlines():
+    if m := re.search(r"for \(int (\w+) = 0; \1 < (\d+); \1\+\+\)", line): trips.append(int(m.group(2)))
+    elif line.strip() == "}": trips = trips[:-1] if trips else trips
+    elif line.strip() and not line.startswith(("void", "  #pragma")): out.append((math.prod(trips), line.strip()))
+  return out
+
+
+for n, line in runs_per_line(render_c(matvec(3, 5), "matvec")): print(f"{n:4d}  {line}")
+
+# %% [markdown]
+# **Your task.** Chapter 6's fused attention (`fuse_reduce=True`, no optimizer) is one kernel: the row max, the row
+# sum of exponentials and the output all inside the row loop, and the output's softmax weight recomputed for every
+# output column. Predict, as a formula in N and D, how many exponentials (`exp2f`) it computes (`predicted_exps`),
+# and count them in any kernel's C (`count_exps`: every `exp2f(` once per trip of the loops around it).
+
+# %%
+from uopc.kernelize import make_plan
+from uopc.tensor import Tensor
+
+
+def fused_attention_src(N: int, D: int) -> str:
+  q, k, v = (Tensor(np.ones((N, D), np.float32)) for _ in range(3))
+  s = (q @ k.T * (1 / math.sqrt(D))).softmax(-1) @ v
+  return make_plan([s.uop], True, None).kernels[-1].src
+
+
+# %%
+# TASK: count the exps
+def predicted_exps(N: int, D: int) -> int:
+  """exp2f calls of the fused attention kernel (fuse_reduce=True, no optimizer) for (N, D) inputs."""
+  ### BEGIN SOLUTION
+  return N * N + N * D * N   # the row sums (N per row), then the N weights of every output (i, d)
+  ### END SOLUTION
+
+
+def count_exps(src: str) -> int:
+  """exp2f calls a C kernel makes: each occurrence once per trip of the loops around it."""
+  ### BEGIN SOLUTION
+  return sum(n * line.count("exp2f(") for n, line in runs_per_line(src))
+  ### END SOLUTION
+
+
+# %%
+for N, D in ((32, 4), (64, 8)):
+  print(f"N = {N}, D = {D}: predicted {predicted_exps(N, D)}, counted in the C {count_exps(fused_attention_src(N, D))}")
+
+# %% [markdown]
+# Expected: 5120 and 5120, 36864 and 36864: N^2 exponentials for the row sums, and N^2 D more, because the output's
+# weights are recomputed for each of its D columns (Chapter 11's recompute, in its simplest form).
+
+# %% tags=["hidden-test"]
+# POINTS: count the exps 1
+### BEGIN HIDDEN TESTS
+for _N, _D in ((32, 4), (48, 8), (16, 16)):
+  _counted = gradelib.weighted_count(fused_attention_src(_N, _D), r"exp2f\(")
+  gradelib.expect_equal(predicted_exps(_N, _D), _counted,
+                        f"predicted_exps({_N}, {_D}) (the fused kernel's C computes {_counted})")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: count the exps 1
+### BEGIN HIDDEN TESTS
+_x = Tensor(np.ones((8, 16), np.float32))
+_fused, _unfused = (make_plan([_x.softmax(-1).uop], _fuse, None).kernels[-1].src for _fuse in (True, False))
+for _what, _src in (("fused attention (32, 4)", fused_attention_src(32, 4)), ("fused softmax (8, 16)", _fused),
+                    ("the last kernel of unfused softmax (8, 16)", _unfused),
+                    ("a kernel with no exp", render_c(matvec(4, 4), "mv"))):
+  gradelib.expect_equal(count_exps(_src), gradelib.weighted_count(_src, r"exp2f\("), f"count_exps({_what})")
+### END HIDDEN TESTS

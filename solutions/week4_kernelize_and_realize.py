@@ -1,0 +1,377 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 4 assignment: the kernelizer, and realize
+#
+# The exercises of Chapter 7 (the kernelizer) and Chapter 8 (realize: plans, temporaries, DEBUG lines, FLOP
+# counts). Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - a **worked example** before it, solved, on a neighbouring problem;
+# - **visible checks** right after it, with the output they should print;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below. A *structure* point counts only once the task's values are right.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | 7.1 | shrink and pad | 2 |
+# | 7.4 | matmul FLOPs | 2 |
+# | 8.1 | reused temporaries | 3 (values 2, structure 1) |
+# | 8.2 | DEBUG lines | 2 |
+#
+# The whole notebook runs in well under a minute on two cores.
+
+# %% [markdown]
+# ## Setup
+#
+# Chapter 7's mini kernelizer: `points` (where the graph is cut), `kernelize` (one body per point, the other
+# points replaced by reads of their buffers) and `run_plan` (a NumPy interpreter of each body, in order). `evaluate`
+# knows the ops of Chapter 7; Exercise 7.1 adds two movement ops through `movement`.
+
+# %%
+import math
+import numpy as np
+from uopc.dtype import np_dtype
+from uopc.helpers import prod
+from uopc.kernelize import make_plan, normalize
+from uopc.opt import DefaultOpt
+from uopc.tensor import Tensor
+from uopc.uop import Ops, ParamArg, UOp
+
+
+def is_buffer(u: UOp) -> bool:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+def points(roots: list[UOp], fuse_reduce: bool) -> list[UOp]:
+  """Where the graph is cut: STAGEs, REDUCEs (unless fuse_reduce), and computed roots."""
+  out = []
+  for u in UOp(Ops.SINK, tuple(roots)).toposort():
+    if u.op is Ops.SINK: continue
+    if u.op is Ops.STAGE or (u.op is Ops.REDUCE and not fuse_reduce) or (u in roots and not is_buffer(u)):
+      out.append(u)
+  return out
+
+
+def substitute(u: UOp, mapping: dict) -> UOp:
+  if u in mapping: return mapping[u]
+  return u.replace(src=tuple(substitute(s, mapping) for s in u.src)) if u.src else u
+
+
+def kernelize(roots: list[UOp], fuse_reduce: bool):
+  """A plan: (name, body) per kernel, in order, and the buffer standing for each point."""
+  pts = points(roots, fuse_reduce)
+  names, home = {}, {}
+  for p in pts:
+    n = len(home)
+    b = UOp(Ops.BUFFER, (), ParamArg(100 + n, p.dtype, (prod(p.shape),)))
+    home[p] = UOp(Ops.RESHAPE, (b,), p.shape) if len(p.shape) != 1 else b
+    names[home[p]] = f"out{roots.index(p)}" if p in roots else f"t{n}"
+  kernels = []
+  for p in pts:
+    body = p.src[0] if p.op is Ops.STAGE else p
+    body = substitute(body, {q: home[q] for q in pts if q is not p})
+    kernels.append((names[home[p]], body))
+  return kernels, home, names
+
+
+NP_ALU = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.EXP2: np.exp2, Ops.LOG2: np.log2,
+          Ops.SQRT: np.sqrt, Ops.RECIP: np.reciprocal, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
+          Ops.WHERE: np.where}
+NP_REDUCE = {Ops.ADD: np.sum, Ops.MAX: np.max}
+
+
+def evaluate(u: UOp, memory: dict) -> np.ndarray:
+  """The value of a kernel body, with buffers looked up in memory (UOp -> flat array)."""
+  if u.op is Ops.BUFFER: return memory[u]
+  if u.op is Ops.CONST: return np.array(u.arg, np_dtype(u.dtype))
+  s = [evaluate(src, memory) for src in u.src]
+  if u.op in NP_ALU: return NP_ALU[u.op](*s).astype(np_dtype(u.dtype))
+  if u.op is Ops.RESHAPE: return s[0].reshape(u.arg)
+  if u.op is Ops.EXPAND: return np.broadcast_to(s[0], u.arg)
+  if u.op is Ops.PERMUTE: return s[0].transpose(u.arg)
+  if u.op in (Ops.SHRINK, Ops.PAD): return movement(u, s[0])   # Exercise 7.1
+  if u.op is Ops.REDUCE: return NP_REDUCE[u.arg[0]](s[0], axis=tuple(range(-u.arg[1], 0)))
+  if u.op is Ops.STAGE: return s[0]
+  raise NotImplementedError(u.op)
+
+
+def run_plan(roots: list[UOp], fuse_reduce: bool) -> list[np.ndarray]:
+  kernels, home, names = kernelize(roots, fuse_reduce)
+  memory = {u: u.arg.array for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.BUFFER}
+  by_name = {n: b for b, n in names.items()}
+  for name, body in kernels:   # in order: every buffer a kernel reads was written before it
+    b = by_name[name]
+    memory[b.src[0] if b.op is Ops.RESHAPE else b] = np.ascontiguousarray(evaluate(body, memory)).reshape(-1)
+  return [evaluate(home[r], memory) for r in roots]
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+  return (q @ k.T * (1 / math.sqrt(q.shape[-1]))).softmax(-1) @ v
+
+
+def reference(q, k, v) -> np.ndarray:
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s = q @ k.T / math.sqrt(q.shape[-1])
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return p / p.sum(-1, keepdims=True) @ v
+
+
+rng = np.random.default_rng(0)
+x_np = rng.standard_normal((4, 6)).astype(np.float32)
+(out,) = run_plan([Tensor(x_np).softmax(-1).uop], False)
+print("mini kernelizer, softmax matches NumPy:", np.allclose(out, np.exp(x_np) / np.exp(x_np).sum(-1, keepdims=True)))
+
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
+# %% [markdown]
+# ## Exercise 7.1: shrink and pad
+#
+# **Worked example.** The movement ops Chapter 7 knows, on NumPy arrays: RESHAPE's arg is the new shape, EXPAND's
+# the broadcast shape, PERMUTE's the axis order.
+
+# %%
+x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+for t in (x.reshape(3, 2), x.permute(1, 0), x.reshape(2, 3, 1).expand(2, 3, 2)):
+  print(t.uop.op.name, t.uop.arg, "->", evaluate(t.uop, {x.uop.src[0]: x.uop.src[0].arg.array}).tolist())
+
+# %% [markdown]
+# **Your task.** `movement(u, x)`: the value of a SHRINK or a PAD node `u`, given the value `x` of its source.
+# SHRINK's arg is one `(begin, end)` per axis (keep `begin <= i < end`); PAD's is one `(before, after)` per axis
+# (that many zeros added before and after). `Tensor.cat` is built from them: each piece padded to the full
+# length, then added.
+
+# %%
+# TASK: shrink and pad
+def movement(u: UOp, x: np.ndarray) -> np.ndarray:
+  """The value of u (a SHRINK or a PAD) from the value x of its source."""
+  ### BEGIN SOLUTION
+  if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
+  if u.op is Ops.PAD: return np.pad(x, u.arg)
+  raise NotImplementedError(u.op)
+  ### END SOLUTION
+
+
+# %%
+x_np = np.arange(12, dtype=np.float32).reshape(3, 4)
+x = Tensor(x_np)
+(got,) = run_plan([Tensor.cat([x, x * 2], 1).sum(1).uop], False)
+print("cat([x, x * 2], 1).sum(1):", got, "NumPy:", np.concatenate([x_np, x_np * 2], 1).sum(1))
+(got,) = run_plan([x[1:, 1:3].pad(((1, 0), (2, 1))).uop], False)
+print(got)
+
+# %% [markdown]
+# Expected: `[18. 66. 114.]` twice, then a 3 x 5 array: a row of zeros, then `[0 0 5 6 0]` and `[0 0 9 10 0]`.
+
+# %% tags=["hidden-test"]
+# POINTS: shrink and pad 2
+### BEGIN HIDDEN TESTS
+_x_np = np.random.default_rng(4).standard_normal((5, 6)).astype(np.float32)
+_x = Tensor(_x_np)
+for _what, _t, _want in (
+    ("cat([x, x * 2], 1).sum(1)", Tensor.cat([_x, _x * 2], 1).sum(1), np.concatenate([_x_np, 2 * _x_np], 1).sum(1)),
+    ("x[1:4, 2:]", _x[1:4, 2:] + 0, _x_np[1:4, 2:]),
+    ("x.pad(((1, 2), (0, 3)))", _x.pad(((1, 2), (0, 3))) + 0, np.pad(_x_np, ((1, 2), (0, 3)))),
+    ("cat([x[:, :2], x], 1).max(1)", Tensor.cat([_x[:, :2], _x], 1).max(1),
+     np.concatenate([_x_np[:, :2], _x_np], 1).max(1))):
+  (_got,) = run_plan([_t.uop], False)
+  gradelib.expect_close(_got, _want, f"run_plan({_what})", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 7.4: matmul FLOPs
+#
+# **Worked example.** A plan's kernels each carry the FLOPs uopc counted in their loop program (`Kernel.flops`:
+# every float ALU op once per trip of the loops it is written in). An elementwise `a * b + c` on n elements:
+
+# %%
+n = 1000
+a, b, c = (Tensor(rng.standard_normal(n).astype(np.float32)) for _ in range(3))
+plan = make_plan([(a * b + c).uop], False, DefaultOpt)
+print([(k.name, k.flops) for k in plan.kernels], "predicted:", 2 * n)
+
+# %% [markdown]
+# **Your task.** Predict, as a formula, the FLOPs of the plan of an (n, k) @ (k, m) matmul (all its kernels
+# together: there are two, a copy that transposes B and the product).
+
+# %%
+# TASK: matmul FLOPs
+def matmul_flops(n: int, m: int, k: int) -> int:
+  """The FLOPs uopc counts for (n, k) @ (k, m), all kernels of the plan together."""
+  ### BEGIN SOLUTION
+  return 2 * n * m * k   # a multiply and an add per term of every dot product; the copy does no arithmetic
+  ### END SOLUTION
+
+
+# %%
+def plan_flops(n: int, m: int, k: int) -> int:
+  a, b = Tensor(np.ones((n, k), np.float32)), Tensor(np.ones((k, m), np.float32))
+  return sum(kern.flops for kern in make_plan([(a @ b).uop], False, DefaultOpt).kernels)
+
+
+for shape in ((64, 32, 16), (100, 7, 33)):
+  print(shape, "predicted", matmul_flops(*shape), "counted", plan_flops(*shape))
+
+# %% [markdown]
+# Expected: the two columns equal (65536 and 46200).
+
+# %% tags=["hidden-test"]
+# POINTS: matmul FLOPs 2
+### BEGIN HIDDEN TESTS
+for _shape in ((64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2)):
+  gradelib.expect_equal(matmul_flops(*_shape), plan_flops(*_shape),
+                        f"matmul_flops{_shape} (the plan's kernels count {plan_flops(*_shape)})")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 8.1: reused temporaries
+#
+# **Worked example.** Chapter 8's `run_plan` for uopc's plans: the graph is normalized (its data taken out as a list
+# of inputs), the plan looked up, and the kernels run in order on inputs, temporaries and fresh outputs. Here the
+# temporaries are fresh on every call, and fresh memory page-faults when it is first written.
+
+# %%
+def run_uopc_plan(plan, inputs: list[np.ndarray], temps: list[np.ndarray] | None = None) -> list[np.ndarray]:
+  """Run plan's kernels in order on the inputs (flat arrays); temporaries are fresh unless given."""
+  if temps is None: temps = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
+  outs = [inputs[o[1]] if o[0] == "in" else np.empty(o[1], np_dtype(o[0])) for o in plan.outs]
+  arrays = {"in": inputs, "temp": temps, "out": outs}
+  for kern in plan.kernels: kern.prg(*[arrays[kind][n] for kind, n in kern.args])
+  return outs
+
+
+qkv = [rng.standard_normal((128, 16)).astype(np.float32) for _ in range(3)]
+roots, inputs = normalize([attention(*map(Tensor, qkv)).uop])
+plan = make_plan(roots, False, DefaultOpt)
+(out,) = run_uopc_plan(plan, inputs)
+print([kern.name for kern in plan.kernels], "temporaries:", [n for _, n in plan.temps])
+print("matches NumPy:", np.allclose(out.reshape(128, 16), reference(*qkv), rtol=1e-4, atol=1e-5))
+
+# %% [markdown]
+# **Your task.** `PlanRunner`: its `run(plan, inputs)` does what `run_uopc_plan` does, but allocates a plan's
+# temporaries on the plan's first run only, keeps them in `self.temps` (a dict from `id(plan)` to its list of
+# arrays: a Plan is not hashable, and make_plan keeps every plan alive) and reuses them on every later run of that
+# plan. Outputs stay fresh on every run (a caller may keep them).
+
+# %%
+# TASK: reused temporaries
+class PlanRunner:
+  def __init__(self):
+    self.temps: dict = {}   # id(plan) -> its temporaries, allocated on its first run
+
+  def run(self, plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    ### BEGIN SOLUTION
+    if id(plan) not in self.temps: self.temps[id(plan)] = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
+    return run_uopc_plan(plan, inputs, self.temps[id(plan)])
+    ### END SOLUTION
+
+
+# %%
+runner = PlanRunner()
+other = [rng.standard_normal((128, 16)).astype(np.float32) for _ in range(3)]
+(out1,) = runner.run(plan, normalize([attention(*map(Tensor, qkv)).uop])[1])
+kept = list(runner.temps[id(plan)])
+(out2,) = runner.run(plan, normalize([attention(*map(Tensor, other)).uop])[1])
+print("both correct:", np.allclose(out1.reshape(128, 16), reference(*qkv), rtol=1e-4, atol=1e-5),
+      np.allclose(out2.reshape(128, 16), reference(*other), rtol=1e-4, atol=1e-5))
+print("same temporaries:", all(a is b for a, b in zip(runner.temps[id(plan)], kept)), "| fresh outputs:",
+      not np.shares_memory(out1, out2))
+
+# %% [markdown]
+# Expected: `True True`, then `True | fresh outputs: True`.
+
+# %% tags=["hidden-test"]
+# POINTS: reused temporaries 2
+### BEGIN HIDDEN TESTS
+_runner = PlanRunner()
+_outs = []
+for _seed in (1, 2, 3):
+  _qkv = [np.random.default_rng(_seed * 10 + _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+  _roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
+  _plan = make_plan(_roots, False, DefaultOpt)
+  (_out,) = _runner.run(_plan, _inputs)
+  _outs.append(_out)
+  gradelib.expect_close(_out.reshape(64, 8), reference(*_qkv), f"PlanRunner.run, attention N=64, run {_seed}", 1e-4)
+assert not np.shares_memory(_outs[0], _outs[1]), "PlanRunner.run: two runs returned the same output array"
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: reused temporaries 1 structure
+### BEGIN HIDDEN TESTS
+_runner = PlanRunner()
+_qkv = [np.random.default_rng(_j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+_roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
+_plan = make_plan(_roots, False, DefaultOpt)
+_runner.run(_plan, _inputs)
+assert id(_plan) in _runner.temps, "PlanRunner.run: the plan's temporaries are not kept in self.temps[id(plan)]"
+_first = list(_runner.temps[id(_plan)])
+gradelib.expect_equal([t.size for t in _first], [n for _, n in _plan.temps], "PlanRunner: sizes of the temporaries")
+_runner.run(_plan, _inputs)
+_new = [k for k, (a, b) in enumerate(zip(_runner.temps[id(_plan)], _first)) if a is not b]
+assert not _new, f"PlanRunner.run: the second run of the plan replaced its temporaries {_new} with new arrays"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 8.2: DEBUG lines
+#
+# **Worked example.** With `DEBUG=2`, uopc's `realize` prints one line per kernel (Chapter 8): its name, its time
+# and its GFLOP/s. Here is one, captured:
+
+# %%
+import contextlib
+import io
+import re
+from uopc.helpers import Context
+
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf), Context(DEBUG=2): attention(*map(Tensor, other)).numpy()
+line = next(ln for ln in buf.getvalue().splitlines() if "GFLOP/s" in ln)
+print(re.sub(r"\s+[\d.]+ ms\s+[\d.]+ GFLOP/s", "  <time> ms  <rate> GFLOP/s", line))   # the name, then what varies
+
+# %% [markdown]
+# **Your task.** `debug_line(name, seconds, flops)`: that line for a kernel that took `seconds` and counts `flops`:
+# two spaces, the name left-aligned in 30 columns, the time in milliseconds (9 columns, 3 decimals) and ` ms`, the
+# rate in GFLOP/s (9 columns, 2 decimals) and ` GFLOP/s`.
+
+# %%
+# TASK: DEBUG lines
+def debug_line(name: str, seconds: float, flops: int) -> str:
+  """uopc's DEBUG=2 line for one kernel."""
+  ### BEGIN SOLUTION
+  return f"  {name:<30s}{seconds * 1e3:9.3f} ms{flops / seconds / 1e9:9.2f} GFLOP/s"
+  ### END SOLUTION
+
+
+# %%
+print(repr(debug_line("r_128_128_16", 0.000125, 524288)))
+print(repr(debug_line("e_16_128", 2e-05, 0)))
+
+# %% [markdown]
+# Expected: `'  r_128_128_16                      0.125 ms     4.19 GFLOP/s'` and
+# `'  e_16_128                          0.020 ms     0.00 GFLOP/s'`.
+
+# %% tags=["hidden-test"]
+# POINTS: DEBUG lines 2
+### BEGIN HIDDEN TESTS
+for _args, _want in ((("r_128_128_16", 0.000125, 524288),
+                      "  r_128_128_16                      0.125 ms     4.19 GFLOP/s"),
+                     (("e_16_128", 2e-05, 0), "  e_16_128                          0.020 ms     0.00 GFLOP/s"),
+                     (("r_1024_1024_64", 0.0123456, 134217728),
+                      "  r_1024_1024_64                   12.346 ms    10.87 GFLOP/s")):
+  gradelib.expect_equal(debug_line(*_args), _want, f"debug_line{_args}")
+### END HIDDEN TESTS

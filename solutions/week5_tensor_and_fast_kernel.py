@@ -1,0 +1,304 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Week 5 assignment: the Tensor, and one fast kernel
+#
+# The exercises of Chapter 9 (the Tensor: lazy graphs, broadcasting, autograd) and Chapter 10 (one fast kernel:
+# the roofline and register tiles). Each exercise has
+# - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
+#   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
+#   signatures, the grader calls them;
+# - a **worked example** before it, solved, on a neighbouring problem;
+# - **visible checks** right after it, with the output they should print;
+# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
+#   points below.
+#
+# | exercise | task name | points |
+# |---|---|---|
+# | 9.4 | variance and LayerNorm | 3 |
+# | 9.6 | vector-Jacobian product | 2 |
+# | 10.1 | GEMM intensity | 2 |
+# | 10.2 | loads per FMA | 2 |
+#
+# The whole notebook runs in well under a minute on two cores.
+
+# %% [markdown]
+# ## Setup
+#
+# uopc's Tensor and its `gradient` (Chapter 9), and Chapter 9's finite differences, in float64 (a Tensor made from
+# a float64 array computes in double precision).
+
+# %%
+import numpy as np
+from uopc.autograd import gradient
+from uopc.tensor import Tensor
+
+
+def finite_differences(fn, xs, eps=1e-6):
+  """d fn / d x for each x of xs (fn returns a scalar), by central differences."""
+  grads = []
+  for k, x in enumerate(xs):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
+      plus[k][i] += eps; minus[k][i] -= eps
+      g[i] = (fn(*plus) - fn(*minus)) / (2 * eps)
+    grads.append(g)
+  return grads
+
+
+rng = np.random.default_rng(0)
+
+# %% tags=["hidden-setup"]
+# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
+import importlib.util as _ilu
+from pathlib import Path as _Path
+import uopc as _uopc
+_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
+gradelib = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(gradelib)
+
+# %% [markdown]
+# ## Exercise 9.4: variance and LayerNorm
+#
+# **Worked example.** A mean from `sum` (its gradient needs no rule of its own: it is a sum times a constant), and
+# its gradient checked against finite differences.
+
+# %%
+def mean(x: Tensor, axis: int = -1) -> Tensor:
+  return x.sum(axis, keepdim=True) * (1 / x.shape[axis])
+
+
+x_np = rng.standard_normal((3, 5))
+x = Tensor(x_np)
+print("mean matches NumPy:", np.allclose(mean(x).numpy(), x_np.mean(-1, keepdims=True)))
+(g,) = gradient((mean(x) * mean(x)).sum(), [x])
+(fd,) = finite_differences(lambda a: (a.mean(-1) ** 2).sum(), [x_np])
+print("its gradient matches finite differences:", np.allclose(g.numpy(), fd, atol=1e-6))
+
+# %% [markdown]
+# **Your task.** With Tensor operations only: `var(x, axis)`, the (biased, as in LayerNorm) variance over one axis,
+# with `keepdim=True`; and `layernorm(x, eps)`: `(x - mean) / sqrt(var + eps)` over the last axis. The gradient of
+# `layernorm(x) @ w` then comes from `gradient` with no new rule: check it against finite differences.
+
+# %%
+# TASK: variance and LayerNorm
+def var(x: Tensor, axis: int = -1) -> Tensor:
+  """The mean of (x - mean(x))^2 over axis, kept as an axis of size 1."""
+  ### BEGIN SOLUTION
+  d = x - mean(x, axis)
+  return mean(d * d, axis)
+  ### END SOLUTION
+
+
+def layernorm(x: Tensor, eps: float = 1e-5) -> Tensor:
+  """(x - mean) / sqrt(var + eps) over the last axis."""
+  ### BEGIN SOLUTION
+  return (x - mean(x)) * (var(x) + eps).sqrt().recip()
+  ### END SOLUTION
+
+
+# %%
+def np_layernorm(a: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+  return (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + eps)
+
+
+x_np, w_np = rng.standard_normal((4, 6)), rng.standard_normal((6, 3))
+x, w = Tensor(x_np), Tensor(w_np)
+print("var matches NumPy:", np.allclose(var(x).numpy(), x_np.var(-1, keepdims=True)),
+      "| along axis 0:", np.allclose(var(x, 0).numpy(), x_np.var(0, keepdims=True)))
+print("layernorm matches NumPy:", np.allclose(layernorm(x).numpy(), np_layernorm(x_np)))
+gx, gw = gradient((layernorm(x) @ w).sum(), [x, w])
+fx, fw = finite_differences(lambda a, b: (np_layernorm(a) @ b).sum(), [x_np, w_np])
+print("gradients match finite differences:", np.allclose(gx.numpy(), fx, atol=1e-5),
+      np.allclose(gw.numpy(), fw, atol=1e-5))
+
+# %% [markdown]
+# Expected: `True` five times.
+
+# %% tags=["hidden-test"]
+# POINTS: variance and LayerNorm 1
+### BEGIN HIDDEN TESTS
+_x_np = np.random.default_rng(3).standard_normal((6, 10)) * 3 + 1
+for _axis in (-1, 0, 1):
+  gradelib.expect_close(var(Tensor(_x_np), _axis).numpy(), _x_np.var(_axis, keepdims=True),
+                        f"var(x of shape (6, 10), axis={_axis})", tol=1e-8)
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: variance and LayerNorm 1
+### BEGIN HIDDEN TESTS
+_x_np = np.random.default_rng(4).standard_normal((5, 8)) * 2
+for _eps in (1e-5, 0.5):
+  gradelib.expect_close(layernorm(Tensor(_x_np), _eps).numpy(), np_layernorm(_x_np, _eps),
+                        f"layernorm(x of shape (5, 8), eps={_eps})", tol=1e-8)
+_const = np.ones((2, 4))
+gradelib.expect_close(layernorm(Tensor(_const)).numpy(), np.zeros((2, 4)), "layernorm of constant rows (all zero)")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: variance and LayerNorm 1
+### BEGIN HIDDEN TESTS
+_x_np, _w_np = np.random.default_rng(5).standard_normal((3, 5)), np.random.default_rng(6).standard_normal((5, 2))
+_x, _w = Tensor(_x_np), Tensor(_w_np)
+_gx, _gw = gradient(((layernorm(_x) @ _w) * (layernorm(_x) @ _w)).sum(), [_x, _w])
+_fx, _fw = finite_differences(lambda a, b: ((np_layernorm(a) @ b) ** 2).sum(), [_x_np, _w_np])
+gradelib.expect_close(_gx.numpy(), _fx, "d sum((layernorm(x) @ w)^2) / dx against finite differences", tol=1e-5)
+gradelib.expect_close(_gw.numpy(), _fw, "d sum((layernorm(x) @ w)^2) / dw against finite differences", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 9.6: vector-Jacobian product
+#
+# **Worked example.** `gradient(f, wrt)` differentiates a scalar; for a non-scalar f it needs `seed=`: the gradient
+# flowing into f, of f's shape. With a seed of ones it is the gradient of `f.sum()`:
+
+# %%
+x_np = rng.standard_normal((2, 3))
+x = Tensor(x_np)
+f = x.exp()
+(g1,) = gradient(f, [x], seed=Tensor(np.ones((2, 3))))
+(g2,) = gradient(f.sum(), [x])
+print("seed of ones = gradient of the sum:", np.allclose(g1.numpy(), g2.numpy()))
+
+# %% [markdown]
+# **Your task.** `vjp(fn, x, v)`: the vector-Jacobian product `v^T J` of `fn` (a function from Tensor to Tensor) at
+# the float64 array `x`, for `v` of fn's output shape, as a NumPy array of x's shape.
+
+# %%
+# TASK: vector-Jacobian product
+def vjp(fn, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+  """sum_i v_i d fn(x)_i / d x, as an array of x's shape."""
+  ### BEGIN SOLUTION
+  xt = Tensor(x)
+  (g,) = gradient(fn(xt), [xt], seed=Tensor(np.asarray(v, np.float64)))
+  return g.numpy()
+  ### END SOLUTION
+
+
+# %%
+w_np = rng.standard_normal((3, 4))
+v_np = rng.standard_normal((2, 4))
+got = vjp(lambda t: t @ Tensor(w_np), x_np, v_np)
+print("vjp of x @ w is v @ w^T:", np.allclose(got, v_np @ w_np.T))
+(fd,) = finite_differences(lambda a: (np.tanh(a @ w_np) * v_np).sum(), [x_np])
+got = vjp(lambda t: (t @ Tensor(w_np)).tanh(), x_np, v_np)
+print("vjp of tanh(x @ w) matches finite differences:", np.allclose(got, fd, atol=1e-6))
+
+# %% [markdown]
+# Expected: `True` twice.
+
+# %% tags=["hidden-test"]
+# POINTS: vector-Jacobian product 2
+### BEGIN HIDDEN TESTS
+_x_np = np.random.default_rng(7).standard_normal((3, 4))
+_v_np = np.random.default_rng(8).standard_normal((3, 4))
+gradelib.expect_close(vjp(lambda t: t * t, _x_np, _v_np), 2 * _x_np * _v_np, "vjp(x * x, x, v) (expected 2 x v)")
+_w_np = np.random.default_rng(9).standard_normal((4, 2))
+_v2 = np.random.default_rng(10).standard_normal((3, 2))
+(_fd,) = finite_differences(lambda a: (np.exp(a @ _w_np) * _v2).sum(), [_x_np])
+gradelib.expect_close(vjp(lambda t: (t @ Tensor(_w_np)).exp(), _x_np, _v2), _fd,
+                      "vjp(exp(x @ w), x, v) against finite differences", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 10.1: GEMM intensity
+#
+# **Worked example.** Chapter 10's square GEMM: 2N^3 FLOPs against, at the least, two matrices read and one written,
+# 3 * 4N^2 bytes in float32: an intensity of N/6.
+
+# %%
+for n in (64, 1024):
+  print(f"N = {n}: {2 * n**3 / (3 * 4 * n * n):.1f} FLOP/byte")
+
+# %% [markdown]
+# **Your task.** `gemm_intensity(n, k, m, itemsize)`: the arithmetic intensity (FLOPs per byte of minimum traffic:
+# each operand read once, the result written once) of an (n, k) @ (k, m) GEMM. Then evaluate it for S = Q K^T and
+# O = P V of attention at N = 4096, D = 64.
+
+# %%
+# TASK: GEMM intensity
+def gemm_intensity(n: int, k: int, m: int, itemsize: int = 4) -> float:
+  """FLOPs per byte of an (n, k) @ (k, m) matrix multiply with minimum traffic."""
+  ### BEGIN SOLUTION
+  return 2 * n * k * m / (itemsize * (n * k + k * m + n * m))
+  ### END SOLUTION
+
+
+# %%
+N, D = 4096, 64
+print(f"S = Q K^T: {gemm_intensity(N, D, N):.1f} FLOP/byte   O = P V: {gemm_intensity(N, N, D):.1f} FLOP/byte   "
+      f"square N = 1024: {gemm_intensity(1024, 1024, 1024):.1f}")
+
+# %% [markdown]
+# Expected: 31.0 FLOP/byte for both S and O (the same FLOPs and the same three matrices, read and written in another
+# order: S writes the N x N matrix, O reads it), and N/6 = 170.7 for the square GEMM. Both attention GEMMs sit
+# above a CPU's ridge, but far below the square GEMM: D = 64 is a short reduction, and the N x N matrix dominates
+# the traffic.
+
+# %% tags=["hidden-test"]
+# POINTS: GEMM intensity 2
+### BEGIN HIDDEN TESTS
+for _args in ((1024, 1024, 1024, 4), (4096, 64, 4096, 4), (4096, 4096, 64, 4), (100, 7, 33, 2), (1, 1, 1, 4)):
+  _n, _k, _m, _size = _args
+  gradelib.expect_close(gemm_intensity(*_args), 2 * _n * _k * _m / (_size * (_n * _k + _k * _m + _n * _m)),
+                        f"gemm_intensity{_args}", tol=1e-9)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 10.2: loads per FMA
+#
+# **Worked example.** 10.2's count for the 4x4 tile: per step of the reduce loop it loads 4 values of A and 4 of
+# B, which feed 16 multiply-adds; it holds 16 accumulators and the 8 loaded values.
+
+# %%
+print(f"4x4: {(4 + 4) / 16:.2f} loads per FMA, {16 + 4 + 4} registers")
+
+# %% [markdown]
+# **Your task.** `tile_cost(tm, tn)`: `(loads per FMA, registers)` of a TM x TN tile (registers: accumulators
+# plus the values loaded in one step), and `fits(tm, tn, registers)`: whether the tile fits in that many vector
+# registers.
+
+# %%
+# TASK: loads per FMA
+def tile_cost(tm: int, tn: int) -> tuple[float, int]:
+  """(loads per FMA, registers) of a TM x TN register tile."""
+  ### BEGIN SOLUTION
+  return (tm + tn) / (tm * tn), tm * tn + tm + tn
+  ### END SOLUTION
+
+
+def fits(tm: int, tn: int, registers: int = 16) -> bool:
+  """Whether a TM x TN tile's accumulators and loaded values fit in `registers` registers."""
+  ### BEGIN SOLUTION
+  return tile_cost(tm, tn)[1] <= registers
+  ### END SOLUTION
+
+
+# %%
+for tm, tn in ((1, 1), (2, 4), (4, 4), (2, 8), (1, 16), (8, 8)):
+  lpf, regs = tile_cost(tm, tn)
+  print(f"{tm}x{tn}: {lpf:.3f} loads per FMA, {regs:3d} registers, fits in 16: {fits(tm, tn)}, "
+        f"in 32: {fits(tm, tn, 32)}")
+
+# %% [markdown]
+# Expected: 2, 0.75, 0.5, 0.625, 1.0625 and 0.25 loads per FMA; 3, 14, 24, 26, 33 and 80 registers. Only the 1x1
+# and 2x4 tiles fit in 16 registers as counted here; with 32, the 4x4 and 2x8 too. (A compiler keeps one of the
+# loaded rows in memory operands of the FMAs, which is how 4x4 tiles run in 16 AVX2 registers.)
+
+# %% tags=["hidden-test"]
+# POINTS: loads per FMA 2
+### BEGIN HIDDEN TESTS
+for _tm, _tn in ((1, 1), (4, 4), (2, 8), (3, 5), (8, 8)):
+  _lpf, _regs = tile_cost(_tm, _tn)
+  gradelib.expect_close(_lpf, (_tm + _tn) / (_tm * _tn), f"tile_cost({_tm}, {_tn}): loads per FMA", tol=1e-9)
+  gradelib.expect_equal(_regs, _tm * _tn + _tm + _tn, f"tile_cost({_tm}, {_tn}): registers")
+for _args, _want in (((2, 4), True), ((4, 4), False), ((4, 4, 24), True), ((4, 4, 23), False), ((2, 8, 32), True)):
+  gradelib.expect_equal(fits(*_args), _want, f"fits{_args}")
+### END HIDDEN TESTS

@@ -1,0 +1,24 @@
+"""The week-2 assignment (chapters 3-4) and its grader: full marks for the solution, zero for the generated stubs,
+and for a wrong answer to every task a partial mark with a message that names the fault."""
+import pytest
+from assignment_grading import Wrong, make_tests
+
+pytestmark = pytest.mark.week2
+
+WRONG = [
+  # only one order of the two terms
+  Wrong("the divmod rule", "    (Pat(Ops.ADD, (mod, div_mul)), lambda x, c: x if c.arg != 0 else None),", "",
+        "divmod_rules, terms the other way round: ((ridx2%7)+((ridx2//7)*7)) became"),
+  # no divisibility condition
+  Wrong("mod of a mod", "a.arg % b.arg == 0", "True",
+        "mod_mod_rules, 4 does not divide 6: ((ridx2%6)%4) was rewritten to (ridx2%4), which differs at"),
+  # the index accumulator declared outside the parallel loop (initialised inside): right on one thread, a race on two
+  Wrong("running argmax", "alloc(1, 1, i32).after(i)", "alloc(1, 1, i32).after().after(i)",
+        "int acc1; declared outside the parallel loop"),
+  # an exclusive scan: the old value stored
+  Wrong("prefix sum", "OUT.index(k).store(new)", "OUT.index(k).store(acck.index(0).load())",
+        "prefix_sum_program(1): out: max abs error"),
+]
+
+test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
+  test_wrong_answers_score_partially_and_say_why = make_tests("week2_uops_and_loops", WRONG, n_tasks=4)

@@ -1,0 +1,23 @@
+"""The week-5 assignment (chapters 9-10) and its grader: full marks for the solution, zero for the generated stubs,
+and for a wrong answer to every task a partial mark with a message that names the fault."""
+import pytest
+from assignment_grading import Wrong, make_tests
+
+pytestmark = pytest.mark.week5
+
+WRONG = [
+  # eps added outside the square root: var is right, layernorm is off where eps matters
+  Wrong("variance and LayerNorm", "(var(x) + eps).sqrt().recip()", "(var(x).sqrt() + eps).recip()",
+        "layernorm(x of shape (5, 8), eps=1e-05): max abs error"),
+  # the seed ignored: the gradient of fn(x).sum()
+  Wrong("vector-Jacobian product", "seed=Tensor(np.asarray(v, np.float64))", "seed=Tensor(np.ones(np.shape(v)))",
+        "vjp(x * x, x, v) (expected 2 x v): max abs error"),
+  # the result's write forgotten
+  Wrong("GEMM intensity", "(itemsize * (n * k + k * m + n * m))", "(itemsize * (n * k + k * m))",
+        "gemm_intensity(1024, 1024, 1024, 4): max abs error"),
+  # only the accumulators counted
+  Wrong("loads per FMA", "tm * tn + tm + tn", "tm * tn", "tile_cost(1, 1): registers: expected 3, found 1"),
+]
+
+test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
+  test_wrong_answers_score_partially_and_say_why = make_tests("week5_tensor_and_fast_kernel", WRONG, n_tasks=4)
