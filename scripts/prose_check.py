@@ -21,6 +21,14 @@ CODE = re.compile(r"`[^`]*`|\$[^$]*\$")
 FENCE = re.compile(r"```.*?```", re.S)   # a fenced block is a printout being quoted, not prose
 
 
+FOLDERS = ("chapters", "solutions")
+
+
+def notebooks() -> list[Path]:
+  """Every committed notebook (in a student's tree, solutions/ is absent and so left out)."""
+  return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb"))
+
+
 def outputs_text(nb) -> str:
   parts = []
   for c in nb.cells:
@@ -68,8 +76,7 @@ def check(paths: list[Path]) -> int:
 
 
 if __name__ == "__main__":
-  files = [Path(a).resolve() for a in sys.argv[1:]]
-  files = files or sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("solutions/*.ipynb")])
+  files = [Path(a).resolve() for a in sys.argv[1:]] or notebooks()
   n = check(files)
   print(f"prose check: {n} number(s) with units that no output shows" if n else
         f"prose check: {len(files)} notebooks, every number backed or quoted")

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXCLUDE_DIRS = ("solutions/", ".ci/")
 EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
-                 "tests/test_grader.py", "tests/test_nbgrader_metadata.py"}
+                 "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
+                 "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
 EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}

@@ -1173,10 +1173,11 @@ print(block_sizes([1024, 1024]), block_sizes([64, 64]), block_sizes([37, 5]), bl
 
 # %% tags=["hidden-test"]
 # POINTS: block sizes 1
+### BEGIN HIDDEN TESTS
 for _sizes, _limit in [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
                        ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16)]:
-  _got = block_sizes(_sizes, _limit)
-  assert _got == default_block(_sizes, _limit), (_sizes, _limit, _got)
+  gradelib.expect_equal(block_sizes(_sizes, _limit), default_block(_sizes, _limit), f"block_sizes({_sizes}, {_limit})")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 11 (★): warp transactions
@@ -1202,13 +1203,15 @@ for name, fn in [("x[i]", lambda i: i), ("x[2*i]", lambda i: 2 * i), ("x[1024*i]
 
 # %% tags=["hidden-test"]
 # POINTS: warp transactions 2
-assert warp_transactions(lambda i: i, 4) == 4
-assert warp_transactions(lambda i: 2 * i, 4) == 8
-assert warp_transactions(lambda i: 1024 * i, 2) == 64
-assert warp_transactions(lambda i: 7, 3) == 3                     # a broadcast: one segment per warp
-assert warp_transactions(lambda i: i + 16, 1) == 2                # misaligned by half a segment
-assert warp_transactions(lambda i: i, 2, itemsize=8) == 4         # doubles: 256 bytes per warp
-assert warp_transactions(lambda i: (i % 32) * 32 + i // 32, 4) == 128
+### BEGIN HIDDEN TESTS
+for _name, _fn, _warps, _size, _want in [
+    ("x[i]", lambda i: i, 4, 4, 4), ("x[2*i]", lambda i: 2 * i, 4, 4, 8), ("x[1024*i]", lambda i: 1024 * i, 2, 4, 64),
+    ("x[7], a broadcast", lambda i: 7, 3, 4, 3), ("x[i+16], misaligned by half a segment", lambda i: i + 16, 1, 4, 2),
+    ("doubles x[i], 256 bytes a warp", lambda i: i, 2, 8, 4),
+    ("x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32, 4, 4, 128)]:
+  gradelib.expect_equal(warp_transactions(_fn, _warps, itemsize=_size), _want,
+                        f"warp_transactions for {_name}, {_warps} warps of {_size}-byte elements")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 12 (★★): a work-group reduction in OpenCL C
@@ -1246,9 +1249,11 @@ print("row sums match NumPy:", matches(got, _x.sum(1)))
 
 # %% tags=["hidden-test"]
 # POINTS: row sum kernel 3
+### BEGIN HIDDEN TESTS
 for _rows, _width in [(7, 128), (3, 256), (9, 16), (1, 2)]:
   _x = np.random.default_rng(_rows * _width).standard_normal((_rows, _width)).astype(np.float32)
   _src = row_sum_kernel(_width)
-  assert "__local" in _src and "barrier(" in _src, "the reduction must use local memory and barriers"
+  assert "__local" in _src and "barrier(" in _src, "the reduction must use __local memory and barrier(...)"
   _got = run_cl(_src, "row_sum", [_x], np.empty(_rows, np.float32), (_rows * _width,), (_width,))
-  assert matches(_got, _x.sum(1)), (_rows, _width)
+  gradelib.expect_close(_got, _x.sum(1), f"row_sum on a ({_rows}, {_width}) matrix")
+### END HIDDEN TESTS

@@ -19,8 +19,7 @@ def notebook(markdown: str, output: str):
   return nb
 
 
-@pytest.mark.parametrize("path", sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", prose_check.notebooks(), ids=lambda p: p.name)
 def test_every_committed_notebook_passes(path):
   assert prose_check.unbacked(nbformat.read(path, as_version=4)) == []
 

@@ -184,6 +184,15 @@ WRONG = [
         "does not catch the missing rescale of o: raised nothing"),
   Wrong("backward with recompute", "ds = p * (do[rows] @ vj.T - delta[rows, None])", "ds = p * (do[rows] @ vj.T)",
         "flash_backward(N=80, D=16, block=16): dQ: max abs error"),
+  # chapter 12: a block that ignores what the earlier axes left of the limit
+  Wrong("block sizes", "    left //= b\n", "",
+        "block_sizes([1024, 1024], 256): expected [256, 1], found [256, 256]"),
+  Wrong("warp transactions", "index(w * warp + lane) * itemsize // segment", "index(w * warp + lane) // segment",
+        "warp_transactions for x[2*i], 4 warps of 4-byte elements: expected 8, found 4"),
+  # the first barrier forgotten: work-items read neighbours' slots before they are written
+  Wrong("row sum kernel", "  tile[lid] = x[row * {width} + lid];\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
+        "  if (lid == 0) tile[lid] = x[row * {width} + lid];\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
+        "row_sum on a (7, 128) matrix"),
 ]
 
-test_wrong_answers_score_partially_and_say_why = make_tests(NAME.removesuffix(".ipynb"), WRONG, n_tasks=9)[2]
+test_wrong_answers_score_partially_and_say_why = make_tests(NAME.removesuffix(".ipynb"), WRONG, n_tasks=12)[2]
