@@ -3,6 +3,7 @@
   python -m uopc.bench gemm                 # uopc vs NumPy matmul, 256 ... 2048
   python -m uopc.bench peak                 # the roofline's two lines: FP32 FMA peak and memory bandwidth
   python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
+  python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
 
 On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slower kernel: unset both for the
 run that compares with NumPy (the header says what NumPy's BLAS runs).
@@ -193,15 +194,20 @@ def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str], cau
 def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser(prog="python -m uopc.bench", description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("what", choices=["gemm", "peak", "attention"])
+  ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt"])
   ap.add_argument("--sizes", type=int, nargs="+")
   ap.add_argument("--dims", type=int, nargs="+", default=[64])
   ap.add_argument("--reps", type=int, default=5)
   ap.add_argument("--peers", nargs="+", default=["fused", "torch"], help="optional peers: fused, torch")
   ap.add_argument("--causal", action="store_true", help="attention: also run causal (keys j <= i)")
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
+  ap.add_argument("--layers", type=int, help="gpt: number of layers (default: examples/gpt.py's model)")
   args = ap.parse_args(argv)
   print(header())
+  if args.what == "gpt":
+    from uopc.bench_gpt import gpt
+    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers)))
+    return
   peak_gflops = None
   if args.what == "attention" and not args.no_peak:
     peak_gflops = peak(3)["fma_gflops"]

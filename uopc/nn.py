@@ -106,3 +106,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv))
     merge(po, pm, pl, out)
   return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)))
+
+
+# the layers and the GPT live in their own modules; `from uopc.nn import Linear` is the name other code uses
+from uopc.nn_layers import (Module, Linear, Embedding, LayerNorm, Dropout, parameter, named_parameters,   # noqa: E402
+                            save_npz, load_npz)
+from uopc.nn_gpt import GPT, GPTConfig, causal_self_attention, causal_mask   # noqa: E402
+
+__all__ = ["scaled_dot_product_attention", "Module", "Linear", "Embedding", "LayerNorm", "Dropout", "parameter",
+           "named_parameters", "save_npz", "load_npz", "GPT", "GPTConfig", "causal_self_attention", "causal_mask"]

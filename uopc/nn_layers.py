@@ -1,0 +1,160 @@
+"""Layers with parameters, in the shapes PyTorch users know: Module, Linear, Embedding, LayerNorm, Dropout.
+
+  lin = Linear(64, 256, seed=0)                       # weight (256, 64), bias (256,): y = x @ weight.T + bias
+  y = lin(x)                                          # (B, T, 64) -> (B, T, 256), lazy like every Tensor op
+  lin.parameters()                                    # found from the attributes, recursively (lists too)
+  lin.save("lin.npz"); lin.load("lin.npz")            # a state dict: {"weight": array, "bias": array}
+
+A parameter is an ordinary Tensor with requires_grad=True whose graph is one BUFFER; an optimizer's step replaces
+that buffer by the updated one (uopc.optim), so the Tensor object the model holds stays the same.
+"""
+from __future__ import annotations
+import math
+import numpy as np
+from uopc.dtype import DType, dtypes, np_dtype
+from uopc.tensor import Tensor
+
+
+def _rng(seed) -> np.random.Generator:
+  return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(0 if seed is None else seed)
+
+
+def parameter(a: np.ndarray, dtype: DType = dtypes.f32) -> Tensor:
+  """A leaf Tensor holding a copy of a, that backward() fills .grad on."""
+  return Tensor(np.asarray(a, np_dtype(dtype)), requires_grad=True)
+
+
+def requires_grad_ids() -> set[int]:
+  """ids of the Tensors with requires_grad. (Asking `t.requires_grad` looks t up in a WeakSet, whose weakrefs compare
+  their Tensors with ==, which is elementwise: it raises for a Tensor in the set. Identity is what is meant.)"""
+  from uopc.tensor import _requires_grad
+  return {id(t) for t in list(_requires_grad)}
+
+
+def _walk(obj, prefix: str, seen: set[int], out: dict[str, Tensor], grads: set[int]) -> None:
+  if isinstance(obj, Tensor):
+    if id(obj) in grads and id(obj) not in seen: seen.add(id(obj)); out[prefix] = obj   # a tied weight once
+  elif isinstance(obj, (list, tuple)):
+    for k, x in enumerate(obj): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, grads)
+  elif isinstance(obj, dict):
+    for k, x in obj.items(): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, grads)
+  elif isinstance(obj, Module):
+    for k, x in vars(obj).items():
+      if not k.startswith("_"): _walk(x, f"{prefix}.{k}" if prefix else k, seen, out, grads)
+
+
+def named_parameters(obj) -> dict[str, Tensor]:
+  """{"blocks.0.attn.qkv.weight": Tensor, ...}: every Tensor with requires_grad reachable through obj's public
+  attributes (Modules, lists, tuples, dicts), in attribute order; a Tensor reached twice (a tied weight) keeps its
+  first name."""
+  out: dict[str, Tensor] = {}
+  _walk(obj, "", set(), out, requires_grad_ids())
+  return out
+
+
+def save_npz(state: dict[str, np.ndarray], path) -> None: np.savez(path, **state)
+def load_npz(path) -> dict[str, np.ndarray]:
+  with np.load(path) as f: return {k: f[k] for k in f.files}
+
+
+class Module:
+  """A container of parameters and submodules. Subclasses set attributes in __init__ and define __call__."""
+  training: bool = True
+
+  def named_parameters(self) -> dict[str, Tensor]: return named_parameters(self)
+  def parameters(self) -> list[Tensor]: return list(named_parameters(self).values())
+  def num_parameters(self) -> int: return sum(p.numel() for p in self.parameters())
+
+  def modules(self) -> list[Module]:
+    found: list[Module] = []
+    def visit(o):
+      if isinstance(o, Module) and all(o is not m for m in found):
+        found.append(o)
+        for k, x in vars(o).items():
+          if not k.startswith("_"): visit(x)
+      elif isinstance(o, (list, tuple)):
+        for x in o: visit(x)
+    visit(self)
+    return found
+
+  def train(self, mode: bool = True) -> Module:
+    for m in self.modules(): m.training = mode
+    return self
+  def eval(self) -> Module: return self.train(False)
+
+  def state_dict(self) -> dict[str, np.ndarray]:
+    """name -> a copy of the parameter's data (realized first if it is still lazy)."""
+    return {k: p.numpy().copy() for k, p in self.named_parameters().items()}
+
+  def load_state_dict(self, state: dict[str, np.ndarray], strict: bool = True) -> None:
+    """Replace each parameter's data by state[name]. The array's dtype is kept: loading float64 arrays makes a
+    float64 model (the gradient checks do that). strict: the names must match exactly."""
+    params = self.named_parameters()
+    missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+    if strict and (missing or unexpected):
+      raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
+    for k, p in params.items():
+      if k not in state: continue
+      a = np.asarray(state[k])
+      if a.shape != p.shape: raise ValueError(f"load_state_dict: {k} has shape {a.shape}, the model's is {p.shape}")
+      if np_dtype(p.dtype) == a.dtype: np.copyto(p._data(), a.reshape(-1))   # into its own buffer: a captured step
+      else: p.uop, p.lazy = Tensor(a).uop, None                               # (uopc.jit) sees the new weights
+      p.grad = None
+
+  def save(self, path) -> None: save_npz(self.state_dict(), path)
+  def load(self, path) -> None: self.load_state_dict(load_npz(path))
+
+
+class Linear(Module):
+  """y = x @ weight.T + bias; weight (out, in). PyTorch's initialisation: uniform in +-1/sqrt(in), or normal with
+  the given std (GPT-2 uses 0.02)."""
+  def __init__(self, in_features: int, out_features: int, bias: bool = True, seed=None, std: float | None = None,
+               dtype: DType = dtypes.f32):
+    rng, bound = _rng(seed), 1 / math.sqrt(in_features)
+    w = rng.normal(0, std, (out_features, in_features)) if std else rng.uniform(-bound, bound,
+                                                                               (out_features, in_features))
+    self.weight = parameter(w, dtype)                                                     # (out, in)
+    self.bias = parameter(np.zeros(out_features) if std else rng.uniform(-bound, bound, out_features),
+                          dtype) if bias else None                                         # (out,)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    y = x @ self.weight.T                                                                 # (..., in) -> (..., out)
+    return y + self.bias if self.bias is not None else y
+
+
+class Embedding(Module):
+  """out[..., :] = weight[idx[...], :]; weight (num, dim), normal(0, std). The lookup is integer-Tensor indexing,
+  which uopc computes as a one-hot select (idx == arange(num)).where(weight, 0) summed over num, as tinygrad does;
+  its gradient scatters back through the same select."""
+  def __init__(self, num_embeddings: int, embedding_dim: int, seed=None, std: float = 1.0, dtype: DType = dtypes.f32):
+    self.weight = parameter(_rng(seed).normal(0, std, (num_embeddings, embedding_dim)), dtype)   # (num, dim)
+
+  def __call__(self, idx) -> Tensor:
+    idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))
+    if not idx.dtype.is_int: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+    return self.weight[idx]                                                               # (..., dim)
+
+
+class LayerNorm(Module):
+  """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (biased variance, PyTorch's LayerNorm)."""
+  def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, dtype: DType = dtypes.f32):
+    self.eps = eps
+    self.weight = parameter(np.ones(dim), dtype)
+    self.bias = parameter(np.zeros(dim), dtype) if bias else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    y = x.layernorm(-1, self.eps) * self.weight                                           # (..., dim)
+    return y + self.bias if self.bias is not None else y
+
+
+class Dropout(Module):
+  """Zeroes each element with probability p while training and scales the rest by 1/(1-p); the identity in eval().
+  Each call draws a fresh mask from the module's own generator (seeded), as a buffer, so the plan stays the same."""
+  def __init__(self, p: float = 0.5, seed: int = 0):
+    if not 0 <= p < 1: raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+    self.p, self._gen = p, np.random.default_rng(seed)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if not self.training or self.p == 0: return x
+    keep = Tensor(self._gen.random(x.shape) >= self.p)                                    # bool, x's shape
+    return keep.where(x * (1 / (1 - self.p)), 0.0)
