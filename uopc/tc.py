@@ -43,10 +43,10 @@ def _loaded_dtypes(v: UOp) -> set:
   return {u.dtype for u in v.toposort() if u.op is Ops.LOAD}
 
 
-def tc_fit(body: UOp, tc: int) -> tuple[UOp, UOp, WMMAArg] | None:
-  """(A, B, arg) if body is REDUCE(ADD, A * B) over one axis with A independent of the output column and B of the
-  output row (operands of shape (batch?, M, N, K)), accumulating f32 from inputs the instruction takes."""
-  if not tc or body.op is not Ops.REDUCE or body.arg != (Ops.ADD, 1) or body.dtype is not dtypes.f32: return None
+def matmul_operands(body: UOp) -> tuple[UOp, UOp] | None:
+  """(A, B) if body is REDUCE(ADD, A * B) over one axis with A independent of the output column and B of the output
+  row: a matmul, operands of shape (batch?, M, N, K), whatever elementwise work and movement sit on each side."""
+  if body.op is not Ops.REDUCE or body.arg != (Ops.ADD, 1) or not body.dtype.is_float: return None
   if len(body.shape) not in (2, 3) or body.src[0].op is not Ops.MUL: return None
   x, y = body.src[0].src
   if any(u.op is Ops.REDUCE for u in (*x.toposort(), *y.toposort())): return None
@@ -56,6 +56,14 @@ def tc_fit(body: UOp, tc: int) -> tuple[UOp, UOp, WMMAArg] | None:
   dx, dy = deps(x), deps(y)
   if n in dx and m in dy: x, y, dx, dy = y, x, dy, dx     # B * A
   if n in dx or m in dy: return None
+  return x, y
+
+
+def tc_fit(body: UOp, tc: int) -> tuple[UOp, UOp, WMMAArg] | None:
+  """(A, B, arg) if body is a matmul (matmul_operands) accumulating f32 from inputs the instruction takes."""
+  if not tc or body.dtype is not dtypes.f32 or (xy := matmul_operands(body)) is None: return None
+  x, y = xy
+  probe = tuple(range_(s, 1000 + k) for k, s in enumerate(body.src[0].shape))
   kinds = _loaded_dtypes(rangeify(x, probe, Ctx())) | _loaded_dtypes(rangeify(y, probe, Ctx()))
   kind = "f16" if kinds == {dtypes.f16} else "tf32" if kinds == {dtypes.f32} and tc >= 2 else None
   if kind is None: return None
