@@ -5,7 +5,8 @@
 q (..., Nq, D), k (..., Nk, D), v (..., Nk, Dv): Tensors or NumPy arrays; the leading (batch, head) dims
 broadcast. It runs uopc.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
 many keys, flash-decoding: the keys split into chunks processed in parallel, then a second kernel that merges the
-partial (m, l, o) states (section 11.6's merge rule).
+partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run the same kernels through the GPU
+renderers (one work-item per query block) and give a Tensor on that device.
 """
 from __future__ import annotations
 import math, os
@@ -18,9 +19,24 @@ ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention
 _programs: dict[tuple, Program] = {}
 
 
-def _program(name: str, make, key: tuple) -> Program:
-  if key not in _programs: _programs[key] = Program(render_c(make(), name), name)
-  return _programs[key]
+def _program(name: str, make, key: tuple, device: str = "CPU") -> Program:
+  """The kernel `make()` builds, compiled once per key and device (CL, CUDA: through the GPU renderers, whose launch
+  opt makes each query block a work-item)."""
+  if (key, device) not in _programs:
+    if device == "CPU": _programs[key, device] = Program(render_c(make(), name), name)
+    else:
+      from uopc.device import get_device
+      dev = get_device(device)
+      _programs[key, device] = dev.compile(dev.renderer.render(make(), name).src)
+  return _programs[key, device]
+
+
+def _device_of(*xs) -> str:
+  """The device of the Tensors among xs (CPU for arrays); they must agree."""
+  from uopc.tensor import Tensor
+  devices = {x.device for x in xs if isinstance(x, Tensor)}
+  if len(devices) > 1: raise ValueError(f"scaled_dot_product_attention: q, k, v are on different devices {devices}")
+  return devices.pop() if devices else "CPU"
 
 
 def _as_array(x, what: str) -> np.ndarray:
@@ -48,6 +64,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   are all masked gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns
   it off)."""
   from uopc.tensor import Tensor
+  device = _device_of(q, k, v)
   q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
   where = "scaled_dot_product_attention"
   if q.shape[-1] != k.shape[-1]: raise ValueError(f"{where}: q {q.shape} and k {k.shape} differ in D")
@@ -58,7 +75,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
   heads = math.prod(batch)
   scale = 1 / math.sqrt(d) if scale is None else float(scale)
-  if heads == 0 or nq == 0 or nk == 0: return Tensor(np.zeros(batch + (nq, dv), np.float32))   # nothing to attend
+  if heads == 0 or nq == 0 or nk == 0: return Tensor(np.zeros(batch + (nq, dv), np.float32), device=device)   # nothing to attend
   mask = None
   if attn_mask is not None:
     m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
@@ -95,13 +112,14 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   key = ("flash", heads * splits, nq_p, chunk, d, dv, rows, keys, is_causal, mask is not None, scale, nk, splits)
   prg = _program("flash", lambda: flash_attention_ir(heads * splits, nq_p, chunk, d, rows, keys, causal=is_causal,
                                                       masked=mask is not None, scale=scale, dv=dv, total_keys=nk,
-                                                      splits=splits, partial=splits > 1), key)
+                                                      splits=splits, partial=splits > 1), key, device)
   out = np.empty((heads, nq_p, dv), np.float32)
   if splits == 1: prg(*args, out)
   else:
     po, pm, pl = (np.empty((heads * splits, nq_p, dv), np.float32), np.empty((heads * splits, nq_p), np.float32),
                   np.empty((heads * splits, nq_p), np.float32))
     prg(*args, po, pm, pl)
-    merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv))
+    merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv),
+                     device)
     merge(po, pm, pl, out)
-  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)))
+  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)), device=device)
