@@ -75,7 +75,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
   heads = math.prod(batch)
   scale = 1 / math.sqrt(d) if scale is None else float(scale)
-  if heads == 0 or nq == 0 or nk == 0: return Tensor(np.zeros(batch + (nq, dv), np.float32), device=device)   # nothing to attend
+  if heads == 0 or nq == 0 or nk == 0:   # nothing to attend
+    return Tensor(np.zeros(batch + (nq, dv), np.float32), device=device)
   mask = None
   if attn_mask is not None:
     m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
