@@ -5,17 +5,20 @@
 q (..., Nq, D), k (..., Nk, D), v (..., Nk, Dv): Tensors or NumPy arrays; the leading (batch, head) dims
 broadcast. It runs uopc.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
 many keys, flash-decoding: the keys split into chunks processed in parallel, then a second kernel that merges the
-partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run the same kernels through the GPU
-renderers (one work-item per query block) and give a Tensor on that device.
+partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run FlashAttention-2 (uopc.fa2: K and V
+tiles in local memory, a work-group per query block) or, with a mask or flash-decoding, the same kernels as on the
+CPU through the GPU renderers; the result is a Tensor on that device.
 """
 from __future__ import annotations
 import math, os
 import numpy as np
 from uopc.flash import flash_attention_ir, merge_partials_ir
+from uopc.fa2 import fa2_ir
 from uopc.render_c import render_c
 from uopc.runtime import Program
 
 ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention and NOTES)
+FA2_BQ, FA2_BK = 32, 16     # on a GPU device: queries per work-group (one a work-item), keys per local tile
 _programs: dict[tuple, Program] = {}
 
 
@@ -29,6 +32,25 @@ def _program(name: str, make, key: tuple, device: str = "CPU") -> Program:
       dev = get_device(device)
       _programs[key, device] = dev.compile(dev.renderer.render(make(), name).src)
   return _programs[key, device]
+
+
+def _fa2_bq(nq: int) -> int: return min(FA2_BQ, 1 << (nq - 1).bit_length())
+
+
+def _fa2(q: np.ndarray, k: np.ndarray, v: np.ndarray, batch: tuple, causal: bool, scale: float, device: str):
+  """FlashAttention-2 on a GPU device (uopc.fa2): queries padded to whole blocks, keys to whole tiles (masked)."""
+  from uopc.tensor import Tensor
+  nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+  heads, bq = math.prod(batch), _fa2_bq(nq)
+  nq_p, nk_p = _ceil(nq, bq) * bq, _ceil(nk, FA2_BK) * FA2_BK
+  flat = lambda a, n, w, size: np.ascontiguousarray(_pad_to(np.broadcast_to(a, batch + (n, w)).reshape(heads, n, w),
+                                                            1, size), np.float32)
+  args = [flat(q, nq, d, nq_p), flat(k, nk, d, nk_p), flat(v, nk, dv, nk_p)]
+  key = ("fa2", heads, nq_p, nk_p, d, dv, bq, causal, scale, nk)
+  prg = _program("fa2", lambda: fa2_ir(heads, nq_p, nk_p, d, dv, bq, FA2_BK, causal, scale, nk), key, device)
+  out = np.empty((heads, nq_p, dv), np.float32)
+  prg(*args, out)
+  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)), device=device)
 
 
 def _device_of(*xs) -> str:
@@ -93,6 +115,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   few_rows = heads * _ceil(nq, ROWS) < 2 * threads
   if splits is None: splits = min(32, max(1, nk // 256)) if few_rows and not is_causal else 1
   if is_causal and splits > 1: raise ValueError(f"{where}: flash-decoding (splits > 1) is not causal")
+  if device != "CPU" and mask is None and splits == 1 and (FA2_BK * d) % _fa2_bq(nq) == 0 \
+     and (FA2_BK * dv) % _fa2_bq(nq) == 0:
+    return _fa2(q, k, v, batch, is_causal, scale, device)
   rows = min(ROWS, 1 << (nq - 1).bit_length())
   keys = min(KEYS, 1 << (_ceil(nk, splits) - 1).bit_length())
   chunk = _ceil(_ceil(nk, splits), keys) * keys         # keys per chunk, a whole number of tiles
