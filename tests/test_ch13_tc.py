@@ -170,3 +170,17 @@ def test_oclgrind_finds_no_race_in_the_wmma_emulation(tmp_path):
   assert r.returncode == 0, r.stderr
   assert "data race" not in r.stdout + r.stderr, r.stderr[:2000]
   assert float(r.stdout.split()[-1]) < 1e-3
+
+
+@pytest.mark.parametrize("lowering", ["tc", "local_tile"])
+def test_padded_lanes_write_nothing_outside_the_output(lowering):
+  """A matrix smaller than the tile: the lanes outside it load zeros and store nothing (a canary past the end)."""
+  from uopc.localtile import lower_local_tile
+  a, b = halves(5, 3), halves(3, 7)
+  body = _params(matmul(a, b, "CPU").uop)
+  out = UOp(Ops.BUFFER, (), ParamArg(2, dtypes.f32, (35,)))
+  prog = lower_tc(body, out, Options(tc=1)) if lowering == "tc" else lower_local_tile(body, out)
+  res = np.full(35 + 4096, 7.0, np.float32)
+  get_device("CL").compile(CL.render(prog, "small").src)(a.reshape(-1), b.reshape(-1), res)
+  np.testing.assert_allclose(res[:35].reshape(5, 7), ref(a, b), atol=1e-3)
+  assert (res[35:] == 7.0).all()

@@ -62,7 +62,7 @@ def lower_local_tile(body: UOp, out: UOp, tile: LocalTile = LocalTile(), options
   def value(v: UOp, ok: UOp, place: tuple) -> UOp:
     """v at place, 0 where ok is false (read from a clamped address, so the load never leaves the buffer)."""
     ok = symbolic.simplify(ok)
-    if ok.op is Ops.CONST: return rangeify(v, (*bidx, *place), ctx).cast(dt)
+    if ok.op is Ops.CONST: return rangeify(v, (*bidx, *place), ctx).cast(dt) if ok.arg else UOp.const(0.0, dt)
     safe = tuple(symbolic.simplify(ok.where(p, 0)) if p.op is not Ops.CONST else p for p in place)
     return ok.where(rangeify(v, (*bidx, *safe), ctx).cast(dt), UOp.const(0.0, dt))
   # 1. the cooperative loads: element e = tid + items*j of each tile, row-major
@@ -102,6 +102,7 @@ def lower_local_tile(body: UOp, out: UOp, tile: LocalTile = LocalTile(), options
       for bi in bidx: flat = flat + bi * (M * N)
       val = acc.after(done).index(i * tile.rn + j).load().cast(out.dtype)
       ok = symbolic.simplify(inside(m, M, tile.bm) & inside(n, N, tile.bn))
+      if ok.op is Ops.CONST and not ok.arg: continue   # outside the output for every work-item
       stores.append(UOp(Ops.STORE, (out.index(flat), val) + (() if ok.op is Ops.CONST else (ok,))))
   return symbolic.simplify(sink(UOp(Ops.SINK, tuple(stores)).end(*launch)))
 

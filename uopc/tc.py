@@ -99,6 +99,7 @@ def lower_tc(body: UOp, out: UOp, options: Options | None = None, layout: wmma.S
       (r0, rn, rt), (c0, cn, ct) = rows, cols
       ri, ci = r0 * rt + r, c0 * ct + c
       ok = symbolic.simplify(inside(ri, rn, rt) & inside(ci, cn, ct))
+      if ok.op is Ops.CONST and not ok.arg: vals.append(UOp.const(0.0)); continue   # every lane is outside
       safe = lambda j: j if ok.op is Ops.CONST else ok.where(j, 0)   # a clamped address: never outside the buffer
       val = rangeify(v, (*bidx, *place(symbolic.simplify(safe(ri)), symbolic.simplify(safe(ci)))), ctx).cast(dtypes.f32)
       vals.append(val if ok.op is Ops.CONST else ok.where(val, 0.0))
@@ -120,8 +121,9 @@ def lower_tc(body: UOp, out: UOp, options: Options | None = None, layout: wmma.S
     r, c = at(lay.c, i)
     m, n = gm * lay.m + r, gn * lay.n + c
     flat = m * N + n
-    for bi, s in zip(bidx, batch): flat = flat + bi * (M * N)
+    for bi in bidx: flat = flat + bi * (M * N)
     val = acc.after(done).index(i).load().cast(out.dtype)
     ok = symbolic.simplify(inside(m, M, lay.m) & inside(n, N, lay.n))
+    if ok.op is Ops.CONST and not ok.arg: continue   # no lane holds an output here (M or N smaller than the tile)
     stores.append(UOp(Ops.STORE, (out.index(flat), val) + (() if ok.op is Ops.CONST else (ok,))))
   return symbolic.simplify(sink(UOp(Ops.SINK, tuple(stores)).end(*launch)))
