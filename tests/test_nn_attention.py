@@ -96,3 +96,26 @@ def test_matches_pytorch_when_installed():
   for causal in (False, True):
     ref = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=causal)
     assert np.abs(sdpa(q, k, v, is_causal=causal).numpy() - ref.numpy()).max() < 1e-5
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cl_tensors_run_fa2_on_cl(causal):
+  """Tensors on CL: FlashAttention-2 (uopc.fa2) through the OpenCL renderer, a CL result."""
+  from uopc.tensor import Tensor
+  import uopc.nn as nn
+  q, k, v = rand(2, 3, 200, 64), rand(2, 3, 200, 64), rand(2, 3, 200, 64)
+  out = sdpa(*(Tensor(x, device="CL") for x in (q, k, v)), is_causal=causal)
+  assert out.device == "CL" and any(key[0][0] == "fa2" and key[1] == "CL" for key in nn._programs)
+  np.testing.assert_allclose(out.numpy(), reference(q, k, v, causal=causal), atol=1e-4)
+
+
+def test_cl_tensors_with_a_mask_or_flash_decoding():
+  """What FA2 does not cover runs the CPU's kernels through the OpenCL renderer."""
+  from uopc.tensor import Tensor
+  q, k, v = rand(2, 37, 16), rand(2, 300, 16), rand(2, 300, 16)
+  mask = rng.random((37, 300)) < 0.7
+  mask[3] = False   # a fully masked row gives zeros
+  out = sdpa(*(Tensor(x, device="CL") for x in (q, k, v)), attn_mask=mask)
+  np.testing.assert_allclose(out.numpy(), reference(q, k, v, mask=mask), atol=1e-5)
+  dec = sdpa(*(Tensor(x, device="CL") for x in (q[:, :2], k, v)), splits=4)   # flash-decoding: two kernels
+  np.testing.assert_allclose(dec.numpy(), reference(q[:, :2], k, v), atol=1e-5)

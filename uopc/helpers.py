@@ -53,6 +53,7 @@ class ContextVar:
 
 DEBUG = ContextVar("DEBUG", 0)
 DEVICE = ContextVar("DEVICE", "CPU")   # where Tensors are realized unless they say otherwise (uopc.device)
+TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.tc): 1 f16 inputs, 2 also f32 as tf32
 
 
 @contextlib.contextmanager

@@ -5,23 +5,61 @@
 q (..., Nq, D), k (..., Nk, D), v (..., Nk, Dv): Tensors or NumPy arrays; the leading (batch, head) dims
 broadcast. It runs uopc.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
 many keys, flash-decoding: the keys split into chunks processed in parallel, then a second kernel that merges the
-partial (m, l, o) states (section 11.6's merge rule).
+partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run FlashAttention-2 (uopc.fa2: K and V
+tiles in local memory, a work-group per query block) or, with a mask or flash-decoding, the same kernels as on the
+CPU through the GPU renderers; the result is a Tensor on that device.
 """
 from __future__ import annotations
 import math
 import numpy as np
 from uopc.helpers import omp_threads
 from uopc.flash import flash_attention_ir, merge_partials_ir
+from uopc.fa2 import fa2_ir
 from uopc.render_c import render_c
 from uopc.runtime import Program
 
 ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention and NOTES)
+FA2_BQ, FA2_BK = 32, 16     # on a GPU device: queries per work-group (one a work-item), keys per local tile
 _programs: dict[tuple, Program] = {}
 
 
-def _program(name: str, make, key: tuple) -> Program:
-  if key not in _programs: _programs[key] = Program(render_c(make(), name), name)
-  return _programs[key]
+def _program(name: str, make, key: tuple, device: str = "CPU") -> Program:
+  """The kernel `make()` builds, compiled once per key and device (CL, CUDA: through the GPU renderers, whose launch
+  opt makes each query block a work-item)."""
+  if (key, device) not in _programs:
+    if device == "CPU": _programs[key, device] = Program(render_c(make(), name), name)
+    else:
+      from uopc.device import get_device
+      dev = get_device(device)
+      _programs[key, device] = dev.compile(dev.renderer.render(make(), name).src)
+  return _programs[key, device]
+
+
+def _fa2_bq(nq: int) -> int: return min(FA2_BQ, 1 << (nq - 1).bit_length())
+
+
+def _fa2(q: np.ndarray, k: np.ndarray, v: np.ndarray, batch: tuple, causal: bool, scale: float, device: str):
+  """FlashAttention-2 on a GPU device (uopc.fa2): queries padded to whole blocks, keys to whole tiles (masked)."""
+  from uopc.tensor import Tensor
+  nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+  heads, bq = math.prod(batch), _fa2_bq(nq)
+  nq_p, nk_p = _ceil(nq, bq) * bq, _ceil(nk, FA2_BK) * FA2_BK
+  flat = lambda a, n, w, size: np.ascontiguousarray(_pad_to(np.broadcast_to(a, batch + (n, w)).reshape(heads, n, w),
+                                                            1, size), np.float32)
+  args = [flat(q, nq, d, nq_p), flat(k, nk, d, nk_p), flat(v, nk, dv, nk_p)]
+  key = ("fa2", heads, nq_p, nk_p, d, dv, bq, causal, scale, nk)
+  prg = _program("fa2", lambda: fa2_ir(heads, nq_p, nk_p, d, dv, bq, FA2_BK, causal, scale, nk), key, device)
+  out = np.empty((heads, nq_p, dv), np.float32)
+  prg(*args, out)
+  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)), device=device)
+
+
+def _device_of(*xs) -> str:
+  """The device of the Tensors among xs (CPU for arrays); they must agree."""
+  from uopc.tensor import Tensor
+  devices = {x.device for x in xs if isinstance(x, Tensor)}
+  if len(devices) > 1: raise ValueError(f"scaled_dot_product_attention: q, k, v are on different devices {devices}")
+  return devices.pop() if devices else "CPU"
 
 
 def _as_array(x, what: str) -> np.ndarray:
@@ -49,6 +87,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   are all masked gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns
   it off)."""
   from uopc.tensor import Tensor
+  device = _device_of(q, k, v)
   q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
   where = "scaled_dot_product_attention"
   if q.shape[-1] != k.shape[-1]: raise ValueError(f"{where}: q {q.shape} and k {k.shape} differ in D")
@@ -59,7 +98,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
   heads = math.prod(batch)
   scale = 1 / math.sqrt(d) if scale is None else float(scale)
-  if heads == 0 or nq == 0 or nk == 0: return Tensor(np.zeros(batch + (nq, dv), np.float32))   # nothing to attend
+  if heads == 0 or nq == 0 or nk == 0:   # nothing to attend
+    return Tensor(np.zeros(batch + (nq, dv), np.float32), device=device)
   mask = None
   if attn_mask is not None:
     m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
@@ -76,6 +116,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   few_rows = heads * _ceil(nq, ROWS) < 2 * threads
   if splits is None: splits = min(32, max(1, nk // 256)) if few_rows and not is_causal else 1
   if is_causal and splits > 1: raise ValueError(f"{where}: flash-decoding (splits > 1) is not causal")
+  if device != "CPU" and mask is None and splits == 1 and (FA2_BK * d) % _fa2_bq(nq) == 0 \
+     and (FA2_BK * dv) % _fa2_bq(nq) == 0:
+    return _fa2(q, k, v, batch, is_causal, scale, device)
   rows = min(ROWS, 1 << (nq - 1).bit_length())
   keys = min(KEYS, 1 << (_ceil(nk, splits) - 1).bit_length())
   chunk = _ceil(_ceil(nk, splits), keys) * keys         # keys per chunk, a whole number of tiles
@@ -96,16 +139,17 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   key = ("flash", heads * splits, nq_p, chunk, d, dv, rows, keys, is_causal, mask is not None, scale, nk, splits)
   prg = _program("flash", lambda: flash_attention_ir(heads * splits, nq_p, chunk, d, rows, keys, causal=is_causal,
                                                       masked=mask is not None, scale=scale, dv=dv, total_keys=nk,
-                                                      splits=splits, partial=splits > 1), key)
+                                                      splits=splits, partial=splits > 1), key, device)
   out = np.empty((heads, nq_p, dv), np.float32)
   if splits == 1: prg(*args, out)
   else:
     po, pm, pl = (np.empty((heads * splits, nq_p, dv), np.float32), np.empty((heads * splits, nq_p), np.float32),
                   np.empty((heads * splits, nq_p), np.float32))
     prg(*args, po, pm, pl)
-    merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv))
+    merge = _program("merge", lambda: merge_partials_ir(heads, splits, nq_p, dv), ("merge", heads, splits, nq_p, dv),
+                     device)
     merge(po, pm, pl, out)
-  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)))
+  return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)), device=device)
 
 
 # the layers and the GPT live in their own modules; `from uopc.nn import Linear` is the name other code uses

@@ -9,6 +9,7 @@ from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
 from uopc.rangeify import lower, rangeify, Ctx, Opts
 from uopc.online import OnlineSoftmax, find_groups
 from uopc.options import Options
+from uopc.tc import GPU_DEVICES, lower_tc
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
 
@@ -82,8 +83,10 @@ class DefaultOpt:
 
   @staticmethod
   def lower(body: UOp, out: UOp, options: Options | None = None) -> UOp:
-    """A kernel body -> its loop program, with the default opts (or the online ones, where an online pass fits)."""
+    """A kernel body -> its loop program, with the default opts (or the online ones, where an online pass fits; or
+    warp tiles around a WMMA, uopc.tc, where TC= is on and a GPU matmul fits)."""
     options = options or Options()
+    if options.tc and options.device in GPU_DEVICES and (prog := lower_tc(body, out, options)) is not None: return prog
     ctx = Ctx(opts=default_opts(body), options=options)
     if options.online_softmax:
       ctx.lowerings = (OnlineSoftmax(body),)

@@ -1,8 +1,8 @@
 """The options of one realize: every switch that changes what the compiler produces, in one frozen value.
 
 realize builds it once from the book's switches (Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax) and the
-environment (DEVICE=, DEBUG=); make_plan keys its cache on it; the lowering context (rangeify.Ctx) carries it. No pass
-reads a global switch.
+environment (DEVICE=, DEBUG=, TC=); make_plan keys its cache on it; the lowering context (rangeify.Ctx) carries it.
+No pass reads a global switch.
 """
 from __future__ import annotations
 import functools
@@ -18,6 +18,7 @@ class Options:
   online_softmax: bool = False   # lower softmax groups in one online pass (uopc.online, chapter 11 appendix)
   device: str = "CPU"            # where the kernels run (uopc.device)
   debug: int = field(default=0, compare=False)   # how much realize prints; never changes a plan, so not in the key
+  tc: int = 0                    # tensor-core lowering of matmuls on GPU devices (uopc.tc; TC=): 0 off
 
   def replace(self, **changes) -> Options: return replace(self, **changes)
 

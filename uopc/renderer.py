@@ -83,6 +83,8 @@ class CStyleRenderer:
   code_for_workitem: ClassVar[dict[str, str]] = {}     # "gidx"/"lidx" -> the expression, {dim} 0 1 2, {xyz} x y z
   barrier: ClassVar[str | None] = None
   smem_prefix: ClassVar[str | None] = None
+  # dtypes a GPU dialect can only load (into a float), never compute in: dtype -> (pointer type, load statement)
+  load_only: ClassVar[dict[DType, tuple[str, str]]] = {}
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
     dtypes.u8: "unsigned char", dtypes.bool: "bool"}
@@ -157,7 +159,9 @@ class CStyleRenderer:
     signature = Signature(tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers))
     launch = launch_of(topo)
     signature = Signature(signature.params, launch)
-    params = ", ".join(self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params)
+    self._check_load_only(topo, signature)
+    ptype = lambda p: self.load_only[p.dtype][0] if p.dtype in self.load_only else self.type(p.dtype)
+    params = ", ".join(self.buffer_decl.format(type=ptype(p), name=p.name) for p in signature.params)
     # indices are 32-bit unless a buffer has more elements than an int can count: then every int is 64-bit
     wide = any(p.size > INT32_MAX for p in signature.params) or any(u.op is Ops.RANGE and u.src[0].op is Ops.CONST
                                                                      and u.src[0].arg > INT32_MAX for u in topo)
@@ -213,10 +217,19 @@ class CStyleRenderer:
         names[u] = names[base] if base_alloc(base) in scalar else f"{names[base]}[{names[i]}]"
       elif u.op is Ops.LOAD:
         names[u] = new_name("val")
-        emit(f"{itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
+        if u.dtype in self.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
+          base, i = u.src[0].src
+          emit(self.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
+        else: emit(f"{itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
       elif u.op is Ops.STORE:
-        emit(f"{names[u.src[0]]} = {names[u.src[1]]};")
+        # a third source gates the store (a tile's lanes that fall outside the output store nothing)
+        gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
+        emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
         flops += ops_in.get(u.src[1], 0) * trips[-1]
+      elif u.op is Ops.WMMA:
+        for text in self.render_wmma(u, names): emit(text)
+        shape = u.arg.layout
+        flops += 2 * shape.m * shape.n * shape.k // 32 * trips[-1]   # one warp's tile, shared by its 32 lanes
       elif u.op in ALU:
         if u.op not in self.code_for_op:
           raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
@@ -247,6 +260,18 @@ class CStyleRenderer:
                                   "loop program?)")
     out.append("}")
     return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips)
+
+
+  def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:
+    """The lines of a WMMA (uopc.tc): a dialect with tensor cores or an emulation of them overrides this."""
+    raise NotImplementedError(f"{type(self).__name__}: WMMA has no form on device {self.device}")
+
+  def _check_load_only(self, topo: list[UOp], signature: Signature) -> None:
+    """A load-only dtype (f16 on OpenCL without cl_khr_fp16) may be loaded and converted, nothing else."""
+    for u in topo:
+      if u.dtype in self.load_only and u.op not in (Ops.BUFFER, Ops.INDEX, Ops.LOAD): self.type(u.dtype)
+    for p in signature.params:
+      if p.dtype in self.load_only and p.writes: self.type(p.dtype)
 
 
 INT32_MAX = 2**31 - 1

@@ -31,6 +31,8 @@ class Ops(Enum):
   WHERE = auto()
   # loop level, GPU: a launch index (group id or local id) and a work-group barrier (chapter 12)
   SPECIAL = auto(); BARRIER = auto()
+  # loop level, GPU: a warp's tile multiply-accumulate on per-lane fragment registers (chapter 13, uopc.tc)
+  WMMA = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
 
@@ -75,7 +77,7 @@ def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
   if op in (Ops.BUFFER, Ops.ALLOC): return arg.dtype
   if op is Ops.CONST: return dtypes.from_py(arg)
   if op in (Ops.RANGE, Ops.SPECIAL): return dtypes.int
-  if op in (Ops.STORE, Ops.END, Ops.SINK, Ops.BARRIER): return dtypes.void
+  if op in (Ops.STORE, Ops.END, Ops.SINK, Ops.BARRIER, Ops.WMMA): return dtypes.void
   if op in COMPARISON: return dtypes.bool
   if op is Ops.WHERE: return src[1].dtype
   if op is Ops.CAST: raise TypeError("CAST needs an explicit dtype")
