@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 import pytest
 from uopc import runtime
+from uopc import objfile
+from uopc.objfile import complete_object
 from uopc.runtime import Program
 
 pytestmark = pytest.mark.ch02
@@ -68,12 +70,12 @@ def test_truncated_entry_with_a_matching_checksum_is_rebuilt_not_mapped(cache, k
 
 def test_complete_object_checks_elf_and_macho_extents():
   built = Program(ADD, "add").path.read_bytes()
-  assert runtime._complete_object(built) and not runtime._complete_object(built[:len(built) - 1])
-  assert not runtime._complete_object(b"#!/bin/sh\n") and not runtime._complete_object(b"\x7fELF")
+  assert complete_object(built) and not complete_object(built[:len(built) - 1])
+  assert not complete_object(b"#!/bin/sh\n") and not complete_object(b"\x7fELF")
   # a minimal 64-bit Mach-O: header, one LC_SEGMENT_64 (72 bytes) whose file extent is bytes 0..200
-  seg = struct.pack("<II16sQQQQ", runtime.LC_SEGMENT_64, 72, b"__TEXT", 0, 200, 0, 200).ljust(72, b"\0")
-  macho = (runtime.MACHO_64 + struct.pack("<iiIIII", 0x0100000C, 0, 6, 1, len(seg), 0) + b"\0" * 4 + seg)
-  assert runtime._complete_object(macho.ljust(200, b"\0")) and not runtime._complete_object(macho.ljust(199, b"\0"))
+  seg = struct.pack("<II16sQQQQ", objfile.LC_SEGMENT_64, 72, b"__TEXT", 0, 200, 0, 200).ljust(72, b"\0")
+  macho = (objfile.MACHO_64 + struct.pack("<iiIIII", 0x0100000C, 0, 6, 1, len(seg), 0) + b"\0" * 4 + seg)
+  assert complete_object(macho.ljust(200, b"\0")) and not complete_object(macho.ljust(199, b"\0"))
 
 
 # ---- the CPU is part of the cache key ----
