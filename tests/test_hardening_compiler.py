@@ -8,6 +8,7 @@ from uopc.dtype import DType, dtypes
 from uopc.kernelize import PlanCache, make_plan
 from uopc.render_c import render_c
 from uopc.runtime import CompileError, Program
+from capabilities import compiler_has_float16   # tests/capabilities.py
 from uopc.tensor import Tensor
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 
@@ -102,12 +103,6 @@ def test_a_range_id_must_be_an_int():
 
 
 # ---- float16 ----
-def compiler_has_float16() -> bool:
-  try: Program("void f16_probe(float* p) { _Float16 h = (_Float16)p[0]; p[0] = (float)(h + h); }", "f16_probe")
-  except CompileError: return False
-  return True
-
-
 def test_float16_tensors_compute_or_say_the_compiler_lacks_it():
   a = np.linspace(-2, 2, 11).astype(np.float16)
   if not compiler_has_float16():   # e.g. clang before 15 on x86-64: the compiler's own words name the problem
