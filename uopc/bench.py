@@ -24,6 +24,15 @@ def cpu_model() -> str:
   except (OSError, AttributeError): return platform.processor() or platform.machine()
 
 
+def cpu_family_model() -> str:
+  """lscpu's CPU family and model (x86: /proc/cpuinfo's "cpu family" and "model"): machines that share a model name
+  differ here (an AMD EPYC family 25 model 17 is a Zen 4, family 26 a Zen 5), and so do their peaks."""
+  try: info = open("/proc/cpuinfo").read()
+  except OSError: return "(unknown)"
+  fam, mod = (re.search(rf"^{k}\s*:\s*(\S+)", info, re.M) for k in ("cpu family", "model"))
+  return f"family {fam.group(1)} model {mod.group(1)}" if fam and mod else "(unknown)"
+
+
 def blas_info() -> str:
   try:
     from threadpoolctl import threadpool_info
@@ -35,7 +44,8 @@ def blas_info() -> str:
 
 
 def machine() -> dict[str, str]:
-  return {"cpu": cpu_model(), "cores": str(os.cpu_count()), "compiler": compiler_version(compiler()),
+  return {"cpu": cpu_model(), "cpu family/model": cpu_family_model(), "cores": str(os.cpu_count()),
+          "compiler": compiler_version(compiler()),
           "date": datetime.date.today().isoformat(), "uopc": uopc.__version__, "numpy": np.__version__,
           "blas": blas_info(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(all cores)"),
           "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
