@@ -11,7 +11,7 @@ WRONG = [
         "a_owner(0, 8) (the lane and register holding A[0][8]): expected (0, 4), found (0, 2)"),
   # the accumulator C forgotten: D = A @ B
   Wrong("emulate one mma", "return (A @ B + C)[p[..., 0], p[..., 1]]", "return (A @ B)[p[..., 0], p[..., 1]]",
-        "mma_emulated(m16n8k16, random A, B, C): the D fragments (32 lanes x 4): max abs error"),
+        "It is A @ B: the accumulator C was not added"),
   # a row always padded, even one that is conflict-free as it is; a_read_cycles is right and keeps its point
   Wrong("bank conflicts", "range(bk, bk + 32)", "range(bk + 1, bk + 32)",
         "conflict_free_row(9, 4): expected 9, found 10"),
