@@ -1,0 +1,27 @@
+"""The week-7 assignment (chapters 13-14) and its grader: full marks for the solution, zero for the generated stubs,
+and for a wrong answer to every task a partial mark with a message that names the fault."""
+import pytest
+from assignment_grading import Wrong, make_tests
+
+pytestmark = pytest.mark.week7
+
+WRONG = [
+  # the two bits of the register index swapped: rows 8-15 land in registers 4-7 and columns 8-15 in 2-3
+  Wrong("fragment layout", "c % 2 + 2 * (r // 8) + 4 * (c // 8)", "c % 2 + 4 * (r // 8) + 2 * (c // 8)",
+        "a_owner(0, 8) (the lane and register holding A[0][8]): expected (0, 4), found (0, 2)"),
+  # the accumulator C forgotten: D = A @ B
+  Wrong("emulate one mma", "return (A @ B + C)[p[..., 0], p[..., 1]]", "return (A @ B)[p[..., 0], p[..., 1]]",
+        "It is A @ B: the accumulator C was not added"),
+  # a row always padded, even one that is conflict-free as it is; a_read_cycles is right and keeps its point
+  Wrong("bank conflicts", "range(bk, bk + 32)", "range(bk + 1, bk + 32)",
+        "conflict_free_row(9, 4): expected 9, found 10"),
+  # the untied head forgotten
+  Wrong("count the parameters", "head = 0 if cfg.tie_weights else cfg.vocab_size * C", "head = 0",
+        "gpt_parameters(GPTConfig(tie_weights=False)): expected 61888, found 57024"),
+  # no bias correction
+  Wrong("AdamW step", "mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)", "mhat, vhat = m, v",
+        "It is what AdamW gives when the bias corrections are missing"),
+]
+
+test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
+  test_wrong_answers_score_partially_and_say_why = make_tests("week7_gpu_machinery_and_a_gpt", WRONG, n_tasks=5)
