@@ -53,8 +53,13 @@ setup: $(STAMP)
 $(PY):
 \tpython3 -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-\t$(PY) -m pip install -e '.[dev]'
+LOCK := requirements.lock
+
+# the same pinned versions and hashes as the instructor's tree: what the notebooks print does not drift
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+\t$(PY) -m pip install --require-hashes -r $(LOCK)
+\t$(PY) -m pip install --no-deps --no-build-isolation -e .
+\t$(PY) scripts/check_lock.py
 \ttouch $(STAMP)
 
 test: setup
@@ -62,6 +67,7 @@ test: setup
 \tOMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider tests/
 \tIPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)
 \t$(PY) scripts/notebooks.py check
+\t$(PY) scripts/prose_check.py
 
 check: setup
 \t@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi
