@@ -201,7 +201,7 @@ def test_launch_axis_must_enclose_every_statement():
 
 
 # ---- rendered OpenCL and CUDA ----
-def attention_plans(n: int = 64, d: int = 16):
+def attention_plan_table(n: int = 64, d: int = 16):
   q, k, v = (Tensor(arr(n, d)) for _ in range(3))
   root = book.attention(q, k, v).uop
   return {"unfused": make_plan([root], opt=Tensor.opt), "fused": make_plan([root], fuse_reduce=True, opt=book.FlashOpt),
@@ -209,7 +209,7 @@ def attention_plans(n: int = 64, d: int = 16):
 
 
 def test_rendered_opencl_and_cuda_structure():
-  for name, plan in attention_plans().items():
+  for name, plan in attention_plan_table().items():
     for k in plan.kernels:
       cl, cu = CL.render(k.ast, k.name), CUDA.render(k.ast, k.name)
       for r in (cl, cu): assert "#pragma omp" not in r.src and r.signature.launch.items > 1, (name, k.name)
@@ -267,7 +267,7 @@ def test_c_renderer_refuses_gpu_ops():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_every_attention_kernel(arch):
   from uopc.device_cuda import CUDAProgram
-  for name, plan in attention_plans().items():
+  for name, plan in attention_plan_table().items():
     for k in plan.kernels:
       prg = CUDAProgram(CUDA.render(k.ast, k.name).src, arch)
       assert prg.cubin[:4] == b"\x7fELF", (name, k.name)

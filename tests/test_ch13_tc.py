@@ -65,7 +65,7 @@ def test_tc1_goes_through_the_wmma_op(capsys):
   assert len(wmma_kernels(plan)) == 1 and plan.kernels[-1].prg.launch.grid == (17, 7)
 
 
-def test_tc0_and_other_devices_keep_their_plans():
+def test_tc0_and_other_devices_keep_their_plan():
   a, b = halves(24, 40), halves(40, 16)
   root = matmul(a, b, "CPU").uop
   for device in ("CL", "CPU") if compiler_has_float16() else ("CL",):   # CPU f16 needs the compiler's _Float16

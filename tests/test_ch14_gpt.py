@@ -191,8 +191,8 @@ def test_step_reuses_one_plan_and_loss_falls(monkeypatch):
   monkeypatch.setattr(uopc.kernelize, "plan_for", lambda roots, options: used.append(real(roots, options)) or used[-1])
   sizes = []
   losses, _ = train_tiny(40, watch=lambda: sizes.append(plan_cache_size()))
-  step_plans = [p for p in used if len(p.kernels) > 20]    # the training step's plan (item() realizes nothing)
-  assert len(step_plans) == 40 and all(p is step_plans[1] for p in step_plans[1:]), "a new plan after step 2"
+  steps = [p for p in used if len(p.kernels) > 20]    # the training step's plan (item() realizes nothing)
+  assert len(steps) == 40 and all(p is steps[1] for p in steps[1:]), "a new plan after step 2"
   assert sizes[1] == sizes[-1]
   assert losses[0] > math.log(11) - 0.3 and np.mean(losses[-5:]) < losses[0] - 1.0, losses
 

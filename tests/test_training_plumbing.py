@@ -48,7 +48,7 @@ def test_assign_checks_shape_and_dtype():
   with pytest.raises(TypeError, match="dtype"): w.assign(Tensor(np.zeros((2, 3), np.float64)))
 
 
-def test_a_learning_rate_held_in_a_buffer_does_not_make_new_plans(fresh_plan_cache):
+def test_a_learning_rate_held_in_a_buffer_does_not_make_a_new_plan(fresh_plan_cache):
   w, lr = Tensor(np.ones(5, np.float32)), Tensor(np.float32(0.5))
   for step, value in enumerate([0.5, 0.25, 0.125, 0.0625]):
     lr.assign(Tensor(np.float32(value))).realize()
