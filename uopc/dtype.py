@@ -1,6 +1,7 @@
 """Data types: what a value is in Python and in NumPy. How each is spelled in a kernel is the renderer's business
 (uopc.renderer: each dialect has its table of type names)."""
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 import numpy as np
 
@@ -8,10 +9,21 @@ import numpy as np
 @dataclass(frozen=True, eq=True)
 class DType:
   name: str
-  itemsize: int
+  itemsize: int   # bytes of one lane
   kind: str       # "f" float, "i" signed int, "u" unsigned int, "b" bool, "v" void
+  count: int = 1  # lanes: 1 for a scalar; dtypes.f32.vec(16) is 16 floats in one register (chapter 10, vector code)
 
-  def __repr__(self): return f"dtypes.{self.name}"
+  def __repr__(self): return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
+  def vec(self, lanes: int) -> DType:
+    """This scalar dtype with `lanes` lanes: one node of the loop IR then computes `lanes` values at once."""
+    if type(lanes) is not int or lanes < 1: raise ValueError(f"a vector needs a positive number of lanes, got {lanes!r}")
+    if self.count != 1: raise TypeError(f"{self!r} is already a vector")
+    if self.kind == "v": raise TypeError("void has no vectors")
+    return self if lanes == 1 else _vector(self, lanes)
+  @property
+  def scalar(self) -> DType:
+    """One lane of this dtype (itself for a scalar)."""
+    return self if self.count == 1 else _SCALARS[self.name]
   @property
   def is_float(self) -> bool: return self.kind == "f"
   @property
@@ -46,6 +58,15 @@ class dtypes:
     if isinstance(x, (int, np.integer)): return dtypes.int
     if isinstance(x, (float, np.floating)): return dtypes.default_float
     raise TypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
+
+
+_SCALARS = {d.name: d for d in vars(dtypes).values() if isinstance(d, DType)}
+
+
+@functools.cache
+def _vector(d: DType, lanes: int) -> DType:
+  """One object per (dtype, lanes), so `is` compares vector dtypes as it compares scalar ones."""
+  return DType(d.name, d.itemsize, d.kind, lanes)
 
 
 _TO_NP = {dtypes.f32: np.float32, dtypes.f64: np.float64, dtypes.f16: np.float16, dtypes.i32: np.int32,

@@ -8,8 +8,10 @@ The walk over the linearized program lives in uopc.renderer (CStyleRenderer); C'
 What render_c returns is the C text (a str) that also carries its typed signature, so Program need not parse it.
 """
 from __future__ import annotations
-from uopc.uop import UOp
+from uopc.dtype import DType
+from uopc.uop import UOp, Ops
 from uopc.renderer import CStyleRenderer, KernelSource, Rendered
+from uopc.vector import c_vector_name, c_typedefs
 
 
 class CRenderer(CStyleRenderer):
@@ -18,6 +20,26 @@ class CRenderer(CStyleRenderer):
   kernel_prefix = "void "
   buffer_decl = "{type}* restrict {name}"
   thread_pragma = "#pragma omp parallel for"
+
+  # vectors: GCC's vector extensions (uopc.vector); an op missing here is written as on scalars
+  def vector_type(self, dtype: DType) -> str: return c_vector_name(dtype)
+  def vector_preamble(self, used: set[DType]) -> list[str]: return c_typedefs(used, self.type) if used else []
+  def vectorize(self, u: UOp, srcs: list[str]) -> str:
+    """Lanes of one vector in another order are a shuffle (gcc 12 and clang both have __builtin_shufflevector)."""
+    v = u.src[0].src[0] if u.src[0].op is Ops.GEP else None
+    if v is not None and len(set(u.src)) > 1 and all(s.op is Ops.GEP and s.src[0] is v for s in u.src):
+      name = srcs[0].rsplit("[", 1)[0]
+      return f"__builtin_shufflevector({name}, {name}, {', '.join(str(s.arg) for s in u.src)})"
+    return super().vectorize(u, srcs)
+  def vector_op(self, op: Ops, dtype: DType, *srcs: str) -> str | None:
+    t = c_vector_name(dtype)
+    if op is Ops.MAX: return f"uopc_max_{t}({srcs[0]}, {srcs[1]})"
+    if op is Ops.WHERE: return f"uopc_where_{t}({srcs[0]}, {srcs[1]}, {srcs[2]})"
+    if op is Ops.EXP2 and dtype.scalar.itemsize == 4: return f"uopc_exp2_{t}({srcs[0]})"
+    if op is Ops.CAST: return f"__builtin_convertvector({srcs[0]}, {t})"
+    if op in (Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.EXP2):
+      raise NotImplementedError(f"CRenderer: {op} on {dtype!r} has no vector form (compute it on scalars)")
+    return None
 
 
 C = CRenderer()

@@ -18,6 +18,7 @@ from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc, is_local
 from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
 from uopc.gpu import Launch, launch_of
+from uopc.vector import vector_dtypes
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,27 @@ class CStyleRenderer:
   }
 
   def type(self, dtype: DType) -> str:
+    if dtype.count > 1: return self.vector_type(dtype)
     if dtype not in self.types:
       raise TypeError(f"{type(self).__name__}: dtype {dtype} is not supported on device {self.device}")
     return self.types[dtype]
 
+  # ---- vectors (uopc.vector): a dialect without them says so ----
+  def vector_type(self, dtype: DType) -> str:
+    raise NotImplementedError(f"{type(self).__name__}: vector dtype {dtype!r} has no form on device {self.device}")
+  def vector_preamble(self, used: set[DType]) -> list[str]: return [self.vector_type(d) for d in used][:0]
+  def vectorize(self, u: UOp, srcs: list[str]) -> str:
+    """Lanes gathered into a vector: a broadcast (a scalar meeting an all-zero vector fills every lane), or a list."""
+    if len(set(u.src)) == 1: return f"(({self.type(u.dtype)}){{}} + {srcs[0]})"
+    return f"(({self.type(u.dtype)}){{{', '.join(srcs)}}})"
+  def vector_op(self, op: Ops, dtype: DType, *srcs: str) -> str | None:
+    """An ALU op on vectors, where it is not written as on scalars (None: as on scalars)."""
+    return None
+
   def const(self, v, dtype: DType) -> str:
     if not isinstance(v, numbers.Real):   # anything else would be pasted into the source
       raise TypeError(f"a constant must be a Python number, got {type(v).__name__} {v!r}")
+    if dtype.count > 1: return f"(({self.type(dtype)}){{}} + {self.const(v, dtype.scalar)})"   # broadcast
     if dtype.is_float:
       if math.isnan(v): return "NAN"
       if math.isinf(v): return "INFINITY" if v > 0 else "-INFINITY"
@@ -134,6 +149,7 @@ class CStyleRenderer:
       for s in u.src: uses[s] = uses.get(s, 0) + 1
       if u.op is Ops.MAX: max_users.update(u.src)
     doubles: set[UOp] = set()     # inline expressions that hold a MAX
+    lane_of = {u.src[0] for u in topo if u.op is Ops.GEP}   # vectors whose lanes are read: named (v[i] needs a name)
     # an ALLOC is declared where it is first placed inside loops (its outermost .after), else at the top
     decl_at: dict[UOp, UOp] = {}
     order = {ln.uop: k for k, ln in enumerate(lines) if ln.kind == "node"}
@@ -167,7 +183,8 @@ class CStyleRenderer:
                                                                      and u.src[0].arg > INT32_MAX for u in topo)
     itype = (lambda d: self.type(dtypes.i64) if d is dtypes.i32 else self.type(d)) if wide else self.type
     block = ",".join(str(b) for b in (launch.block + (1, 1, 1))[:3])
-    out = [f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{"]
+    out = self.vector_preamble(vector_dtypes(topo))
+    out.append(f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{")
     names: dict[UOp, str] = {}
     ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
     trips, flops = [launch.items], 0   # every work-item runs the body once
@@ -220,11 +237,15 @@ class CStyleRenderer:
         if u.dtype in self.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
           base, i = u.src[0].src
           emit(self.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
+        elif u.dtype.count > u.src[0].dtype.count:   # consecutive lanes as one vector
+          emit(f"{itype(u.dtype)} {names[u]} = *({itype(u.dtype)}_u*)&{names[u.src[0]]};")
         else: emit(f"{itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
       elif u.op is Ops.STORE:
         # a third source gates the store (a tile's lanes that fall outside the output store nothing)
         gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-        emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
+        if u.src[1].dtype.count > u.src[0].dtype.count:   # a vector into consecutive elements
+          emit(f"{gate}*({itype(u.src[1].dtype)}_u*)&{names[u.src[0]]} = {names[u.src[1]]};")
+        else: emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
         flops += ops_in.get(u.src[1], 0) * trips[-1]
       elif u.op is Ops.WMMA:
         for text in self.render_wmma(u, names): emit(text)
@@ -233,15 +254,24 @@ class CStyleRenderer:
       elif u.op in ALU:
         if u.op not in self.code_for_op:
           raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
-        expr = self.code_for_op[u.op](self, u.dtype, *[names[s] for s in u.src])
-        ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) + sum(ops_in.get(s, 0) for s in u.src)
+        srcs = [names[s] for s in u.src]
+        lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
+        expr = (lanes > 1 and self.vector_op(u.op, u.dtype, *srcs)) or self.code_for_op[u.op](self, u.dtype, *srcs)
+        ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) * lanes + \
+          sum(ops_in.get(s, 0) for s in u.src)
         if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)
         # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
-        if uses.get(u, 0) > 1 or (u in max_users and u in doubles):
+        if uses.get(u, 0) > 1 or (u in max_users and u in doubles) or u in lane_of:
           names[u] = new_name("alu")
           emit(f"{itype(u.dtype)} {names[u]} = {expr};")
           flops += ops_in.pop(u) * trips[-1]
         else: names[u] = expr
+      elif u.op is Ops.VECTORIZE:
+        expr = self.vectorize(u, [names[s] for s in u.src])
+        names[u] = new_name("vec")
+        emit(f"{self.type(u.dtype)} {names[u]} = {expr};")
+        flops += sum(ops_in.pop(s, 0) for s in set(u.src)) * trips[-1]
+      elif u.op is Ops.GEP: names[u] = f"{names[u.src[0]]}[{u.arg}]"   # its vector has a name (lane_of below)
       elif u.op is Ops.SPECIAL:
         kind, dim = u.arg
         if kind not in self.code_for_workitem:

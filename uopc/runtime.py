@@ -26,14 +26,14 @@ import numpy as np
 import cffi
 from uopc.dtype import np_dtype
 from uopc.objfile import complete_object
+from uopc.compile_opts import CompileOpts
 from uopc.renderer import Signature, check_identifier
 
 # Reassociating float sums lets the compiler vectorize reductions. Unlike -ffast-math this keeps infinities and NaNs
-# meaningful, which the online softmax needs (its running max starts at -INFINITY). See NOTES 2.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
-         "-fno-trapping-math", "-shared", "-fPIC")
-# 256-bit vectors: a register tile's 16 accumulators then reduce across fewer lanes (measured in NOTES 2)
-if platform.machine() in ("x86_64", "AMD64"): FLAGS = FLAGS[:3] + ("-mprefer-vector-width=256",) + FLAGS[3:]
+# meaningful, which the online softmax needs (its running max starts at -INFINITY). See NOTES 2. 256-bit vectors on
+# x86: a register tile's 16 accumulators then reduce across fewer lanes (NOTES 2). A kernel may choose others
+# (uopc.compile_opts; NOTES 24).
+FLAGS = CompileOpts().flags
 
 # What every rendered kernel may use (INFINITY, bool, exp2f); the renderer prints only the function. glibc's exp2f
 # is a call the compiler cannot vectorize, so exp2f is this inline polynomial: 2^x = 2^n * 2^f, n = round(x),

@@ -33,6 +33,8 @@ class Ops(Enum):
   SPECIAL = auto(); BARRIER = auto()
   # loop level, GPU: a warp's tile multiply-accumulate on per-lane fragment registers (chapter 13, uopc.tc)
   WMMA = auto()
+  # loop level, vectors (chapter 10): lanes gathered into a vector (a broadcast when all are one value), and one lane
+  VECTORIZE = auto(); GEP = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
 
@@ -78,7 +80,9 @@ def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
   if op is Ops.CONST: return dtypes.from_py(arg)
   if op in (Ops.RANGE, Ops.SPECIAL): return dtypes.int
   if op in (Ops.STORE, Ops.END, Ops.SINK, Ops.BARRIER, Ops.WMMA): return dtypes.void
-  if op in COMPARISON: return dtypes.bool
+  if op in COMPARISON: return dtypes.bool.vec(src[0].dtype.count)
+  if op is Ops.VECTORIZE: return src[0].dtype.vec(len(src))
+  if op is Ops.GEP: return src[0].dtype.scalar
   if op is Ops.WHERE: return src[1].dtype
   if op is Ops.CAST: raise TypeError("CAST needs an explicit dtype")
   if op is Ops.STACK: return src[0].dtype
@@ -166,7 +170,11 @@ class UOp(metaclass=_UOpMeta):
     return [memo[r] for r in roots]
 
   # ---- ALU operators ----
-  def alu(self, op: Ops, *src) -> UOp: return UOp(op, (self, *(_const_like(self, s) for s in src)))
+  def alu(self, op: Ops, *src) -> UOp:
+    src = tuple(_const_like(self, s) for s in src)
+    lanes = max(u.dtype.count for u in (self, *src))   # a scalar meeting a vector is broadcast to its lanes
+    wide = lambda u: u.broadcast(lanes) if u.dtype.count == 1 < lanes else u
+    return UOp(op, tuple(wide(u) for u in (self, *src)))
   def __add__(self, x): return self.alu(Ops.ADD, x)
   def __radd__(self, x): return _const_like(self, x).alu(Ops.ADD, self)
   def __mul__(self, x): return self.alu(Ops.MUL, x)
@@ -191,7 +199,9 @@ class UOp(metaclass=_UOpMeta):
   def sqrt(self) -> UOp: return UOp(Ops.SQRT, (self,))
   def where(self, a, b) -> UOp:
     a = a if isinstance(a, UOp) else UOp.const(a, b.dtype if isinstance(b, UOp) else None)
-    return UOp(Ops.WHERE, (self, a, _const_like(a, b)))
+    src = (self, a, _const_like(a, b))
+    lanes = max(u.dtype.count for u in src)
+    return UOp(Ops.WHERE, tuple(u.broadcast(lanes) if u.dtype.count == 1 < lanes else u for u in src))
   __hash__ = object.__hash__
   __eq__ = object.__eq__   # identity: hash-consing makes structural equality and identity the same
 
@@ -200,9 +210,27 @@ class UOp(metaclass=_UOpMeta):
     """self, placed inside the loops in deps and ordered after the stores in deps."""
     return UOp(Ops.AFTER, (self, *deps), None, self.dtype)
   def index(self, i) -> UOp: return UOp(Ops.INDEX, (self, i if isinstance(i, UOp) else UOp.const(i)), None, self.dtype)
-  def load(self) -> UOp:
+  def load(self, lanes: int = 1) -> UOp:
+    """The element at this INDEX; with lanes > 1, that element and the next lanes - 1 as one vector."""
     if self.op is not Ops.INDEX: raise TypeError(f"load() needs an INDEX, got {self.op}")
-    return UOp(Ops.LOAD, (self,), None, self.dtype)
+    return UOp(Ops.LOAD, (self,), None, self.dtype.vec(lanes) if self.dtype.count == 1 else self.dtype)
+
+  # ---- vectors ----
+  @staticmethod
+  def vectorize(*lanes: UOp) -> UOp:
+    """The scalars as the lanes of one vector."""
+    if len({u.dtype for u in lanes}) != 1 or lanes[0].dtype.count != 1:
+      raise TypeError(f"vectorize takes scalars of one dtype, got {[u.dtype for u in lanes]}")
+    return UOp(Ops.VECTORIZE, lanes)
+  def broadcast(self, lanes: int) -> UOp:
+    """This scalar in every one of `lanes` lanes (a constant stays a constant)."""
+    if self.op is Ops.CONST: return UOp.const(self.arg, self.dtype.vec(lanes))
+    return UOp.vectorize(*[self] * lanes)
+  def gep(self, lane: int) -> UOp:
+    """Lane `lane` of this vector, a scalar."""
+    if not 0 <= lane < self.dtype.count: raise IndexError(f"lane {lane} of a {self.dtype!r}")
+    return UOp(Ops.GEP, (self,), lane)
+  def lanes(self) -> list[UOp]: return [self.gep(i) for i in range(self.dtype.count)]
   def store(self, v) -> UOp:
     if self.op is not Ops.INDEX: raise TypeError(f"store() needs an INDEX, got {self.op}")
     return UOp(Ops.STORE, (self, v if isinstance(v, UOp) else UOp.const(v, self.dtype)))

@@ -1,0 +1,152 @@
+"""FlashAttention on vectors: uopc.flash's tiled kernel with its two products as register tiles (chapter 10).
+
+uopc.flash leaves the inner loops to gcc's auto-vectorizer, which keeps a tile in memory and reaches about a third of
+the FMA peak. Here the loop IR says what each register holds. For a block of `rows` queries and a tile of
+keys = kvec * lanes keys:
+
+  S[r][j]   rows x kvec vector accumulators: S = Q_blk K_tile^T over the head dim, q[r][e] broadcast against
+            kvec vectors of K^T (keys contiguous: the packed K panel)
+  softmax   on those vectors: scale, the causal mask as a lane comparison, the tile's max and sum by lane
+            reductions, P = 2^(S - m) by the vector exp2 (uopc.vector); P goes to a small array
+  O         rows x dv in a local array, updated a chunk of `dchunk` vectors at a time: rows x dchunk vector
+            accumulators, rescaled once per tile, then P[r][c] broadcast against dchunk vectors of V's row c
+
+The tile sizes and the flags the kernel is compiled with are its opts (FlashVecOpts): the tuner (uopc.tune) times
+candidates on this machine, and the defaults hold a 32-register machine's tile.
+"""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
+from uopc.dtype import dtypes
+from uopc.vector import butterfly
+from uopc.compile_opts import CompileOpts
+
+LOG2E = 1 / math.log(2)
+
+
+@dataclass(frozen=True)
+class FlashVecOpts:
+  """How the vector flash kernel is tiled and compiled."""
+  rows: int = 8          # queries per block: the rows of both register tiles
+  kvec: int = 2          # vectors of keys per tile (keys = kvec * lanes)
+  dchunk: int = 2        # vectors of the output row updated together
+  lanes: int = 16        # floats per vector (16: one 512-bit register)
+  compile: CompileOpts = CompileOpts()
+
+  @property
+  def keys(self) -> int: return self.kvec * self.lanes
+
+  def fits(self, nq: int, nk: int, d: int, dv: int) -> bool:
+    """Whether these tiles divide the (padded) problem: nq by rows, nk by keys, dv by dchunk * lanes."""
+    return nq % self.rows == 0 and nk % self.keys == 0 and dv % (self.dchunk * self.lanes) == 0
+
+
+def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = FlashVecOpts(), causal: bool = False,
+                    scale: float | None = None, dv: int | None = None, total_keys: int | None = None) -> UOp:
+  """Loop program for out = softmax(q k^T * scale) v over `heads` (batch, head) pairs; the buffers are uopc.flash's:
+  data0 q (heads, nq, d), data1 kt (heads, d, nk), data2 v (heads, nk, dv), data3 out (heads, nq, dv).
+  total_keys: the real number of keys (the rest is padding, masked)."""
+  dv = d if dv is None else dv
+  R, KV, DC, W = opts.rows, opts.kvec, opts.dchunk, opts.lanes
+  keys = opts.keys
+  if not opts.fits(nq, nk, d, dv):
+    raise ValueError(f"flash_vector: nq={nq} must divide by rows={R}, nk={nk} by keys={keys}, dv={dv} by "
+                     f"dchunk*lanes={DC * W}")
+  f32, vec = dtypes.f32, dtypes.f32.vec(W)
+  buf = lambda slot, n: UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
+  Q, KT, V, OUT = buf(0, heads * nq * d), buf(1, heads * d * nk), buf(2, heads * nk * dv), buf(3, heads * nq * dv)
+  slots = iter(range(1 << 16))
+  alloc = lambda dtype, n=1: UOp(Ops.ALLOC, (), ParamArg(next(slots), dtype, (n,)))
+  sc = (scale if scale is not None else 1 / math.sqrt(d)) * LOG2E   # base 2 throughout
+
+  blocks = nq // R
+  b = range_(heads * blocks, 0, AxisType.THREAD)
+  h, qb = b // blocks, b % blocks
+  if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (uopc.flash)
+  q0, o0 = h * (nq * d) + qb * (R * d), h * (nq * dv) + qb * (R * dv)
+  # each row's running max (the same in every lane) and its sum (lane by lane: added across lanes at the end)
+  M = [alloc(vec).after(b) for _ in range(R)]
+  L = [alloc(vec).after(b) for _ in range(R)]
+  O = alloc(f32, R * dv).after(b)                         # the output block, in memory (a row is dv / lanes vectors)
+  init_ml = UOp(Ops.SINK, tuple(x for r in range(R) for x in (M[r].index(0).store(UOp.const(-math.inf, vec)),
+                                                              L[r].index(0).store(UOp.const(0.0, vec)))))
+  x0 = range_(R * dv // W, 1)
+  init_o = O.index(x0 * W).store(UOp.const(0.0, vec)).end(x0)
+
+  tiles = nk // keys
+  bound = UOp.const(tiles)
+  if causal:
+    last = (qb * R + (R - 1)) // keys + 1
+    bound = (last < tiles).where(last, tiles)
+  t = range_(bound, 2)
+  k0 = t * keys
+
+  # S = Q_blk K_tile^T: rows x kvec vector registers, the head dim as the loop
+  S = [[alloc(vec).after(b, t) for _ in range(KV)] for _ in range(R)]
+  init_s = UOp(Ops.SINK, tuple(S[r][j].index(0).store(UOp.const(0.0, vec)) for r in range(R) for j in range(KV)))
+  e = range_(d, 3)
+  kv = [KT.index(h * (d * nk) + e * nk + k0 + j * W).load(W) for j in range(KV)]
+  q = [Q.index(q0 + r * d + e).load() for r in range(R)]
+  acc = lambda r, j: S[r][j].after(init_s, e).index(0)
+  dot = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + q[r] * kv[j]) for r in range(R) for j in range(KV)))
+  dot = dot.end(e)
+
+  # the softmax on the vectors: scale, mask, the tile's max per row, P = 2^(s - m), its sum
+  lane = UOp.vectorize(*[UOp.const(i) for i in range(W)])   # 0, 1, ..., W-1: each lane's key within a vector
+  def score(r: int, j: int) -> UOp:
+    s = S[r][j].after(dot).index(0).load() * sc
+    key = lane + (k0 + j * W)
+    if causal: s = ((qb * R + r) < key).where(-math.inf, s)
+    if total_keys is not None and total_keys < nk: s = (key < total_keys).where(s, -math.inf)
+    return s
+  scores = [[score(r, j) for j in range(KV)] for r in range(R)]
+  Mt, Lt = [m.after(init_ml, t) for m in M], [x.after(init_ml, t) for x in L]
+  m_old = [Mt[r].index(0).load() for r in range(R)]
+  m_new = [m_old[r].maximum(butterfly(_tree_max(scores[r]), UOp.maximum)) for r in range(R)]
+  # a row with every key masked so far has m = -inf: read it as 0, so corr and p are 0, not NaN (-inf - -inf)
+  m_use = [m.ne(-math.inf).where(m, 0.0) for m in m_new]
+  corr = [(m_old[r] - m_use[r]).exp2() for r in range(R)]
+  P = alloc(f32, R * keys).after(b, t)
+  probs = [[(scores[r][j] - m_use[r]).exp2() for j in range(KV)] for r in range(R)]
+  write_p = UOp(Ops.SINK, tuple(P.index(r * keys + j * W).store(probs[r][j]) for r in range(R) for j in range(KV)))
+  updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + _tree_add(probs[r])),
+                                           Mt[r].index(0).store(m_new[r]))]
+
+  # O = O * corr + P V, dchunk vectors of each row at a time
+  dc = range_(dv // (DC * W), 4)
+  Ot = O.after(init_o, t, dc)
+  col = lambda c: dc * (DC * W) + c * W
+  OA = [[alloc(vec).after(b, t, dc) for _ in range(DC)] for _ in range(R)]
+  load_o = UOp(Ops.SINK, tuple(OA[r][c].index(0).store(Ot.index(r * dv + col(c)).load(W) * corr[r])
+                               for r in range(R) for c in range(DC)))
+  c4 = range_(keys, 5)
+  Pk = P.after(write_p, c4)
+  vv = [V.index(h * (nk * dv) + (k0 + c4) * dv + col(c)).load(W) for c in range(DC)]
+  pk = [Pk.index(r * keys + c4).load() for r in range(R)]
+  oacc = lambda r, c: OA[r][c].after(load_o, c4).index(0)
+  pv = UOp(Ops.SINK, tuple(oacc(r, c).store(oacc(r, c).load() + pk[r] * vv[c]) for r in range(R) for c in range(DC)))
+  pv = pv.end(c4)
+  store_o = UOp(Ops.SINK, tuple(Ot.index(r * dv + col(c)).store(OA[r][c].after(pv).index(0).load())
+                                for r in range(R) for c in range(DC))).end(dc)
+  loop_t = UOp(Ops.SINK, (store_o, *updates)).end(t)
+
+  # normalise; a row whose keys are all masked (l = 0) is written as zeros
+  x2 = range_(dv // W, 6)
+  Of = O.after(loop_t, x2)
+  outs = []
+  for r in range(R):
+    l = butterfly(L[r].after(loop_t).index(0).load(), UOp.__add__)
+    inv = l.ne(0.0).where(l.recip(), 0.0)
+    outs.append(OUT.index(o0 + r * dv + x2 * W).store(Of.index(r * dv + x2 * W).load(W) * inv))
+  return sink(UOp(Ops.SINK, tuple(outs)).end(x2, b))
+
+
+def _tree_max(vs: list[UOp]) -> UOp:
+  while len(vs) > 1: vs = [vs[i].maximum(vs[i + 1]) if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
+  return vs[0]
+
+
+def _tree_add(vs: list[UOp]) -> UOp:
+  while len(vs) > 1: vs = [vs[i] + vs[i + 1] if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
+  return vs[0]

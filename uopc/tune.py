@@ -1,0 +1,99 @@
+"""The tuner: pick a kernel's opts by timing candidates on this machine, and remember the winner (tinygrad's BEAM).
+
+  with Context(BEAM=2): scaled_dot_product_attention(q, k, v)      # or BEAM=2 python train.py
+
+Without BEAM a kernel gets the winner cached for its problem on this machine, or its heuristic opts. With BEAM=n
+every candidate is compiled and timed once, the n fastest are timed again, more carefully, and the fastest of those
+is cached on disk, keyed by the kernel, the problem, the CPU and the compiler (a winner on a Zen 5 says nothing about
+a Zen 4). A search prints one progress line to stderr.
+"""
+from __future__ import annotations
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+from uopc.helpers import ContextVar
+from uopc.runtime import cache_dir, compiler, compiler_version, machine_id
+
+BEAM = ContextVar("BEAM", 0)   # > 0: search (keep the n fastest for a second round); 0: the cached or heuristic opts
+Opts = TypeVar("Opts")
+
+
+def tuned_path() -> Path: return cache_dir() / "tuned.json"
+
+
+def machine_key() -> str:
+  """The CPU and compiler a timing belongs to."""
+  return hashlib.sha256(f"{machine_id()}\0{compiler_version(compiler())}".encode()).hexdigest()[:16]
+
+
+def entry_key(kernel: str, problem: tuple) -> str: return f"{kernel}|{problem!r}|{machine_key()}"
+
+
+def _read() -> dict:
+  try: return json.loads(tuned_path().read_text())
+  except (OSError, ValueError): return {}   # no file yet, or a damaged one: tuning starts again
+
+
+def _write(key: str, value: dict) -> None:
+  """Read, add, write to a temporary file and rename: a reader never sees half a file."""
+  table = _read() | {key: value}
+  path = tuned_path()
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".tuned-{os.getpid()}.json")
+  tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+  os.replace(tmp, path)
+
+
+def as_dict(opts) -> dict: return dataclasses.asdict(opts)
+
+
+def choose(kernel: str, problem: tuple, candidates: Sequence[Opts], heuristic: Opts,
+           timer: Callable[[Opts], Callable[[], object]], beam: int | None = None) -> Opts:
+  """The opts `kernel` runs `problem` with. timer(opts) compiles the kernel with opts and returns a function that
+  runs it once (on inputs of the problem's shape)."""
+  beam = BEAM.value if beam is None else beam
+  key = entry_key(kernel, problem)
+  if beam <= 0:
+    cached = _read().get(key)
+    for c in candidates:   # a cached winner that is no longer a candidate (the code changed) is ignored
+      if cached is not None and as_dict(c) == cached["opts"]: return c
+    return heuristic
+  best, seconds = search(kernel, problem, candidates, timer, beam)
+  _write(key, {"opts": as_dict(best), "seconds": seconds, "date": time.strftime("%Y-%m-%d")})
+  return best
+
+
+def search(kernel: str, problem: tuple, candidates: Sequence[Opts], timer: Callable[[Opts], Callable[[], object]],
+           beam: int) -> tuple[Opts, float]:
+  """Time every candidate once (after a warm-up call), then the `beam` fastest best of 5; the fastest and its time."""
+  if not candidates: raise ValueError(f"tune {kernel}: no candidate opts for {problem}")
+  first: list[tuple[float, int]] = []
+  for i, c in enumerate(candidates):
+    fn = timer(c)
+    fn()
+    first.append((_time(fn, 1), i))
+    _progress(f"tune {kernel} {problem}: {i + 1}/{len(candidates)} candidates, best {min(first)[0] * 1e3:.3f} ms")
+  final = []
+  for _, i in sorted(first)[:beam]:
+    final.append((_time(timer(candidates[i]), 5), i))
+  seconds, i = min(final)
+  _progress(f"tune {kernel} {problem}: {len(candidates)} candidates, chose {candidates[i]} ({seconds * 1e3:.3f} ms)\n")
+  return candidates[i], seconds
+
+
+def _time(fn: Callable[[], object], reps: int) -> float:
+  best = math.inf
+  for _ in range(reps):
+    t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
+  return best
+
+
+def _progress(line: str) -> None:
+  sys.stderr.write("\r" + line[:160].ljust(100 if not line.endswith("\n") else 0))
+  sys.stderr.flush()

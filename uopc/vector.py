@@ -1,0 +1,122 @@
+"""Vector code (chapter 10): what a vector of lanes is in C, and the lane reductions the IR builds from GEPs.
+
+A loop-IR node whose dtype has lanes (dtypes.f32.vec(16)) computes that many values at once. The C renderer spells
+it with GCC's vector extensions, which gcc and clang both read:
+
+  typedef float f32x16 __attribute__((vector_size(64)));
+
+Arithmetic and comparisons work on whole vectors (a comparison gives a mask of -1/0 lanes), a scalar meets a vector
+by being broadcast, v[i] reads a lane. C has no `?:` on vectors, so a select is a bitwise blend, and MAX and EXP2 are
+small always-inline functions here: a call would clobber every vector register, and a register tile lives in them.
+
+Lanes go to and from memory through a pointer to the `_u` twin of a vector type: any alignment, allowed to alias the
+scalars (the compilers' own _mm512_loadu_ps is written so). One instruction, whatever -mprefer-vector-width says.
+"""
+from __future__ import annotations
+from uopc.dtype import DType
+from uopc.uop import UOp
+
+def c_vector_name(d: DType) -> str:
+  """f32x16, i32x8, m32x16 (a bool vector: a comparison's mask of 32-bit lanes)."""
+  if d.kind == "b": return f"m32x{d.count}"
+  return f"{d.name}x{d.count}"
+
+
+def c_typedefs(used: set[DType], scalar_type) -> list[str]:
+  """The typedef of every vector dtype the kernel uses, and the helpers for its float vectors."""
+  out: list[str] = []
+  lanes = sorted({d.count for d in used})
+  masks = {n: f"m32x{n}" for n in lanes}
+  for d in sorted(used, key=lambda d: (d.kind == "b", d.name, d.count)):
+    if d.kind == "b": continue
+    if d.itemsize != 4 and any(u.kind == "b" and u.count == d.count for u in used):
+      raise NotImplementedError(f"a mask of {d!r}: vector comparisons are supported on 32-bit lanes only")
+    size = d.itemsize * d.count
+    out.append(f"typedef {scalar_type(d.scalar)} {c_vector_name(d)} __attribute__((vector_size({size})));")
+    # what a load or store of consecutive elements goes through: any alignment, and allowed to alias the scalars
+    # (how the compilers' own _mm512_loadu_ps is written)
+    out.append(f"typedef {scalar_type(d.scalar)} {c_vector_name(d)}_u __attribute__((vector_size({size}), aligned("
+               f"{d.itemsize}), may_alias));")
+  for n in lanes:   # every vector kernel may compare, so each lane count has its mask type
+    out.append(f"typedef int {masks[n]} __attribute__((vector_size({4 * n})));")
+  for d in sorted(used, key=lambda d: (d.name, d.count)):
+    if d.kind == "f" and d.itemsize == 4: out += _float_helpers(c_vector_name(d), masks[d.count])
+  return out
+
+
+def _float_helpers(t: str, m: str) -> list[str]:
+  inline = "static inline __attribute__((always_inline))"
+  return [
+    f"{inline} {t} uopc_where_{t}({m} c, {t} a, {t} b) {{ return ({t})((c & ({m})a) | (~c & ({m})b)); }}",
+    # the scalar ((a>b)?a:b), lane by lane: a NaN in b is kept, a NaN in a is not (NOTES 18)
+    f"{inline} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}(a > b, a, b); }}",
+    # runtime.PRELUDE's exp2f on every lane: 2^x = 2^n 2^f, n = round(x), 2^f by its Taylor series to degree 7.
+    # n is found by truncating xc + 127.5 (positive, so truncation is floor), never by adding and subtracting
+    # 1.5*2^23, which -fassociative-math would fold away
+    *(_exp2_avx512(t, inline) if t == "f32x16" else []),
+    f"{inline} {t} uopc_exp2_{t}({t} x) {{",
+    f"  {m} lo = x < -126.0f, hi = x > 128.0f;",
+    f"  {t} xc = uopc_where_{t}(lo, ({t}){{}} - 126.0f, uopc_where_{t}(hi, ({t}){{}} + 128.0f, x));",
+    f"  {m} n = __builtin_convertvector(xc + 127.5f, {m}) - 127;",
+    f"  {t} f = xc - __builtin_convertvector(n, {t});",
+    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
+    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
+    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
+    "  p = p * f + 1.0f;",
+    f"  {m} bits = ({m})p + (n << 23);   /* times 2^n in the exponent field; x >= 128 lands on inf */",
+    f"  /* nan stays nan; below 2^-126: 0 */",
+    f"  return uopc_where_{t}(x != x, x, uopc_where_{t}(lo, ({t}){{}}, ({t})bits));",
+    "}", *(["#endif"] if t == "f32x16" else [])]
+
+
+def _exp2_avx512(t: str, inline: str) -> list[str]:
+  """With AVX-512, vscalefps multiplies by 2^n and gets inf, 0 and NaN right itself: half the instructions of the
+  portable form (NOTES 24). max(c, x) and min(c, x) return x when x is NaN, so a NaN stays one."""
+  return [
+    "#if defined(__AVX512F__) && defined(__x86_64__)",
+    "#include <immintrin.h>",
+    f"{inline} {t} uopc_exp2_{t}({t} x) {{",
+    f"  {t} xc = ({t})_mm512_min_ps(_mm512_set1_ps(150.0f), _mm512_max_ps(_mm512_set1_ps(-150.0f), (__m512)x));",
+    f"  {t} n = ({t})_mm512_roundscale_ps((__m512)xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);",
+    f"  {t} f = xc - n;",
+    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
+    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
+    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
+    "  p = p * f + 1.0f;",
+    f"  return ({t})_mm512_scalef_ps((__m512)p, (__m512)n);",
+    "}",
+    "#else"]
+
+
+# ---- lane reductions, built in the IR ----
+def _tree(xs: list[UOp], combine) -> UOp:
+  """A balanced tree: log2(lanes) levels of independent ops, not a chain of lanes - 1 dependent ones."""
+  while len(xs) > 1:
+    xs = [combine(xs[i], xs[i + 1]) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+  return xs[0]
+
+
+def hsum(v: UOp) -> UOp:
+  """The sum of v's lanes, a scalar."""
+  return _tree(v.lanes(), lambda a, b: a + b) if v.dtype.count > 1 else v
+
+
+def hmax(v: UOp) -> UOp:
+  """The largest of v's lanes, a scalar."""
+  return _tree(v.lanes(), lambda a, b: a.maximum(b)) if v.dtype.count > 1 else v
+
+
+def butterfly(v: UOp, combine) -> UOp:
+  """combine over all lanes, the result in every lane: log2(lanes) steps, each v combined with v's lanes swapped
+  in pairs 1 apart, then 2, 4, ... (a shuffle and one op each, no lane leaves the register)."""
+  n, step = v.dtype.count, v.dtype.count // 2
+  if n & (n - 1): raise ValueError(f"butterfly needs a power-of-two number of lanes, got {n}")
+  while step:
+    v = combine(v, UOp.vectorize(*[v.gep(i ^ step) for i in range(n)]))
+    step //= 2
+  return v
+
+
+def vector_dtypes(topo: list[UOp]) -> set[DType]:
+  return {u.dtype for u in topo if u.dtype.count > 1}
+
