@@ -6,8 +6,9 @@
 Writes, every text file starting with uopc.bench.header() as `#` lines:
   flash_1024.txt, flash_2048.txt   the exact stdout of `python examples/flash_attention.py N 64`
   attention_sweep.txt              unfused, fused, online, NumPy (and PyTorch SDPA if importable) at
-                                   N = 256 ... 4096, D = 64: interleaved best-of-k in one process
-                                   (uopc.bench.attention), ms and GFLOP/s; then the N x N traffic table
+                                   N = 256 ... 4096, D = 64: best-of-k, each peer in its own process
+                                   (uopc.bench.attention, method isolated), ms and GFLOP/s; then the N x N
+                                   traffic table
   attention_time.png               time against N, log-log
   attention_roofline.png           GFLOP/s at N = 1024 and 2048 on this machine's roofline (uopc.bench.peak)
   attention_traffic.png            bytes of N x N traffic against N, counted from the plans
@@ -33,6 +34,7 @@ book = load_example("flash_attention")
 
 D = 64
 FUSED_MAX = 2048   # bench.attention skips fused above this: at 4096 one call takes seconds (6 passes of QK^T a row)
+METHOD = "isolated"   # how the sweep is timed (uopc.bench.METHODS); the file's header says it
 IMPLS = ["unfused", "fused", "online", "rewrite", "flash", "numpy", "torch"]
 COLORS = {"unfused": "C0", "fused": "C1", "online": "C2", "numpy": "C3", "torch": "C4", "rewrite": "C5", "flash": "C6"}
 
@@ -52,10 +54,11 @@ class Progress:
     sys.stderr.flush()
 
 
-def header() -> str:
-  """uopc.bench.header(), plus the load average: other processes inflate wall-clock times."""
+def header(method: str | None = None, reps: int = 5) -> str:
+  """uopc.bench.header() (with the timing method, for a file of timings), plus the load average: other processes
+  inflate wall-clock times."""
   load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-  return bench.header() + f"\n# {'load average':<17s} {load} (1, 5, 15 min, when this file was written)"
+  return bench.header(method, reps) + f"\n# {'load average':<17s} {load} (1, 5, 15 min, when this file was written)"
 
 
 def machine_title() -> str:
@@ -122,7 +125,7 @@ def bytes_moved(impl: str, n: int) -> float:
 def sweep(sizes: list[int], reps: int, progress: Progress) -> list[bench.Row]:
   rows = []
   for n in sizes:
-    rows += bench.attention([n], [D], reps, {"fused", "torch"})
+    rows += bench.attention([n], [D], reps, {"fused", "torch"}, method=METHOD)
     progress.step(f"sweep N={n}")
   return rows
 
@@ -130,7 +133,7 @@ def sweep(sizes: list[int], reps: int, progress: Progress) -> list[bench.Row]:
 def sweep_table(rows: list[bench.Row], sizes: list[int]) -> str:
   t = {(r.case, r.impl): r for r in rows}
   impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
-  lines = [f"# D = {D}; interleaved best of k in one process (uopc.bench.interleaved), after a warm-up;",
+  lines = [f"# D = {D}; timed by uopc.bench.attention as the method line above says;",
            "# GFLOP/s counts the useful 4 N^2 D FLOPs (the fused kernel's recomputation is not counted);",
            f"# fused is skipped above N = {FUSED_MAX} (one call would take seconds); '-' marks a skipped run",
            f"{'N':>6s} " + " ".join(f"{i + ' ms':>12s} {i + ' GF/s':>13s}" for i in impls)]
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
   rows = sweep(sizes, reps, progress)
   traffic = {"unfused": [plan_traffic(n, False) for n in sizes], "fused": [plan_traffic(n, True) for n in sizes],
              "online": [online_traffic(n) for n in sizes]}
-  text = f"{header()}\n{sweep_table(rows, sizes)}\n\n{traffic_table(traffic, sizes)}\n"
+  text = f"{header(METHOD, reps)}\n{sweep_table(rows, sizes)}\n\n{traffic_table(traffic, sizes)}\n"
   (out / "attention_sweep.txt").write_text(text)
   progress.step("attention_sweep.txt")
   peak = steady_peak(1 if args.quick else 5)

@@ -1,9 +1,13 @@
-"""Benchmarks: uopc against its peers, interleaved in one process, best-of-k after a warm-up.
+"""Benchmarks: uopc against its peers, best-of-k after a warm-up, every result checked against float64 first.
 
   python -m uopc.bench gemm                 # uopc vs NumPy matmul, 256 ... 2048
   python -m uopc.bench peak                 # the roofline's two lines: FP32 FMA peak and memory bandwidth
   python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
   python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
+
+gemm and attention time each peer in a process of its own, one process at a time (--method isolated, the default:
+uopc.bench_isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
+them all in this process, in turns (uopc.bench.interleaved). The header's method line says which.
 
 On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slower kernel: unset both for the
 run that compares with NumPy (the header says what NumPy's BLAS runs).
@@ -14,8 +18,14 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 import uopc
+from uopc.bench_cases import Case, case_peers, check, inputs, reference
+from uopc.bench_cases import attention_peers  # noqa: F401  (chapter 11b imports it from here)
+from uopc.bench_isolated import run_isolated, warm_allocator
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
+
+METHODS = {"isolated": "each peer in its own process, one at a time, best of {reps} after a warm-up",
+           "interleaved": "all peers in one process, in turns, best of {reps} after a warm-up"}
 
 
 # ---- the machine ----
@@ -51,8 +61,15 @@ def machine() -> dict[str, str]:
           "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
 
 
-def header() -> str:
-  return "\n".join(f"# {k:<17s} {v}" for k, v in machine().items())
+def describe_method(method: str, reps: int) -> str:
+  if method not in METHODS: raise ValueError(f"unknown timing method {method!r}: expected one of {list(METHODS)}")
+  return METHODS[method].format(reps=reps)
+
+
+def header(method: str | None = None, reps: int = 5) -> str:
+  """The machine as `#` lines; given the timing method, a last line saying how the rows below were measured."""
+  lines = {**machine(), **({"method": describe_method(method, reps)} if method else {})}
+  return "\n".join(f"# {k:<17s} {v}" for k, v in lines.items())
 
 
 # ---- timing ----
@@ -89,18 +106,30 @@ class Row:
     return f"{self.case:<20s} {self.impl:<10s} {self.seconds * 1e3:10.3f} ms {rate:9.1f} GFLOP/s {ratio}{frac}"
 
 
+# ---- one case, either way ----
+def time_case(case: Case, reps: int, method: str = "isolated") -> dict[str, float]:
+  """Best seconds of each of the case's peers (uopc.bench_cases), each result checked against float64 first."""
+  describe_method(method, reps)   # an unknown method fails before anything runs
+  if reps < 1: raise ValueError(f"reps must be >= 1, got {reps}")
+  if method == "isolated": return {name: m.seconds for name, m in run_isolated(case, reps).items()}
+  warm_allocator()   # the same allocator state as an isolated worker's
+  arrays = inputs(case)
+  fns, ref = case_peers(case, arrays), reference(case, arrays)
+  for name, f in fns.items(): check(case, name, f(), ref)
+  return interleaved(fns, reps)
+
+
+def case_rows(case: Case, seconds: dict[str, float]) -> list[Row]:
+  return [Row(case.name, name, sec, case.flops, seconds["numpy"] if name != "numpy" else None)
+          for name, sec in seconds.items()]
+
+
 # ---- gemm ----
-def gemm(sizes: list[int], reps: int) -> list[Row]:
-  from uopc.tensor import Tensor
+def gemm(sizes: list[int], reps: int, method: str = "isolated") -> list[Row]:
   rows = []
   for n in sizes:
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
-    err = np.abs((Tensor(a) @ Tensor(b)).numpy() - a @ b).max()
-    if err > 1e-3 * n ** 0.5: raise AssertionError(f"gemm {n}: uopc differs from NumPy by {err}")
-    t = interleaved({"uopc": lambda: (Tensor(a) @ Tensor(b)).numpy(), "numpy": lambda: a @ b}, reps)
-    case = f"{n}x{n}x{n}"
-    rows += [Row(case, "numpy", t["numpy"], 2 * n ** 3), Row(case, "uopc", t["uopc"], 2 * n ** 3, t["numpy"])]
+    case = Case("gemm", n)
+    rows += case_rows(case, time_case(case, reps, method))
   return rows
 
 
@@ -141,79 +170,40 @@ def peak(reps: int) -> dict[str, float]:
 
 
 # ---- attention ----
-def attention_peers(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, peers: set[str]) -> dict[str, Callable]:
-  """Every implementation of softmax(q k^T / sqrt(D)) v (causal: keys j <= i only), as functions of no arguments."""
-  from uopc.tensor import Tensor
-  from uopc.render_c import render_c
-  from uopc.nn import scaled_dot_product_attention
-  from uopc.book import load_example
-  book = load_example("flash_attention")
-  n, d = q.shape
-  mask = np.triu(np.full((n, n), -np.inf, np.float32), 1) if causal else None
-  def numpy_att():
-    s = q @ k.T * (1 / math.sqrt(d))
-    if mask is not None: s = s + mask
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return (p / p.sum(-1, keepdims=True)) @ v
-  def tensor_att(fuse: bool, opt, online: bool = False) -> Callable[[], np.ndarray]:
-    def run():
-      old = Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax
-      Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = fuse, opt, online
-      try:
-        s = Tensor(q) @ Tensor(k).T * (1 / math.sqrt(d))
-        if mask is not None: s = s + Tensor(mask)
-        return (s.softmax(-1) @ Tensor(v)).numpy()
-      finally: Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = old
-    return run
-  fns: dict[str, Callable] = {"numpy": numpy_att, "unfused": tensor_att(False, Tensor.opt)}
-  if not causal:
-    prg, out = Program(render_c(book.online_attention_ir(n, d), "flash"), "flash"), np.zeros(n * d, np.float32)
-    def online(): prg(q, k, v, out); return out.reshape(n, d)
-    fns["online"] = online
-    if "fused" in peers and n <= 2048: fns["fused"] = tensor_att(True, book.FlashOpt)
-  fns["rewrite"] = tensor_att(False, Tensor.opt, online=True)     # the compiler's own online softmax (uopc.online)
-  fns["flash"] = lambda: scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal).numpy()[0]
-  if "torch" in peers:
-    try:
-      import torch
-      tq, tk, tv = (torch.from_numpy(x)[None, None] for x in (q, k, v))
-      sdpa = torch.nn.functional.scaled_dot_product_attention
-      fns["torch"] = lambda: sdpa(tq, tk, tv, is_causal=causal)[0, 0].numpy()
-    except ImportError: pass
-  return fns
-
-
-def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str], causal_too: bool = False) -> list[Row]:
+def attention(sizes: list[int], dims: list[int], reps: int, peers: set[str], causal_too: bool = False,
+              method: str = "isolated") -> list[Row]:
+  """unfused, online, fused, rewrite, flash and NumPy (PyTorch too, if importable and in peers) at every size."""
   rows = []
   for d in dims:
     for causal in ((False, True) if causal_too else (False,)):
       for n in sizes:
-        rng = np.random.default_rng(0)
-        q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
-        fns = attention_peers(q, k, v, causal, peers)
-        ref = fns["numpy"]()
-        for name, f in fns.items():
-          if (err := np.abs(f() - ref).max()) > 1e-4: raise AssertionError(f"attention {name} N={n} D={d}: error {err}")
-        t = interleaved(fns, reps)
-        flops = 4 * n * n * d / (2 if causal else 1)   # causal: half the scores are needed
-        case = f"N={n} D={d}" + (" causal" if causal else "")
-        rows += [Row(case, name, sec, flops, t["numpy"] if name != "numpy" else None) for name, sec in t.items()]
+        case = Case("attention", n, d, causal, frozenset(peers))
+        rows += case_rows(case, time_case(case, reps, method))
   return rows
+
+
+def positive_int(text: str) -> int:
+  value = int(text)
+  if value < 1: raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+  return value
 
 
 def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser(prog="python -m uopc.bench", description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt"])
-  ap.add_argument("--sizes", type=int, nargs="+")
-  ap.add_argument("--dims", type=int, nargs="+", default=[64])
-  ap.add_argument("--reps", type=int, default=5)
-  ap.add_argument("--peers", nargs="+", default=["fused", "torch"], help="optional peers: fused, torch")
+  ap.add_argument("--sizes", type=positive_int, nargs="+")
+  ap.add_argument("--dims", type=positive_int, nargs="+", default=[64])
+  ap.add_argument("--reps", type=positive_int, default=5)
+  ap.add_argument("--peers", nargs="+", default=["fused", "torch"], choices=["fused", "torch"],
+                  help="optional attention peers: fused, torch")
+  ap.add_argument("--method", choices=list(METHODS), default="isolated",
+                  help="gemm, attention: isolated (each peer in its own process, the default) or interleaved")
   ap.add_argument("--causal", action="store_true", help="attention: also run causal (keys j <= i)")
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
   ap.add_argument("--layers", type=int, help="gpt: number of layers (default: examples/gpt.py's model)")
   args = ap.parse_args(argv)
-  print(header())
+  print(header(args.method, args.reps) if args.what in ("gemm", "attention") else header())
   if args.what == "gpt":
     from uopc.bench_gpt import gpt
     print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers)))
@@ -226,8 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     r = peak(args.reps)
     print(f"FP32 FMA peak   {r['fma_gflops']:9.1f} GFLOP/s\nmemory (triad)  {r['triad_gbs']:9.1f} GB/s")
     return
-  rows = gemm(args.sizes or [256, 512, 1024, 2048], args.reps) if args.what == "gemm" else \
-    attention(args.sizes or [256, 512, 1024, 2048, 4096, 8192], args.dims, args.reps, set(args.peers), args.causal)
+  rows = gemm(args.sizes or [256, 512, 1024, 2048], args.reps, args.method) if args.what == "gemm" else \
+    attention(args.sizes or [256, 512, 1024, 2048, 4096, 8192], args.dims, args.reps, set(args.peers), args.causal,
+              args.method)
   print(f"{'case':<20s} {'impl':<10s} {'time':>13s} {'rate':>17s} speedup over numpy")
   for r in rows: print(r.line(peak_gflops))
 
