@@ -90,7 +90,7 @@ def check(case: Case, peer: str, out, ref: np.ndarray) -> None:
 # ---- the peers ----
 def peer_names(case: Case) -> list[str]:
   """The peers that run for this case, in the order they are printed (torch only where it is installed)."""
-  if case.kind == "gemm": return ["numpy", "uopc"]
+  if case.kind == "gemm": return ["numpy", "uopc", "vector"]
   names = ["numpy", "unfused"]
   if not case.causal: names += ["online"] + (["fused"] if "fused" in case.optional and case.n <= FUSED_MAX else [])
   names += ["rewrite", "flash"]
@@ -114,7 +114,12 @@ def gemm_builders(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], Callab
   from uopc.tensor import Tensor
   def numpy_mm(): return a @ b
   def uopc_mm(): return (Tensor(a) @ Tensor(b)).numpy()
-  return {"numpy": lambda: numpy_mm, "uopc": lambda: uopc_mm}
+  def vector_mm():   # the same matmul with the vector optimizer (uopc.gemm_vec)
+    from uopc.opt import VectorOpt
+    old, Tensor.opt = Tensor.opt, VectorOpt
+    try: return (Tensor(a) @ Tensor(b)).numpy()
+    finally: Tensor.opt = old
+  return {"numpy": lambda: numpy_mm, "uopc": lambda: uopc_mm, "vector": lambda: vector_mm}
 
 
 def attention_builders(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> dict[str, Callable[[], Callable]]:

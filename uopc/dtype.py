@@ -16,7 +16,7 @@ class DType:
   def __repr__(self): return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
   def vec(self, lanes: int) -> DType:
     """This scalar dtype with `lanes` lanes: one node of the loop IR then computes `lanes` values at once."""
-    if type(lanes) is not int or lanes < 1: raise ValueError(f"a vector needs a positive number of lanes, got {lanes!r}")
+    if type(lanes) is not int or lanes < 1: raise ValueError(f"a vector needs lanes >= 1, got {lanes!r}")
     if self.count != 1: raise TypeError(f"{self!r} is already a vector")
     if self.kind == "v": raise TypeError("void has no vectors")
     return self if lanes == 1 else _vector(self, lanes)

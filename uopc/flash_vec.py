@@ -42,6 +42,24 @@ class FlashVecOpts:
     return nq % self.rows == 0 and nk % self.keys == 0 and dv % (self.dchunk * self.lanes) == 0
 
 
+# the register file a tile is sized for: lanes -> vector registers (AVX-512 and NEON have 32, AVX2 and SSE 16)
+REGISTERS = {16: 32, 8: 16, 4: 16}
+
+
+def default_opts(lanes: int) -> FlashVecOpts:
+  """The heuristic tile: rows x kvec score accumulators, three quarters of the registers (the rest hold a vector of
+  K^T per column and the broadcast query value). Measured on a Zen 4 in NOTES 24."""
+  if lanes == 16: return FlashVecOpts(rows=6, kvec=4, dchunk=2, lanes=16)
+  return FlashVecOpts(rows=4, kvec=2, dchunk=2, lanes=lanes)
+
+
+def candidate_opts(lanes: int, dv: int) -> list[FlashVecOpts]:
+  """What the tuner tries: every tile whose accumulators fit in the registers and whose output chunk divides dv."""
+  regs = REGISTERS.get(lanes, 16)
+  return [FlashVecOpts(rows=r, kvec=k, dchunk=c, lanes=lanes) for r in (2, 4, 5, 6, 7, 8) for k in (1, 2, 3, 4)
+          for c in (1, 2, 4) if r * max(k, c) <= regs - 2 and dv % (c * lanes) == 0]
+
+
 def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = FlashVecOpts(), causal: bool = False,
                     scale: float | None = None, dv: int | None = None, total_keys: int | None = None) -> UOp:
   """Loop program for out = softmax(q k^T * scale) v over `heads` (batch, head) pairs; the buffers are uopc.flash's:

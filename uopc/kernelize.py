@@ -417,7 +417,10 @@ def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
   if p in asked: return "STAGE: asked for (contiguous())"
   base = p.src[0]
   while base.op in MOVEMENT: base = base.src[0]
-  if base.op is Ops.BUFFER: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
+  if base.op is Ops.BUFFER:
+    stride = _layout_stride(p)
+    if stride == 1: return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.gemm_vec)"
+    return f"STAGE by the layout pass: a reduce read it with stride {stride}, now 1"
   factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
   return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
 

@@ -15,6 +15,7 @@ import numpy as np
 from uopc.helpers import omp_threads
 from uopc.flash import flash_attention_ir, merge_partials_ir
 from uopc.fa2 import fa2_ir
+from uopc import nn_flash
 from uopc.render_c import render_c
 from uopc.runtime import Program
 
@@ -119,6 +120,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   if device != "CPU" and mask is None and splits == 1 and (FA2_BK * d) % _fa2_bq(nq) == 0 \
      and (FA2_BK * dv) % _fa2_bq(nq) == 0:
     return _fa2(q, k, v, batch, is_causal, scale, device)
+  if device == "CPU" and mask is None and splits == 1 and nn_flash.fits(d, dv):   # the vector kernel (uopc.flash_vec)
+    flat = lambda a, n, x: np.require(np.broadcast_to(a, batch + (n, x)).reshape(heads, n, x), np.float32, "C")
+    out = nn_flash.attention(flat(q, nq, d), flat(k, nk, d), flat(v, nk, dv), is_causal, scale)
+    return Tensor(np.ascontiguousarray(out).reshape(batch + (nq, dv)), device=device)
   rows = min(ROWS, 1 << (nq - 1).bit_length())
   keys = min(KEYS, 1 << (_ceil(nk, splits) - 1).bit_length())
   chunk = _ceil(_ceil(nk, splits), keys) * keys         # keys per chunk, a whole number of tiles

@@ -12,6 +12,7 @@ from uopc.options import Options
 from uopc.tc import GPU_DEVICES, lower_tc
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
+from uopc import gemm_vec
 
 
 def last_axis_stride(view: UOp) -> int | None:
@@ -92,3 +93,26 @@ class DefaultOpt:
       ctx.lowerings = (OnlineSoftmax(body),)
       if (o := online_opts(body)) is not None: ctx.opts = o
     return lower(body, out, ctx)
+
+
+class VectorOpt(DefaultOpt):
+  """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.gemm_vec): B packed into panels by a copy
+  kernel, then a register tile of vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the
+  optimizer whose kernels the book prints."""
+  lanes: int = 16
+
+  @classmethod
+  def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
+    if options is None or options.device == "CPU":
+      opts = gemm_vec.gemm_opts(cls.lanes)
+      todo = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and gemm_vec.gemm_fit(u, opts)}
+      if todo: roots = UOp.wrap(roots, todo, lambda u: gemm_vec.pack_b(u, opts) or u)
+    return layout_pass(roots, options)
+
+  @classmethod
+  def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
+    options = options or Options()
+    if options.device == "CPU":
+      prog = gemm_vec.lower_gemm(body, out, Ctx(options=options), gemm_vec.gemm_opts(cls.lanes))
+      if prog is not None: return prog
+    return DefaultOpt.lower(body, out, options)

@@ -31,11 +31,16 @@ class CRenderer(CStyleRenderer):
       name = srcs[0].rsplit("[", 1)[0]
       return f"__builtin_shufflevector({name}, {name}, {', '.join(str(s.arg) for s in u.src)})"
     return super().vectorize(u, srcs)
-  def vector_op(self, op: Ops, dtype: DType, *srcs: str) -> str | None:
+  def vector_op(self, u: UOp, *srcs: str) -> str | None:
+    op, dtype, src_kind = u.op, u.dtype, u.src[0].dtype.kind
     t = c_vector_name(dtype)
+    if op in (Ops.MAX, Ops.WHERE) and dtype.itemsize != 4:
+      raise NotImplementedError(f"CRenderer: {op} on {dtype!r}: vector selects are written for 32-bit lanes only")
     if op is Ops.MAX: return f"uopc_max_{t}({srcs[0]}, {srcs[1]})"
     if op is Ops.WHERE: return f"uopc_where_{t}({srcs[0]}, {srcs[1]}, {srcs[2]})"
     if op is Ops.EXP2 and dtype.scalar.itemsize == 4: return f"uopc_exp2_{t}({srcs[0]})"
+    if op is Ops.CAST and dtype.kind == "b": return f"({srcs[0]} != 0)"   # to a mask: -1 where nonzero
+    if op is Ops.CAST and src_kind == "b": return f"__builtin_convertvector(-{srcs[0]}, {t})"   # a mask: 1, 0
     if op is Ops.CAST: return f"__builtin_convertvector({srcs[0]}, {t})"
     if op in (Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.EXP2):
       raise NotImplementedError(f"CRenderer: {op} on {dtype!r} has no vector form (compute it on scalars)")

@@ -115,16 +115,19 @@ class CStyleRenderer:
   def vector_preamble(self, used: set[DType]) -> list[str]: return [self.vector_type(d) for d in used][:0]
   def vectorize(self, u: UOp, srcs: list[str]) -> str:
     """Lanes gathered into a vector: a broadcast (a scalar meeting an all-zero vector fills every lane), or a list."""
+    if u.dtype.kind == "b": srcs = [f"-(int){x}" for x in srcs]   # a mask lane is -1 or 0, a bool 1 or 0
     if len(set(u.src)) == 1: return f"(({self.type(u.dtype)}){{}} + {srcs[0]})"
     return f"(({self.type(u.dtype)}){{{', '.join(srcs)}}})"
-  def vector_op(self, op: Ops, dtype: DType, *srcs: str) -> str | None:
+  def vector_op(self, u: UOp, *srcs: str) -> str | None:
     """An ALU op on vectors, where it is not written as on scalars (None: as on scalars)."""
     return None
 
   def const(self, v, dtype: DType) -> str:
     if not isinstance(v, numbers.Real):   # anything else would be pasted into the source
       raise TypeError(f"a constant must be a Python number, got {type(v).__name__} {v!r}")
-    if dtype.count > 1: return f"(({self.type(dtype)}){{}} + {self.const(v, dtype.scalar)})"   # broadcast
+    if dtype.count > 1:   # a broadcast; a true mask lane is all bits set (-1), as a vector comparison gives
+      if dtype.kind == "b": return f"(({self.type(dtype)}){{}} - {1 if v else 0})"
+      return f"(({self.type(dtype)}){{}} + {self.const(v, dtype.scalar)})"
     if dtype.is_float:
       if math.isnan(v): return "NAN"
       if math.isinf(v): return "INFINITY" if v > 0 else "-INFINITY"
@@ -256,7 +259,7 @@ class CStyleRenderer:
           raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
         srcs = [names[s] for s in u.src]
         lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
-        expr = (lanes > 1 and self.vector_op(u.op, u.dtype, *srcs)) or self.code_for_op[u.op](self, u.dtype, *srcs)
+        expr = (lanes > 1 and self.vector_op(u, *srcs)) or self.code_for_op[u.op](self, u.dtype, *srcs)
         ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) * lanes + \
           sum(ops_in.get(s, 0) for s in u.src)
         if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)

@@ -86,8 +86,27 @@ def set_wait_policy(environ=os.environ) -> None:
   if not any(k in environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")): environ.update(WAIT_POLICY)
 
 
+# glibc hands blocks of 128 KB and more out as fresh mappings and gives freed memory back to the system, so every
+# realize that allocates an output or a copy of an input touches new pages: about 1,400 page faults per 1024 x 1024
+# matmul here, a third of its time (NOTES 25). Keeping blocks up to 32 MB (glibc's largest mmap threshold) in the
+# heap, and 256 MB of free heap before trimming it, lets the next call reuse them, as a long-running NumPy program's
+# arrays are. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (glibc's tunables) win.
+MALLOC_POLICY = {-3: 32 << 20, -1: 256 << 20}   # mallopt's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD, in bytes
+
+
+def set_malloc_policy(environ=os.environ) -> bool:
+  """Apply MALLOC_POLICY where the C library is glibc and the user set neither tunable; whether it was applied."""
+  if any(k in environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")): return False
+  if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc": return False
+  try: libc = ctypes.CDLL(None)
+  except OSError: return False
+  if not hasattr(libc, "mallopt"): return False
+  return all(libc.mallopt(k, v) == 1 for k, v in MALLOC_POLICY.items())
+
+
 _pinned: list = []
 set_wait_policy()
+set_malloc_policy()
 _pin_openmp_runtime()
 
 
@@ -155,6 +174,15 @@ def native_target(cc: str) -> str:
   words = r.stderr.replace('"', " ").split() if r else []
   named = ("-target-cpu", "-target-feature", "--param")
   return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))
+
+
+@functools.cache
+def vector_bits(cc: str) -> int:
+  """The widest vector register -march=native gives this compiler: 512 (AVX-512), 256 (AVX2), else 128 (SSE, NEON).
+  A register tile is sized by it (uopc.flash_vec, uopc.gemm_vec)."""
+  r = _run_quietly([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull])
+  macros = r.stdout if r else ""
+  return 512 if "__AVX512F__" in macros else 256 if "__AVX2__" in macros else 128
 
 
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:

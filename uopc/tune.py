@@ -36,8 +36,9 @@ def entry_key(kernel: str, problem: tuple) -> str: return f"{kernel}|{problem!r}
 
 
 def _read() -> dict:
-  try: return json.loads(tuned_path().read_text())
+  try: table = json.loads(tuned_path().read_text())
   except (OSError, ValueError): return {}   # no file yet, or a damaged one: tuning starts again
+  return table if isinstance(table, dict) else {}   # valid JSON of another shape ([], null) is damage too
 
 
 def _write(key: str, value: dict) -> None:
@@ -50,7 +51,9 @@ def _write(key: str, value: dict) -> None:
   os.replace(tmp, path)
 
 
-def as_dict(opts) -> dict: return dataclasses.asdict(opts)
+def as_dict(opts) -> dict:
+  """opts as tuned.json holds them: through JSON and back, so a tuple field compares equal to the list it becomes."""
+  return json.loads(json.dumps(dataclasses.asdict(opts)))
 
 
 def choose(kernel: str, problem: tuple, candidates: Sequence[Opts], heuristic: Opts,
@@ -61,8 +64,9 @@ def choose(kernel: str, problem: tuple, candidates: Sequence[Opts], heuristic: O
   key = entry_key(kernel, problem)
   if beam <= 0:
     cached = _read().get(key)
+    saved = cached.get("opts") if isinstance(cached, dict) else None
     for c in candidates:   # a cached winner that is no longer a candidate (the code changed) is ignored
-      if cached is not None and as_dict(c) == cached["opts"]: return c
+      if saved is not None and as_dict(c) == saved: return c
     return heuristic
   best, seconds = search(kernel, problem, candidates, timer, beam)
   _write(key, {"opts": as_dict(best), "seconds": seconds, "date": time.strftime("%Y-%m-%d")})
@@ -95,5 +99,6 @@ def _time(fn: Callable[[], object], reps: int) -> float:
 
 
 def _progress(line: str) -> None:
-  sys.stderr.write("\r" + line[:160].ljust(100 if not line.endswith("\n") else 0))
+  """Overwrite the line on stderr. A line ending in a newline is the result: written whole, newline and all."""
+  sys.stderr.write("\r" + (line if line.endswith("\n") else line[:160].ljust(100)))
   sys.stderr.flush()

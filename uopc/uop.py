@@ -145,7 +145,9 @@ class UOp(metaclass=_UOpMeta):
 
   def toposort(self) -> list[UOp]:
     """Every node reachable from self, sources before users (depth first, sources in order)."""
-    if "_topo" in self.__dict__: return self.__dict__["_topo"]
+    # the cache holds the nodes below self, never self: a node whose own __dict__ held it would be a reference cycle,
+    # and the arrays of its BUFFERs would wait for the cyclic garbage collector instead of being freed (NOTES 25)
+    if (below := self.__dict__.get("_below")) is not None: return [*below, self]
     order, seen, stack = [], set(), [(self, False)]
     while stack:
       u, done = stack.pop()
@@ -154,19 +156,18 @@ class UOp(metaclass=_UOpMeta):
       seen.add(u)
       stack.append((u, True))
       stack.extend((s, False) for s in reversed(u.src) if s not in seen)
-    self.__dict__["_topo"] = order
+    self.__dict__["_below"] = tuple(order[:-1])
     return order
 
   @staticmethod
   def wrap(roots: list[UOp], todo: set[UOp], fn: Callable[[UOp], UOp]) -> list[UOp]:
     """Rebuild roots with every node n in todo replaced by fn(n) (n's own sources rebuilt first)."""
+    # a loop over the toposort, not a recursive closure: a closure that calls itself is a reference cycle, which would
+    # keep memo, and every array under it, alive until the cyclic garbage collector runs (NOTES 25)
     memo: dict[UOp, UOp] = {}
-    def go(u: UOp) -> UOp:
-      if u in memo: return memo[u]
-      new = u.replace(src=tuple(go(s) for s in u.src)) if u.src else u
-      memo[u] = r = fn(new) if u in todo else new
-      return r
-    for u in UOp(Ops.SINK, tuple(roots)).toposort(): go(u)
+    for u in UOp(Ops.SINK, tuple(roots)).toposort():
+      new = u.replace(src=tuple(memo[s] for s in u.src)) if u.src else u
+      memo[u] = fn(new) if u in todo else new
     return [memo[r] for r in roots]
 
   # ---- ALU operators ----
@@ -322,12 +323,16 @@ def is_local(u: UOp | None) -> bool:
 
 def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
   """u with every node in mapping replaced (the replaced node's sources are not visited)."""
-  memo: dict[UOp, UOp] = {}
-  def go(x: UOp) -> UOp:
-    if x in mapping: return mapping[x]
-    if x not in memo: memo[x] = x.replace(src=tuple(go(s) for s in x.src)) if x.src else x
-    return memo[x]
-  return go(u)
+  memo: dict[UOp, UOp] = dict(mapping)   # an explicit stack, not a recursive closure (a cycle: see UOp.wrap)
+  stack = [(u, False)]
+  while stack:
+    x, ready = stack.pop()
+    if x in memo: continue
+    if ready: memo[x] = x.replace(src=tuple(memo[s] for s in x.src)); continue
+    if not x.src: memo[x] = x; continue
+    stack.append((x, True))
+    stack.extend((s, False) for s in x.src if s not in memo)
+  return memo[u]
 
 
 # ---- rewriting ----

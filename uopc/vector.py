@@ -23,7 +23,8 @@ def c_vector_name(d: DType) -> str:
 
 
 def c_typedefs(used: set[DType], scalar_type) -> list[str]:
-  """The typedef of every vector dtype the kernel uses, and the helpers for its float vectors."""
+  """The typedef of every vector dtype the kernel uses, the select and max of its 32-bit vectors, the exp2 of its
+  float ones."""
   out: list[str] = []
   lanes = sorted({d.count for d in used})
   masks = {n: f"m32x{n}" for n in lanes}
@@ -40,21 +41,29 @@ def c_typedefs(used: set[DType], scalar_type) -> list[str]:
   for n in lanes:   # every vector kernel may compare, so each lane count has its mask type
     out.append(f"typedef int {masks[n]} __attribute__((vector_size({4 * n})));")
   for d in sorted(used, key=lambda d: (d.name, d.count)):
-    if d.kind == "f" and d.itemsize == 4: out += _float_helpers(c_vector_name(d), masks[d.count])
+    # an int vector selects with the same mask (the renderer writes WHERE and MAX on it as on floats)
+    if d.kind in "fi" and d.itemsize == 4: out += _select_helpers(c_vector_name(d), masks[d.count])
+    if d.kind == "f" and d.itemsize == 4: out += _exp2_helpers(c_vector_name(d), masks[d.count])
   return out
 
 
-def _float_helpers(t: str, m: str) -> list[str]:
-  inline = "static inline __attribute__((always_inline))"
+INLINE = "static inline __attribute__((always_inline))"
+
+
+def _select_helpers(t: str, m: str) -> list[str]:
   return [
-    f"{inline} {t} uopc_where_{t}({m} c, {t} a, {t} b) {{ return ({t})((c & ({m})a) | (~c & ({m})b)); }}",
+    f"{INLINE} {t} uopc_where_{t}({m} c, {t} a, {t} b) {{ return ({t})((c & ({m})a) | (~c & ({m})b)); }}",
     # the scalar ((a>b)?a:b), lane by lane: a NaN in b is kept, a NaN in a is not (NOTES 18)
-    f"{inline} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}(a > b, a, b); }}",
+    f"{INLINE} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}(a > b, a, b); }}"]
+
+
+def _exp2_helpers(t: str, m: str) -> list[str]:
+  return [
     # runtime.PRELUDE's exp2f on every lane: 2^x = 2^n 2^f, n = round(x), 2^f by its Taylor series to degree 7.
     # n is found by truncating xc + 127.5 (positive, so truncation is floor), never by adding and subtracting
     # 1.5*2^23, which -fassociative-math would fold away
-    *(_exp2_avx512(t, inline) if t == "f32x16" else []),
-    f"{inline} {t} uopc_exp2_{t}({t} x) {{",
+    *(_exp2_avx512(t) if t == "f32x16" else []),
+    f"{INLINE} {t} uopc_exp2_{t}({t} x) {{",
     f"  {m} lo = x < -126.0f, hi = x > 128.0f;",
     f"  {t} xc = uopc_where_{t}(lo, ({t}){{}} - 126.0f, uopc_where_{t}(hi, ({t}){{}} + 128.0f, x));",
     f"  {m} n = __builtin_convertvector(xc + 127.5f, {m}) - 127;",
@@ -64,18 +73,18 @@ def _float_helpers(t: str, m: str) -> list[str]:
     "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
     "  p = p * f + 1.0f;",
     f"  {m} bits = ({m})p + (n << 23);   /* times 2^n in the exponent field; x >= 128 lands on inf */",
-    f"  /* nan stays nan; below 2^-126: 0 */",
+    "  /* nan stays nan; below 2^-126: 0 */",
     f"  return uopc_where_{t}(x != x, x, uopc_where_{t}(lo, ({t}){{}}, ({t})bits));",
     "}", *(["#endif"] if t == "f32x16" else [])]
 
 
-def _exp2_avx512(t: str, inline: str) -> list[str]:
+def _exp2_avx512(t: str) -> list[str]:
   """With AVX-512, vscalefps multiplies by 2^n and gets inf, 0 and NaN right itself: half the instructions of the
   portable form (NOTES 24). max(c, x) and min(c, x) return x when x is NaN, so a NaN stays one."""
   return [
     "#if defined(__AVX512F__) && defined(__x86_64__)",
     "#include <immintrin.h>",
-    f"{inline} {t} uopc_exp2_{t}({t} x) {{",
+    f"{INLINE} {t} uopc_exp2_{t}({t} x) {{",
     f"  {t} xc = ({t})_mm512_min_ps(_mm512_set1_ps(150.0f), _mm512_max_ps(_mm512_set1_ps(-150.0f), (__m512)x));",
     f"  {t} n = ({t})_mm512_roundscale_ps((__m512)xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);",
     f"  {t} f = xc - n;",

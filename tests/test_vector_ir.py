@@ -1,0 +1,401 @@
+"""Chapter 10, vector code: loop programs whose nodes hold 16 lanes (uopc.vector), compiled and run on NumPy arrays.
+
+Each vector kernel is checked against NumPy and, where the scalar kernel defines the meaning (MAX with a NaN), against
+the same program built with one lane. Then the lane reductions, the generated code's shape (typedefs only where
+vectors are used, flops counted per lane), the errors, the vector FlashAttention kernel against a float64 reference,
+and the assembly of its hot loops, which must keep every accumulator in a register.
+"""
+import math
+import platform
+import re
+import subprocess
+import numpy as np
+import pytest
+from uopc.dtype import dtypes, from_np, np_dtype
+from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.render_c import render, render_c
+from uopc.render_gpu import CL, CUDA
+from uopc.runtime import FLAGS, PRELUDE, Program, compiler
+from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
+from uopc.vector import butterfly, hmax, hsum
+
+pytestmark = pytest.mark.ch10
+W = 16
+F32 = dtypes.f32
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def buf(slot: int, n: int, dtype=F32) -> UOp:
+  return UOp(Ops.BUFFER, (), ParamArg(slot, dtype, (n,)))
+
+
+def lanewise_ir(fn, dtypes_in, n: int, out_dtype=F32, lanes: int = W) -> UOp:
+  """out[i:i+lanes] = fn(in0[i:i+lanes], in1[i:i+lanes], ...): one loop of n / lanes trips (lanes=1: the scalar
+  kernel of the same fn)."""
+  ins = [buf(k, n, d) for k, d in enumerate(dtypes_in)]
+  i = range_(n // lanes, 0)
+  vals = [b.index(i * lanes).load(lanes) for b in ins]
+  return sink(buf(len(ins), n, out_dtype).index(i * lanes).store(fn(*vals)).end(i))
+
+
+def run_lanewise(fn, *xs: np.ndarray, out_dtype=F32, lanes: int = W, flags=None) -> np.ndarray:
+  n = xs[0].size
+  prog = lanewise_ir(fn, [from_np(x.dtype) for x in xs], n, out_dtype, lanes)
+  out = np.zeros(n, np_dtype(out_dtype))
+  Program(render_c(prog, "lanewise"), "lanewise", flags)(*xs, out)
+  return out
+
+
+def rand(n: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+# ---- 1. vector load, ALU, store ----
+LANEWISE = {   # name: (the IR's fn, NumPy's)
+  "add": (lambda a, b: a + b, lambda a, b: a + b),
+  "mul": (lambda a, b: a * b, lambda a, b: a * b),
+  "sub and divide": (lambda a, b: (a - b) / (b * b + 1.0), lambda a, b: (a - b) / (b * b + 1)),
+  "fma with a broadcast scalar": (lambda a, b: a * b + 0.5, lambda a, b: a * b + np.float32(0.5)),
+  "max": (lambda a, b: a.maximum(b), np.maximum),
+  "where on a vector comparison": (lambda a, b: (a < b).where(a * 2.0, b + 1.0),
+                                   lambda a, b: np.where(a < b, a * 2, b + 1)),
+}
+
+
+@pytest.mark.parametrize("fn, ref", LANEWISE.values(), ids=LANEWISE.keys())
+def test_lanewise_ops_match_numpy(fn, ref):
+  a, b = rand(64), rand(64, seed=1)
+  np.testing.assert_allclose(run_lanewise(fn, a, b), ref(a, b), rtol=1e-6, atol=1e-7)
+
+
+def test_vector_max_keeps_nans_as_the_scalar_kernel_does():
+  """MAX is the scalar ((a>b)?a:b) lane by lane: a NaN in b is kept, a NaN in a gives b (NOTES 18)."""
+  a, b = rand(64), rand(64, seed=1)
+  a[[1, 5, 9]] = np.nan; b[[5, 7, 20]] = np.nan; b[30] = a[30]   # NaN in a, in both, in b; equal lanes
+  vector = run_lanewise(lambda x, y: x.maximum(y), a, b)
+  scalar = run_lanewise(lambda x, y: x.maximum(y), a, b, lanes=1)
+  np.testing.assert_array_equal(vector, scalar)   # NaN == NaN here
+  with np.errstate(invalid="ignore"): np.testing.assert_array_equal(vector, np.where(a > b, a, b))
+
+
+def test_casts_between_float_and_int_vectors():
+  """__builtin_convertvector: float -> int truncates toward zero as C's (int) does, int -> float is exact here."""
+  x = (rand(64) * 1000).astype(np.float32)
+  np.testing.assert_array_equal(run_lanewise(lambda a: a.cast(dtypes.i32.vec(W)), x, out_dtype=dtypes.i32),
+                                x.astype(np.int32))
+  ints = np.random.default_rng(2).integers(-2**24, 2**24, 64).astype(np.int32)
+  np.testing.assert_array_equal(run_lanewise(lambda a: a.cast(F32.vec(W)), ints), ints.astype(np.float32))
+
+
+def test_int_vectors_select_and_max_with_the_float_masks():
+  x, y = (np.random.default_rng(s).integers(-1000, 1000, 64).astype(np.int32) for s in (3, 4))
+  got = run_lanewise(lambda a, b: (a < b).where(a + b, a * 3), x, y, out_dtype=dtypes.i32)
+  np.testing.assert_array_equal(got, np.where(x < y, x + y, x * 3))
+  np.testing.assert_array_equal(run_lanewise(lambda a, b: a.maximum(b), x, y, out_dtype=dtypes.i32), np.maximum(x, y))
+
+
+# A mask lane is -1 (all bits) or 0: uopc_where_ blends bits. A bool vector that does not come from a comparison (a
+# cast, a constant, a broadcast scalar) must still be -1 where true, and a mask cast to a number must give 1.
+def test_a_comparison_cast_to_float_is_one_or_zero():
+  x = rand(64)
+  np.testing.assert_array_equal(run_lanewise(lambda a: (a < 0.0).cast(F32.vec(W)), x), (x < 0).astype(np.float32))
+
+
+def test_a_constant_true_mask_selects_the_first_operand():
+  a, b = rand(64), rand(64, seed=1)
+  np.testing.assert_array_equal(run_lanewise(lambda x, y: UOp.const(True).where(x, y), a, b), a)
+
+
+def test_a_scalar_condition_selects_whole_vectors():
+  a, b = rand(64), rand(64, seed=1)
+  n = 64
+  i = range_(n // W, 0)
+  va, vb = buf(0, n).index(i * W).load(W), buf(1, n).index(i * W).load(W)
+  prog = sink(buf(2, n).index(i * W).store((i < 2).where(va, vb)).end(i))
+  out = np.zeros(n, np.float32)
+  Program(render_c(prog, "scalar_cond"), "scalar_cond")(a, b, out)
+  np.testing.assert_array_equal(out, np.where(np.arange(n) < 2 * W, a, b))
+
+
+# ---- 2. exp2 on vectors: both of its implementations ----
+def has_avx512() -> bool:
+  """Whether -march=native gives this compiler AVX-512 (then f32x16's exp2 is the vscalefps form)."""
+  if not X86: return False
+  r = subprocess.run([compiler(), "-march=native", "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True)
+  return "__AVX512F__" in r.stdout
+
+
+AVX512 = has_avx512()
+# (lanes, flags): the AVX-512 form, the portable form of f32x16 (AVX-512 switched off), and f32x8, always portable
+EXP2_PATHS = {"avx512": (16, None), "portable16": (16, FLAGS + ("-mno-avx512f",) if X86 else None),
+              "portable8": (8, None)}
+EACH_EXP2 = [pytest.param(path, id=name, marks=pytest.mark.skipif(name == "avx512" and not AVX512,
+                                                                  reason="no AVX-512 for -march=native"))
+             for name, path in EXP2_PATHS.items()]
+
+
+def run_exp2(x: np.ndarray, path) -> np.ndarray:
+  lanes, flags = path
+  padded = np.concatenate([x, np.zeros(-x.size % lanes, np.float32)]).astype(np.float32)
+  return run_lanewise(lambda a: a.exp2(), padded, lanes=lanes, flags=flags)[:x.size]
+
+
+@pytest.mark.parametrize("path", EACH_EXP2)
+def test_vector_exp2_accuracy(path):
+  x = np.concatenate([np.linspace(-125, 127, 1 << 16), np.random.default_rng(0).uniform(-125, 127, 1 << 14)])
+  x = x.astype(np.float32)
+  ref = np.exp2(x.astype(np.float64))
+  assert np.max(np.abs(run_exp2(x, path) - ref) / ref) < 2e-7
+  ints = np.arange(-126, 128, dtype=np.float32)   # f = 0: the polynomial is 1, the result exactly 2^n
+  # (against float64: NumPy's float32 exp2(127) is one ulp off)
+  np.testing.assert_array_equal(run_exp2(ints, path), np.exp2(ints.astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("path", EACH_EXP2)
+def test_vector_exp2_specials(path):
+  x = np.array([-np.inf, np.inf, np.nan, 128, 128.5, 129, 200, 1e30, -150, -200, -1e30, 0, 1, -1], np.float32)
+  want = np.array([0, np.inf, np.nan, np.inf, np.inf, np.inf, np.inf, np.inf, 0, 0, 0, 1, 2, 0.5], np.float32)
+  np.testing.assert_array_equal(run_exp2(x, path), want)
+
+
+def test_exp2_below_2_to_the_minus_126():
+  """Where the two forms differ: vscalefps gives the denormals down to 2^-149, the portable form flushes to 0."""
+  x = np.array([-126.5, -140, -149], np.float32)
+  for portable in ("portable16", "portable8"):
+    np.testing.assert_array_equal(run_exp2(x, EXP2_PATHS[portable]), np.zeros(3, np.float32))
+  if AVX512:   # a denormal has fewer bits: within one of its ulps (2^-149)
+    np.testing.assert_allclose(run_exp2(x, EXP2_PATHS["avx512"]), np.exp2(x.astype(np.float64)), rtol=0, atol=1.5e-45)
+
+
+# ---- 3. lane reductions ----
+def reduce_ir(fn, n: int, lanes: int, out_lanes: int) -> UOp:
+  """out[i*out_lanes:...] = fn(x[i*lanes:(i+1)*lanes]) for every vector of x."""
+  i = range_(n // lanes, 0)
+  v = buf(0, n).index(i * lanes).load(lanes)
+  return sink(buf(1, n // lanes * out_lanes).index(i * out_lanes).store(fn(v)).end(i))
+
+
+def run_reduce(fn, x: np.ndarray, lanes: int, out_lanes: int) -> tuple[np.ndarray, str]:
+  src = render_c(reduce_ir(fn, x.size, lanes, out_lanes), "lane_reduce")
+  out = np.zeros(x.size // lanes * out_lanes, np.float32)
+  Program(src, "lane_reduce")(x, out)
+  return out, src
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_hsum_and_hmax_reduce_each_vector_to_a_scalar(lanes):
+  x = rand(128)
+  rows = x.reshape(-1, lanes)
+  got, _ = run_reduce(hsum, x, lanes, 1)
+  np.testing.assert_allclose(got, rows.sum(1), rtol=1e-5, atol=1e-6)
+  got, _ = run_reduce(hmax, x, lanes, 1)
+  np.testing.assert_array_equal(got, rows.max(1))
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_butterfly_puts_the_reduction_in_every_lane(lanes):
+  x = rand(128)
+  rows = x.reshape(-1, lanes)
+  got, src = run_reduce(lambda v: butterfly(v, UOp.__add__), x, lanes, lanes)
+  np.testing.assert_allclose(got.reshape(-1, lanes), np.repeat(rows.sum(1, keepdims=True), lanes, 1), rtol=1e-5,
+                             atol=1e-6)
+  assert src.count("__builtin_shufflevector") == int(math.log2(lanes))   # one shuffle a step, no lane leaves
+  got, _ = run_reduce(lambda v: butterfly(v, UOp.maximum), x, lanes, lanes)
+  np.testing.assert_array_equal(got.reshape(-1, lanes), np.repeat(rows.max(1, keepdims=True), lanes, 1))
+
+
+def test_butterfly_needs_a_power_of_two_number_of_lanes():
+  v = UOp.vectorize(*[buf(0, 12).index(k).load() for k in range(12)])
+  with pytest.raises(ValueError, match="power-of-two"): butterfly(v, UOp.__add__)
+
+
+# ---- 4. the generated code ----
+def test_vector_typedefs_appear_only_in_vector_kernels():
+  scalar = render_c(lanewise_ir(lambda a, b: a + b, [F32, F32], 64, lanes=1), "k")
+  assert scalar.startswith("void k(") and "typedef" not in scalar and "f32x" not in scalar   # as before vectors
+  vector = render_c(lanewise_ir(lambda a, b: a + b, [F32, F32], 64), "k")
+  assert "typedef float f32x16 " in vector and vector.count("void k(") == 1
+  ints = render_c(lanewise_ir(lambda a, b: a + b, [dtypes.i32] * 2, 64, dtypes.i32), "k")
+  assert "typedef int i32x16 " in ints and "f32x16" not in ints   # float helpers only for float vectors
+  assert render_c(lanewise_ir(lambda a, b: a + b, [F32, F32], 64), "k") == vector   # same graph, same text
+
+
+@pytest.mark.parametrize("fn, per_element", [(lambda a, b: a + b, 1), (lambda a, b: a * b + 1.0, 2),
+                                             (lambda a, b: (a - b).exp2(), 3)])
+def test_flops_count_every_lane(fn, per_element):
+  """A 16-lane add is 16 flops: the vector kernel and the scalar kernel of one fn count the same."""
+  n = 256
+  assert render(lanewise_ir(fn, [F32, F32], n), "k").flops == n * per_element
+  assert render(lanewise_ir(fn, [F32, F32], n, lanes=1), "k").flops == n * per_element
+
+
+def test_flops_of_the_lane_reductions():
+  n = 256
+  assert render(reduce_ir(hsum, n, W, 1), "k").flops == n // W * (W - 1)             # a tree of 15 scalar adds
+  assert render(reduce_ir(lambda v: butterfly(v, UOp.__add__), n, W, W), "k").flops == n // W * 4 * W   # 4 steps
+
+
+# ---- 5. errors ----
+@pytest.mark.parametrize("lanes", [0, -1, 1.5, True, "16"])
+def test_vec_needs_a_whole_positive_number_of_lanes(lanes):
+  with pytest.raises(ValueError, match="lanes"): F32.vec(lanes)
+
+
+def test_vector_dtype_basics_and_misuse():
+  assert F32.vec(16) is F32.vec(16) and F32.vec(16).scalar is F32 and F32.vec(1) is F32 and F32.vec(16).count == 16
+  with pytest.raises(TypeError, match="already a vector"): F32.vec(4).vec(2)
+  with pytest.raises(TypeError, match="void"): dtypes.void.vec(4)
+  v = buf(0, 16).index(0).load(W)
+  assert v.dtype is F32.vec(W) and v.gep(15).dtype is F32 and len(v.lanes()) == W
+  for lane in (16, -1):
+    with pytest.raises(IndexError, match=f"lane {lane}"): v.gep(lane)
+  with pytest.raises(TypeError, match="one dtype"): UOp.vectorize(UOp.const(1.0), UOp.const(1))
+  with pytest.raises(TypeError, match="scalars"): UOp.vectorize(v, v)
+
+
+@pytest.mark.parametrize("renderer", [CL, CUDA], ids=["OpenCL", "CUDA"])
+@pytest.mark.parametrize("axis", [AxisType.LOOP, AxisType.THREAD])
+def test_gpu_dialects_refuse_vectors_by_name(renderer, axis):
+  i = range_(4, 0, axis)
+  prog = sink(buf(1, 64).index(i * W).store(buf(0, 64).index(i * W).load(W) + 1.0).end(i))
+  dialect = rf"{type(renderer).__name__}: vector dtype .* device {renderer.device}"
+  with pytest.raises(NotImplementedError, match=dialect): renderer.render(prog, "k")
+
+
+@pytest.mark.parametrize("fn, op", [(lambda a: a.log2(), "LOG2"), (lambda a: a.sqrt(), "SQRT"),
+                                    (lambda a: a.cast(dtypes.f64.vec(W)).exp2(), "EXP2")])
+def test_c_renderer_refuses_vector_math_it_has_no_form_for(fn, op):
+  with pytest.raises(NotImplementedError, match=rf"CRenderer: Ops.{op} on dtypes.f.*vec\(16\) has no vector form"):
+    render_c(lanewise_ir(fn, [F32], 64, out_dtype=F32), "k")
+
+
+# ---- 6. the vector FlashAttention kernel ----
+def attention_reference(q, k, v, causal: bool, total_keys: int) -> np.ndarray:
+  """softmax(q k^T / sqrt(d)) v in float64 over the first total_keys keys; q, k, v (heads, n, d)."""
+  q, k, v = (x.astype(np.float64) for x in (q, k, v))
+  k, v = k[:, :total_keys], v[:, :total_keys]
+  s = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
+  if causal: s = np.where(np.arange(total_keys)[None, :] > np.arange(q.shape[1])[:, None], -np.inf, s)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v
+
+
+FLASH_CASES = {   # heads, nq, nk, d, opts, causal, total_keys
+  "64x32": (1, 64, 64, 32, FlashVecOpts(rows=8, kvec=2, dchunk=2), False, None),
+  "64x32 causal dchunk1": (1, 64, 64, 32, FlashVecOpts(rows=8, kvec=2, dchunk=1), True, None),
+  "128x64 heads2 causal": (2, 128, 128, 64, FlashVecOpts(rows=4, kvec=4, dchunk=2), True, None),
+  "128x64 default tile, nq padded": (1, 132, 128, 64, FlashVecOpts(rows=6, kvec=4, dchunk=2), False, None),
+  "64x64 padded keys": (1, 64, 64, 64, FlashVecOpts(rows=4, kvec=1, dchunk=1), False, 50),
+  "128x32 heads2 causal padded": (2, 128, 128, 32, FlashVecOpts(rows=8, kvec=2, dchunk=1), True, 100),
+  "128x32 whole tiles of padding": (1, 128, 128, 32, FlashVecOpts(rows=4, kvec=2, dchunk=2), False, 40),
+  "64x32 8 lanes": (1, 64, 64, 32, FlashVecOpts(rows=4, kvec=2, dchunk=2, lanes=8), True, None),
+}
+
+
+@pytest.mark.parametrize("case", FLASH_CASES.values(), ids=FLASH_CASES.keys())
+def test_flash_vector_matches_float64_attention(case):
+  heads, nq, nk, d, opts, causal, total_keys = case
+  rng = np.random.default_rng(0)
+  q = rng.standard_normal((heads, nq, d)).astype(np.float32)
+  k, v = (rng.standard_normal((heads, nk, d)).astype(np.float32) for _ in range(2))
+  if total_keys is not None: k[:, total_keys:], v[:, total_keys:] = 1e30, 1e30   # padding: garbage, must be masked
+  prog = flash_vector_ir(heads, nq, nk, d, opts, causal=causal, total_keys=total_keys)
+  out = np.full((heads, nq, d), np.nan, np.float32)
+  Program(render_c(prog, "flash_vec"), "flash_vec", opts.compile.flags)(q, np.ascontiguousarray(k.transpose(0, 2, 1)),
+                                                                         v, out)
+  want = attention_reference(q, k, v, causal, nk if total_keys is None else total_keys)
+  assert np.max(np.abs(out - want)) < 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_flash_vector_refuses_tiles_that_do_not_divide():
+  with pytest.raises(ValueError, match="rows=6"): flash_vector_ir(1, 64, 64, 32, FlashVecOpts(rows=6))
+
+
+# ---- 7. no stack spills in the hot loops ----
+LABEL = re.compile(r"^(\.L\w+):")
+COND_JUMP = re.compile(r"^\s+(j(?!mp)\w+)\s+(\.L\w+)\s*$")            # jne .L6, not jmp
+VECTOR_REG = re.compile(r"%[xyz]mm\d+")
+STACK_SLOT = re.compile(r"(?<![\w)])-?\d*\(%r[sb]p\)")                  # 3904(%rsp): no index register
+
+
+def hot_loops(asm: str) -> list[list[str]]:
+  """The innermost loops (a label and the last conditional jump back to it, with no such loop inside) that hold an
+  FMA: where a register tile's multiply-adds run."""
+  lines = asm.splitlines()
+  at: dict[str, int] = {}
+  ends: dict[str, int] = {}
+  for k, line in enumerate(lines):
+    if m := LABEL.match(line): at[m.group(1)] = k
+    elif (m := COND_JUMP.match(line)) and m.group(2) in at: ends[m.group(2)] = k
+  loops = [(at[label], end) for label, end in ends.items()]
+  inner = [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
+  return [lines[a:b + 1] for a, b in sorted(inner) if any("vfmadd" in line for line in lines[a:b + 1])]
+
+
+def stack_spills(loop: list[str]) -> list[str]:
+  """The instructions that move a vector register to or from a fixed stack slot, or take one as an operand."""
+  return [line.strip() for line in loop if VECTOR_REG.search(line) and STACK_SLOT.search(line)]
+
+
+CLEAN_ASM = """\
+.L3:
+\tvmovups\t(%rdi), %zmm3
+\tvbroadcastss\t-4(%rsi), %zmm4
+\tvfmadd231ps\t%zmm3, %zmm4, %zmm7
+\tvmovaps\t(%rsp,%rax,4), %zmm1
+\taddq\t$4, %rsi
+\tcmpq\t%rdi, %rax
+\tjne\t.L3
+\tvmovaps\t%zmm7, 64(%rsp)
+\tjmp\t.L3
+"""
+SPILLED_ASM = """\
+.L2:
+\tvmovaps\t%zmm4, 3904(%rsp)
+.L5:
+\tvbroadcastss\t-4(%rsi), %zmm4
+\tvfmadd213ps\t3840(%rsp), %zmm4, %zmm3
+\tvmovaps\t%zmm3, 3840(%rsp)
+\tcmpq\t%rdi, %rax
+\tjne\t.L5
+\tdecl\t%ecx
+\tjnz\t.L2
+"""
+
+
+def test_the_spill_checker_on_hand_written_loops():
+  """A stack slot outside the loop, an indexed stack address, an unconditional jmp: none of them is a hot-loop spill;
+  the FMA with a stack operand and the store back to it are."""
+  (loop,) = hot_loops(CLEAN_ASM)
+  assert len(loop) == 8 and stack_spills(loop) == []
+  (loop,) = hot_loops(SPILLED_ASM)   # the inner loop only: .L2 holds .L5
+  assert loop[0] == ".L5:" and stack_spills(loop) == ["vfmadd213ps\t3840(%rsp), %zmm4, %zmm3",
+                                                      "vmovaps\t%zmm3, 3840(%rsp)"]
+  assert stack_spills(["\tvmovaps\t-128(%rbp), %ymm2"])                               # a frame-pointer slot too
+  assert hot_loops(".L1:\n\tvaddps\t%zmm1, %zmm2, %zmm3\n\tjne\t.L1\n") == []   # no FMA: not a register tile
+
+
+def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64) -> str:
+  """The x86 assembly of the flash kernel, compiled as Program compiles it (PRELUDE first, the kernel's flags)."""
+  nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn_flash pads
+  src = PRELUDE + render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec")
+  flags = [f for f in opts.compile.flags if f not in ("-shared", "-fPIC")]
+  r = subprocess.run([compiler(), *flags, "-S", "-masm=att", "-o", "-", "-x", "c", "-"], input=src, text=True,
+                     capture_output=True, timeout=120)
+  assert r.returncode == 0, r.stderr
+  return r.stdout
+
+
+@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
+def test_hot_loops_of_the_default_flash_tile_do_not_spill():
+  """rows=6, kvec=4, dchunk=2: 24 score accumulators and 12 output accumulators, each kept in a zmm register."""
+  loops = hot_loops(flash_assembly(FlashVecOpts(rows=6, kvec=4, dchunk=2)))
+  assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read
+  assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
+@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
+def test_the_spill_checker_sees_a_tile_too_big_for_the_registers():
+  """rows=8, kvec=4: 32 score accumulators, and a K^T vector and a broadcast need registers too."""
+  loops = hot_loops(flash_assembly(FlashVecOpts(rows=8, kvec=4, dchunk=2)))
+  assert any(stack_spills(loop) for loop in loops)

@@ -1,0 +1,128 @@
+"""Matmul on vectors (chapter 10): a float32 matmul kernel -> a register tile of vector accumulators over a packed B.
+
+  pack_b(body)                the layout step: B re-laid as panels of `nr` columns, each panel's K rows contiguous
+                              (BLIS's packed B), a copy kernel (STAGE) the matmul then reads
+  lower_gemm(body, out, ...)  the matmul's loop program: each iteration of the threaded loop owns a rows x nr block
+                              of C; for every k it broadcasts A[m][k] for its rows and loads nvec vectors of B's
+                              panel, rows x nvec vector FMAs
+
+Operands may be any elementwise expression over buffers: zip_lanes turns the scalar value at each lane's column into
+one vector expression, a vector load where the lanes are consecutive in memory and a gather where they are not (still
+right, only slower). A kernel that does not fit (not a matmul, not float32, N not a whole number of panels) is left to
+the default lowering.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from uopc import symbolic
+from uopc.dtype import dtypes
+from uopc.rangeify import Ctx, rangeify
+from uopc.tc import matmul_operands
+from uopc.uop import UOp, Ops, AxisType, ALU, sink
+
+MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
+
+
+@dataclass(frozen=True)
+class GemmOpts:
+  rows: int = 8     # rows of C per block (A values broadcast per k)
+  nvec: int = 2     # vectors of C's columns per block: nr = nvec * lanes, the width of a packed panel of B
+  lanes: int = 16
+
+  @property
+  def nr(self) -> int: return self.nvec * self.lanes
+
+
+def gemm_opts(lanes: int) -> GemmOpts:
+  """The heuristic tile (rows x nvec accumulators, half the registers: B's vectors and the broadcasts need some)."""
+  return GemmOpts(rows=8, nvec=2, lanes=lanes) if lanes == 16 else GemmOpts(rows=4, nvec=2, lanes=lanes)
+
+
+def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, UOp] | None:
+  """(A, B) if body is a float32 matmul big enough to pack, whose M divides by rows and N by nr."""
+  if body.dtype is not dtypes.f32 or (xy := matmul_operands(body)) is None: return None
+  *_, M, N = body.shape
+  K = body.src[0].shape[-1]
+  if M % opts.rows or N % opts.nr or 2 * M * N * K < MIN_FLOPS: return None
+  return xy
+
+
+def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
+  """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
+  (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
+  if (xy := gemm_fit(body, opts)) is None: return None
+  x, y = xy
+  *batch, M, N, K = y.shape
+  nb = len(batch)
+  swap = tuple(range(nb)) + (nb, nb + 2, nb + 1)
+  b0 = UOp(Ops.SHRINK, (y,), tuple((0, s) for s in batch) + ((0, 1), (0, N), (0, K)))   # B does not depend on m
+  panels = UOp(Ops.PERMUTE, (UOp(Ops.RESHAPE, (b0,), tuple(batch) + (N // opts.nr, opts.nr, K)),), swap)
+  staged = UOp(Ops.STAGE, (panels,))
+  back = UOp(Ops.RESHAPE, (UOp(Ops.PERMUTE, (staged,), swap),), tuple(batch) + (1, N, K))
+  y2 = UOp(Ops.EXPAND, (back,), tuple(batch) + (M, N, K))
+  a, b = body.src[0].src
+  mul = body.src[0].replace(src=(x, y2) if (a is x) else (y2, x))
+  return body.replace(src=(mul,))
+
+
+def zip_lanes(xs: list[UOp]) -> UOp:
+  """One vector expression whose lane i is xs[i] (scalar expressions of one shape): a broadcast where every lane is
+  the same, a vector load where the lanes read consecutive elements, the op on vectors where every lane applies the
+  same op, else the lanes gathered one by one."""
+  x0, n = xs[0], len(xs)
+  if all(x is x0 for x in xs): return x0.broadcast(n)
+  if all(x.op is Ops.LOAD and len(x.src) == 1 for x in xs):
+    base, i0 = x0.src[0].src
+    if all(x.src[0].src[0] is base and _offset(x.src[0].src[1], i0) == k for k, x in enumerate(xs)):
+      return x0.src[0].load(n)
+  if x0.op in VECTOR_OPS and all(x.op is x0.op and x.arg == x0.arg and len(x.src) == len(x0.src) for x in xs):
+    srcs = tuple(zip_lanes([x.src[k] for x in xs]) for k in range(len(x0.src)))
+    dtype = x0.dtype.vec(n)
+    if x0.op in (Ops.CMPLT, Ops.CMPNE) and x0.src[0].dtype.itemsize != 4: return UOp.vectorize(*xs)
+    return UOp(x0.op, srcs, x0.arg, dtype)
+  return UOp.vectorize(*xs)
+
+
+VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP} & ALU
+
+
+def _offset(i: UOp, i0: UOp) -> int | None:
+  d = symbolic.simplify(i - i0)
+  return d.arg if d.op is Ops.CONST else None
+
+
+def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
+  """The register-tiled loop program of a matmul body (None if it does not fit). Works on any operands; fast when B
+  was packed by pack_b (then each vector of B is one load)."""
+  if out.dtype is not dtypes.f32 or (xy := gemm_fit(body, opts)) is None: return None
+  x, y = xy
+  *batch, M, N = body.shape
+  K = body.src[0].shape[-1]
+  W, R, NV = opts.lanes, opts.rows, opts.nvec
+  nbatch = 1
+  for s in batch: nbatch *= s
+  tiles_m, tiles_n = M // R, N // opts.nr
+  t = ctx.range(nbatch * tiles_n * tiles_m, AxisType.THREAD)
+  bflat, rest = t // (tiles_n * tiles_m), t % (tiles_n * tiles_m)
+  jn, im = rest // tiles_m, rest % tiles_m                 # a thread's blocks share B's panels: jn outermost
+  bidx, left = [], bflat
+  for s in reversed(batch):
+    bidx.insert(0, left % s); left = left // s
+  k = ctx.range(K, AxisType.REDUCE)
+  vec = dtypes.f32.vec(W)
+  col = lambda j, i: jn * opts.nr + j * W + i
+  at = lambda v, m, n: symbolic.simplify(rangeify(v, (*bidx, m, n, k), ctx))
+  a_vals = [at(x, im * R + r, col(0, 0)) for r in range(R)]                      # A does not depend on n
+  b_vecs = [zip_lanes([at(y, im * R, col(j, i)) for i in range(W)]) for j in range(NV)]   # nor B on m
+  accs = [[ctx.alloc(vec).after(t) for _ in range(NV)] for _ in range(R)]
+  init = UOp(Ops.SINK, tuple(a.index(0).store(UOp.const(0.0, vec)) for row in accs for a in row))
+  acc = lambda r, j: accs[r][j].after(init, k).index(0)
+  fma = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + a_vals[r] * b_vecs[j])
+                            for r in range(R) for j in range(NV))).end(k)
+  stores = []
+  for r in range(R):
+    for j in range(NV):
+      flat = UOp.const(0)
+      for bi, s in zip(bidx, batch): flat = flat * s + bi
+      flat = symbolic.simplify((flat * M + im * R + r) * N + col(j, 0))
+      stores.append(out.index(flat).store(accs[r][j].after(fma).index(0).load()))
+  return symbolic.simplify(sink(UOp(Ops.SINK, tuple(stores)).end(t)))

@@ -1,0 +1,73 @@
+"""Attention on the CPU with the vector kernel (uopc.flash_vec): pick its opts, pad, pack K^T, run.
+
+nn.scaled_dot_product_attention comes here for the common case (no attn_mask, no flash-decoding, a head dim the
+vectors divide); everything else runs uopc.flash's scalar kernel. The opts are the tuner's (uopc.tune): the winner
+cached for this problem on this machine, or the heuristic; BEAM=n searches.
+"""
+from __future__ import annotations
+import math
+import numpy as np
+from uopc.flash_vec import FlashVecOpts, flash_vector_ir, default_opts, candidate_opts
+from uopc.render_c import render_c
+from uopc.runtime import Program, compiler, vector_bits
+from uopc import tune
+
+_programs: dict[tuple, Program] = {}
+
+
+def lanes_here() -> int:
+  """Floats per vector register on this machine (16 with AVX-512, 8 with AVX2, 4 otherwise)."""
+  return vector_bits(compiler()) // 32
+
+
+def fits(d: int, dv: int) -> bool:
+  """Whether the vector kernel takes this head dim: the output row is a whole number of vectors."""
+  return dv % lanes_here() == 0 and d >= 1
+
+
+def _ceil_to(n: int, m: int) -> int: return -(-n // m) * m
+
+
+def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float, opts: FlashVecOpts) -> Program:
+  key = (heads, nq, nk, d, dv, causal, scale, opts)
+  if key not in _programs:
+    sink = flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts, causal=causal,
+                           scale=scale, dv=dv, total_keys=nk)
+    _programs[key] = Program(render_c(sink, "flash_vec"), "flash_vec", opts.compile.flags)
+  return _programs[key]
+
+
+def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float, opts: FlashVecOpts) -> np.ndarray:
+  """q (heads, nq, d), k (heads, nk, d), v (heads, nk, dv), float32 -> out (heads, nq, dv)."""
+  heads, nq, d = q.shape
+  nk, dv = k.shape[1], v.shape[2]
+  nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys)
+  qp = np.zeros((heads, nq_p, d), np.float32); qp[:, :nq] = q
+  # K^T packed per head, keys contiguous; padded keys are zeros here and masked in the kernel
+  kt = np.zeros((heads, d, nk_p), np.float32); kt[:, :, :nk] = k.transpose(0, 2, 1)
+  vp = v if nk_p == nk else np.concatenate([v, np.zeros((heads, nk_p - nk, dv), np.float32)], axis=1)
+  vp = np.require(vp, np.float32, ["C_CONTIGUOUS"])
+  out = np.empty((heads, nq_p, dv), np.float32)
+  program(heads, nq, nk, d, dv, causal, scale, opts)(qp, kt, vp, out)
+  return out[:, :nq]
+
+
+def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
+  lanes = lanes_here()
+  heuristic = default_opts(lanes)
+  if dv % (heuristic.dchunk * lanes): heuristic = FlashVecOpts(heuristic.rows, heuristic.kvec, 1, lanes)
+  problem = (heads, nq, nk, d, dv, causal)
+  def timer(opts: FlashVecOpts):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((heads, n, x)).astype(np.float32) for n, x in ((nq, d), (nk, d), (nk, dv)))
+    return lambda: run(q, k, v, causal, scale, opts)
+  return tune.choose("flash_vec", problem, candidate_opts(lanes, dv), heuristic, timer)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None = None) -> np.ndarray:
+  """softmax(q k^T * scale) v for (heads, n, d) float32 arrays, by the vector kernel."""
+  heads, nq, d = q.shape
+  scale = 1 / math.sqrt(d) if scale is None else float(scale)
+  opts = choose_opts(heads, nq, k.shape[1], d, v.shape[2], causal, scale)
+  return run(q, k, v, causal, scale, opts)
+
