@@ -7,7 +7,6 @@ and the assembly of its hot loops, which must keep every accumulator in a regist
 """
 import math
 import platform
-import re
 import subprocess
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from uopc.dtype import dtypes, from_np, np_dtype
 from uopc.flash_vec import FlashVecOpts, flash_vector_ir
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
-from uopc.runtime import FLAGS, PRELUDE, Program, compiler
+from uopc.runtime import FLAGS, Program, compiler
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 from uopc.vector import butterfly, hmax, hsum
 
@@ -312,29 +311,7 @@ def test_flash_vector_refuses_tiles_that_do_not_divide():
 
 
 # ---- 7. no stack spills in the hot loops ----
-LABEL = re.compile(r"^(\.L\w+):")
-COND_JUMP = re.compile(r"^\s+(j(?!mp)\w+)\s+(\.L\w+)\s*$")            # jne .L6, not jmp
-VECTOR_REG = re.compile(r"%[xyz]mm\d+")
-STACK_SLOT = re.compile(r"(?<![\w)])-?\d*\(%r[sb]p\)")                  # 3904(%rsp): no index register
-
-
-def hot_loops(asm: str) -> list[list[str]]:
-  """The innermost loops (a label and the last conditional jump back to it, with no such loop inside) that hold an
-  FMA: where a register tile's multiply-adds run."""
-  lines = asm.splitlines()
-  at: dict[str, int] = {}
-  ends: dict[str, int] = {}
-  for k, line in enumerate(lines):
-    if m := LABEL.match(line): at[m.group(1)] = k
-    elif (m := COND_JUMP.match(line)) and m.group(2) in at: ends[m.group(2)] = k
-  loops = [(at[label], end) for label, end in ends.items()]
-  inner = [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
-  return [lines[a:b + 1] for a, b in sorted(inner) if any("vfmadd" in line for line in lines[a:b + 1])]
-
-
-def stack_spills(loop: list[str]) -> list[str]:
-  """The instructions that move a vector register to or from a fixed stack slot, or take one as an operand."""
-  return [line.strip() for line in loop if VECTOR_REG.search(line) and STACK_SLOT.search(line)]
+from uopc.asm import hot_loops, stack_spills, assembly  # noqa: E402
 
 
 CLEAN_ASM = """\
@@ -378,12 +355,7 @@ def test_the_spill_checker_on_hand_written_loops():
 def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64) -> str:
   """The x86 assembly of the flash kernel, compiled as Program compiles it (PRELUDE first, the kernel's flags)."""
   nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn_flash pads
-  src = PRELUDE + render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec")
-  flags = [f for f in opts.compile.flags if f not in ("-shared", "-fPIC")]
-  r = subprocess.run([compiler(), *flags, "-S", "-masm=att", "-o", "-", "-x", "c", "-"], input=src, text=True,
-                     capture_output=True, timeout=120)
-  assert r.returncode == 0, r.stderr
-  return r.stdout
+  return assembly(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), opts.compile.flags)
 
 
 @pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")

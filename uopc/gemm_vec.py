@@ -13,11 +13,12 @@ the default lowering.
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from uopc import symbolic
+import numpy as np
+from uopc import symbolic, tune
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
 from uopc.tc import matmul_operands
-from uopc.uop import UOp, Ops, AxisType, ALU, sink
+from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, sink
 
 MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
 
@@ -32,9 +33,53 @@ class GemmOpts:
   def nr(self) -> int: return self.nvec * self.lanes
 
 
-def gemm_opts(lanes: int) -> GemmOpts:
-  """The heuristic tile (rows x nvec accumulators, half the registers: B's vectors and the broadcasts need some)."""
-  return GemmOpts(rows=8, nvec=2, lanes=lanes) if lanes == 16 else GemmOpts(rows=4, nvec=2, lanes=lanes)
+def heuristic_opts(lanes: int, M: int, N: int, K: int) -> GemmOpts:
+  """The tile without tuning: 16 accumulators. 16 rows x 1 vector loads the fewest B vectors, but 16 rows of A a
+  multiple of 4 KB apart (K >= 1024 floats) share L1 sets and evict each other: then 8 rows x 2 vectors (NOTES 24)."""
+  if lanes != 16: return GemmOpts(rows=4, nvec=2, lanes=lanes)
+  return GemmOpts(rows=16, nvec=1) if K <= 512 and M % 16 == 0 else GemmOpts(rows=8, nvec=2)
+
+
+def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
+  regs = 32 if lanes in (16, 4) else 16
+  return [GemmOpts(rows=r, nvec=v, lanes=lanes) for r in (4, 6, 8, 12, 16) for v in (1, 2, 3, 4)
+          if M % r == 0 and N % (v * lanes) == 0 and r * v <= regs // 2 + 8]
+
+
+_chosen: dict[tuple, GemmOpts] = {}   # one choice per problem in a process: layout (packing) and lower must agree
+
+
+def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
+  """The opts for this matmul (the tuner's, uopc.tune), or None where the vector matmul does not apply."""
+  if body.op is not Ops.REDUCE or body.dtype is not dtypes.f32 or matmul_operands(body) is None: return None
+  *batch, M, N = body.shape
+  K = body.src[0].shape[-1]
+  problem = (tuple(batch), M, N, K, lanes)
+  if problem not in _chosen:   # once per process: the packing (layout) and the tile (lower) must agree
+    heuristic = heuristic_opts(lanes, M, N, K)
+    if gemm_fit(body, heuristic) is None: return None
+    cands = [c for c in candidate_opts(lanes, M, N, K) if gemm_fit(body, c)] or [heuristic]
+    _chosen[problem] = tune.choose("gemm_vec", problem, cands, heuristic, lambda o: _timer(M, N, K, o))
+  return _chosen[problem]
+
+
+def _timer(M: int, N: int, K: int, opts: GemmOpts):
+  """A function that runs the (M, N, K) matmul kernel with opts once, on random data (B already packed)."""
+  from uopc.render_c import render_c
+  from uopc.runtime import Program
+  f32 = dtypes.f32
+  A = UOp(Ops.BUFFER, (), ParamArg(0, f32, (M * K,)))
+  Bp = UOp(Ops.BUFFER, (), ParamArg(1, f32, (N * K,)))
+  a = UOp(Ops.EXPAND, (UOp(Ops.RESHAPE, (A,), (M, 1, K)),), (M, N, K))
+  panels = UOp(Ops.RESHAPE, (Bp,), (N // opts.nr, K, opts.nr))
+  b = UOp(Ops.PERMUTE, (panels,), (0, 2, 1))
+  b = UOp(Ops.EXPAND, (UOp(Ops.RESHAPE, (b,), (1, N, K)),), (M, N, K))
+  body = UOp(Ops.REDUCE, (a * b,), (Ops.ADD, 1))
+  out = UOp(Ops.BUFFER, (), ParamArg(2, f32, (M * N,)))
+  prg = Program(render_c(lower_gemm(body, out, Ctx(), opts), "gemm_tune"), "gemm_tune")
+  rng = np.random.default_rng(0)
+  x, y, z = rng.standard_normal(M * K, np.float32), rng.standard_normal(N * K, np.float32), np.empty(M * N, np.float32)
+  return lambda: prg(x, y, z)
 
 
 def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, UOp] | None:

@@ -52,7 +52,16 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
   return out[:, :nq]
 
 
+_chosen: dict[tuple, FlashVecOpts] = {}   # the choice per problem, made once per process (a BEAM search too)
+
+
 def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
+  key = (heads, nq, nk, d, dv, causal, scale)
+  if key not in _chosen: _chosen[key] = _choose(*key)
+  return _chosen[key]
+
+
+def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
   lanes = lanes_here()
   heuristic = default_opts(lanes)
   if dv % (heuristic.dchunk * lanes): heuristic = FlashVecOpts(heuristic.rows, heuristic.kvec, 1, lanes)

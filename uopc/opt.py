@@ -99,20 +99,23 @@ class VectorOpt(DefaultOpt):
   """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.gemm_vec): B packed into panels by a copy
   kernel, then a register tile of vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the
   optimizer whose kernels the book prints."""
-  lanes: int = 16
+  @staticmethod
+  def lanes() -> int:
+    from uopc.runtime import compiler, vector_bits
+    return vector_bits(compiler()) // 32
 
   @classmethod
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
     if options is None or options.device == "CPU":
-      opts = gemm_vec.gemm_opts(cls.lanes)
-      todo = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and gemm_vec.gemm_fit(u, opts)}
-      if todo: roots = UOp.wrap(roots, todo, lambda u: gemm_vec.pack_b(u, opts) or u)
+      chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort() if (o := gemm_vec.choose_opts(u, cls.lanes()))}
+      if chosen: roots = UOp.wrap(roots, set(chosen), lambda u: gemm_vec.pack_b(u, chosen[u]) or u)
     return layout_pass(roots, options)
 
   @classmethod
   def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
     options = options or Options()
     if options.device == "CPU":
-      prog = gemm_vec.lower_gemm(body, out, Ctx(options=options), gemm_vec.gemm_opts(cls.lanes))
+      opts = gemm_vec.choose_opts(body, cls.lanes())
+      prog = opts and gemm_vec.lower_gemm(body, out, Ctx(options=options), opts)
       if prog is not None: return prog
     return DefaultOpt.lower(body, out, options)

@@ -68,27 +68,31 @@ def choose(kernel: str, problem: tuple, candidates: Sequence[Opts], heuristic: O
     for c in candidates:   # a cached winner that is no longer a candidate (the code changed) is ignored
       if saved is not None and as_dict(c) == saved: return c
     return heuristic
-  best, seconds = search(kernel, problem, candidates, timer, beam)
+  best, seconds = search(kernel, problem, candidates, timer, beam, heuristic)
   _write(key, {"opts": as_dict(best), "seconds": seconds, "date": time.strftime("%Y-%m-%d")})
   return best
 
 
 def search(kernel: str, problem: tuple, candidates: Sequence[Opts], timer: Callable[[Opts], Callable[[], object]],
-           beam: int) -> tuple[Opts, float]:
-  """Time every candidate once (after a warm-up call), then the `beam` fastest best of 5; the fastest and its time."""
+           beam: int, heuristic: Opts | None = None) -> tuple[Opts, float]:
+  """Time every candidate (best of 2, after a warm-up call), then the `beam` fastest and the heuristic again, in
+  turns, best of 5 (drift on a shared machine then hits them alike); the fastest and its time."""
   if not candidates: raise ValueError(f"tune {kernel}: no candidate opts for {problem}")
   first: list[tuple[float, int]] = []
   for i, c in enumerate(candidates):
     fn = timer(c)
     fn()
-    first.append((_time(fn, 1), i))
+    first.append((_time(fn, 2), i))
     _progress(f"tune {kernel} {problem}: {i + 1}/{len(candidates)} candidates, best {min(first)[0] * 1e3:.3f} ms")
-  final = []
-  for _, i in sorted(first)[:beam]:
-    final.append((_time(timer(candidates[i]), 5), i))
-  seconds, i = min(final)
-  _progress(f"tune {kernel} {problem}: {len(candidates)} candidates, chose {candidates[i]} ({seconds * 1e3:.3f} ms)\n")
-  return candidates[i], seconds
+  finalists = [candidates[i] for _, i in sorted(first)[:beam]]
+  if heuristic is not None and heuristic not in finalists: finalists.append(heuristic)
+  fns = [timer(c) for c in finalists]
+  best = [math.inf] * len(fns)
+  for _ in range(5):
+    for k, fn in enumerate(fns): best[k] = min(best[k], _time(fn, 1))
+  seconds, k = min((t, k) for k, t in enumerate(best))
+  _progress(f"tune {kernel} {problem}: {len(candidates)} candidates, chose {finalists[k]} ({seconds * 1e3:.3f} ms)\n")
+  return finalists[k], seconds
 
 
 def _time(fn: Callable[[], object], reps: int) -> float:

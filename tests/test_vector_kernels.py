@@ -1,0 +1,114 @@
+"""The vector kernels in use: VectorOpt's matmul (uopc.gemm_vec) and the vector attention (uopc.flash_vec via
+uopc.nn_flash), against NumPy in float64; which path a shape takes; what the plans and sources look like."""
+import math
+import numpy as np
+import pytest
+from uopc import gemm_vec, nn_flash
+from uopc.dtype import dtypes
+from uopc.kernelize import make_plan
+from uopc.nn import scaled_dot_product_attention
+from uopc.opt import DefaultOpt, VectorOpt
+from uopc.options import Options
+from uopc.tensor import Tensor
+from uopc.uop import UOp, Ops, ParamArg, range_
+
+pytestmark = pytest.mark.ch10
+rng = np.random.default_rng(0)
+f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def own_tuning_cache(tmp_path, monkeypatch):
+  """Every test sees the heuristic opts: no winner tuned on this machine by someone else."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.setattr(gemm_vec, "_chosen", {})
+
+
+@pytest.fixture
+def vector_opt(monkeypatch):
+  monkeypatch.setattr(Tensor, "opt", VectorOpt)
+
+
+def close(out, ref, scale=1.0):
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
+
+
+# ---- the matmul ----
+@pytest.mark.parametrize("shape_a, shape_b", [
+  ((256, 256), (256, 256)),       # the vector path, 16 x 1 tile (K <= 512)
+  ((128, 1024), (1024, 64)),      # K = 1024: the 8 x 2 tile
+  ((2, 128, 64), (2, 64, 96)),    # batched
+  ((64, 32), (32, 48)),           # too small to pack: the default lowering
+  ((128, 256), (256, 65)),        # N not a whole number of vectors: the default lowering
+  ((100, 256), (256, 64)),        # M not a whole number of row blocks: the default lowering
+])
+def test_vector_matmul_matches_numpy(vector_opt, shape_a, shape_b):
+  a, b = f32(*shape_a), f32(*shape_b)
+  out = (Tensor(a) @ Tensor(b)).numpy()
+  close(out, a.astype(np.float64) @ b, math.sqrt(shape_a[-1]))
+
+
+def test_operands_with_elementwise_work_and_a_transpose(vector_opt):
+  a, b = f32(128, 256), f32(64, 256)
+  out = ((Tensor(a) * 2 + 1) @ (Tensor(b) * 0.5).T).numpy()
+  close(out, (a.astype(np.float64) * 2 + 1) @ (b.astype(np.float64) * 0.5).T, 16)
+
+
+def test_the_plan_packs_b_then_runs_a_vector_tile():
+  a, b = Tensor(f32(256, 256)), Tensor(f32(256, 256))
+  plan = make_plan([(a @ b).uop], options=Options(opt=VectorOpt))
+  assert len(plan.kernels) == 2 and "repacked" in plan.explain()
+  src = plan.kernels[1].src
+  opts = gemm_vec.heuristic_opts(VectorOpt.lanes(), 256, 256, 256)
+  assert f"f{32}x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == opts.rows * opts.nvec
+  assert src.count("for (") == 2   # the threaded loop over blocks and the loop over k: every other axis is registers
+
+
+def test_the_default_optimizer_prints_scalar_c():
+  """The book's listings come from DefaultOpt: no vector types there."""
+  a, b = Tensor(f32(256, 256)), Tensor(f32(256, 256))
+  plan = make_plan([(a @ b).uop], options=Options(opt=DefaultOpt))
+  assert all("typedef" not in k.src and "f32x" not in k.src for k in plan.kernels)
+
+
+def test_zip_lanes_loads_broadcasts_and_gathers():
+  buf = UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (1024,)))
+  i = range_(16, 0)
+  consecutive = gemm_vec.zip_lanes([buf.index(i * 16 + k).load() for k in range(16)])
+  assert consecutive.op is Ops.LOAD and consecutive.dtype == dtypes.f32.vec(16)
+  same = gemm_vec.zip_lanes([buf.index(i).load()] * 16)
+  assert same.op is Ops.VECTORIZE and len(set(same.src)) == 1
+  strided = gemm_vec.zip_lanes([buf.index(i + 64 * k).load() for k in range(16)])
+  assert strided.op is Ops.VECTORIZE and len(set(strided.src)) == 16
+  scaled = gemm_vec.zip_lanes([buf.index(i * 16 + k).load() * 2.0 for k in range(16)])
+  assert scaled.op is Ops.MUL and scaled.src[0].op is Ops.LOAD and scaled.src[1].dtype.count == 16
+
+
+# ---- attention ----
+@pytest.mark.parametrize("q_shape, k_len, d, causal", [
+  ((2, 3, 37), 37, 32, False),     # batch x heads, rows and keys padded
+  ((1, 2, 64), 64, 64, True),
+  ((1, 1, 20), 50, 48, True),      # fewer queries than keys; 48 = 3 vectors (one vector per output chunk)
+  ((3, 1, 16), 200, 64, False),
+  ((1, 1, 33), 33, 40, False),     # 40 is not a whole number of vectors: the scalar kernel
+])
+def test_attention_matches_numpy(q_shape, k_len, d, causal):
+  *batch, nq = q_shape
+  q, k, v = f32(*batch, nq, d), f32(*batch, k_len, d), f32(*batch, k_len, d)
+  out = scaled_dot_product_attention(q, k, v, is_causal=causal).numpy()
+  s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(d)
+  if causal: s = s + np.triu(np.full((nq, k_len), -np.inf), 1)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  close(out, (p / p.sum(-1, keepdims=True)) @ v)
+
+
+def test_which_head_dims_take_the_vector_kernel():
+  lanes = nn_flash.lanes_here()
+  assert nn_flash.fits(64, 64) == (64 % lanes == 0) and not nn_flash.fits(64, lanes + 1)
+
+
+def test_the_vector_kernel_is_compiled_once_per_problem_and_opts():
+  q = f32(1, 64, 64)
+  before = len(nn_flash._programs)
+  for _ in range(3): nn_flash.attention(q, q, q, causal=False)
+  assert len(nn_flash._programs) == before + 1
