@@ -515,8 +515,9 @@ for name, body in [("GEMM 1024x1024x1024", gemm_body(1024, 1024, 1024)), ("GEMM 
 # not ask for one. (Such sizes are correct but untiled; exercise 5 adds the remainder loops that would tile them.)
 #
 # How close does the whole thing (`Tensor(a) @ Tensor(b)`, default opts, copy included, plus the cost of a
-# cached plan and of copying the inputs into Tensors) come to NumPy's BLAS? `uopc.bench.gemm` runs both in
-# turns, best of 5 after a warm-up, and prints the ratio:
+# cached plan and of copying the inputs into Tensors) come to NumPy's BLAS? `uopc.bench.gemm` times each in a
+# process of its own (so that neither runtime's idle threads slow the other), best of 5 after a warm-up, and prints
+# the ratio (its third row, `vector`, is section 10.9's optimizer):
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import gemm
@@ -632,6 +633,128 @@ plt.show()
 # - Chapter 11 starts here: it fuses the softmax into its neighbours so that the N x N traffic disappears, and
 #   finds that fused kernels lose the register tile that made the matmuls fast.
 #
+# ## 10.9 Vector code, and a tuner
+#
+# Everything so far left the vectors to gcc: the C is scalar, and `-O3 -march=native` turns the inner loop of a
+# register tile into vector instructions where it can see how. For the GEMM of 10.3 it can. For Chapter 11's
+# attention kernel (`uopc.flash`) it mostly cannot: its tiles live in small arrays that gcc keeps in memory, and
+# the kernel reaches about a third of the FMA peak. The loop IR can say what each register holds instead: a dtype
+# with lanes. `dtypes.f32.vec(16)` is 16 floats in one 512-bit register; `index(i).load(16)` loads 16
+# consecutive floats as one vector, every ALU op works on all lanes, and a scalar that meets a vector is
+# broadcast. The C renderer writes them with GCC's vector extensions (which clang reads too):
+
+# %%
+from uopc.uop import range_, sink
+
+X, Y = buffer(0, 256), buffer(1, 256)
+i = range_(16, 0)
+x = X.index(i * 16).load(16)                  # data0[16i .. 16i+15]: one vector
+y = (x * 2.0 + 1.0).maximum(x).exp2()        # each op on all 16 lanes
+vec_src = render_c(sink(Y.index(i * 16).store(y).end(i)), "vec_demo")
+print("\n".join(line for line in vec_src.splitlines() if line.startswith("typedef")))
+print(vec_src[vec_src.index("void vec_demo"):])
+xs = rng.standard_normal(256).astype(np.float32)
+ys = np.zeros(256, np.float32)
+Program(vec_src, "vec_demo")(xs, ys)
+assert np.allclose(ys, np.exp2(np.maximum(xs * 2 + 1, xs)), rtol=1e-6)
+
+# %% [markdown]
+# A load or store goes through the `_u` twin of the vector type, whose alignment is one float's and which may
+# alias floats: one unaligned vector move. C has no `?:` on vectors, so MAX and WHERE are small always-inline
+# functions (a bitwise blend under a comparison's mask), and so is EXP2, a polynomial on all lanes (with
+# AVX-512, `vscalefps` does the 2^n). Always inline, because a call clobbers every vector register, and a register
+# tile is made of them.
+#
+# `uopc.flash_vec` rewrites the attention kernel this way. For a block of `rows` queries and a tile of
+# `kvec` vectors of keys, S = Q K^T is `rows x kvec` vector accumulators over the head dimension (a query value
+# broadcast against `kvec` vectors of the packed K^T); the softmax runs on those vectors (the tile's row max by a
+# butterfly of shuffles, P = 2^(S - m) by the vector exp2); O += P V updates `dchunk` vectors of each output row at a
+# time. Whether the tile fits in the registers is a question the compiler answers, in its assembly: `uopc.asm`
+# finds the hot loops (innermost loops with FMAs) and the vector moves to and from the stack inside them. The
+# default tile, 6 x 4, has 24 score accumulators; 8 x 4 has 32, all of AVX-512's registers, with none left for
+# the K^T vectors:
+
+# %% tags=["nbval-ignore-output"]
+import platform
+from uopc.asm import assembly, hot_loops, stack_spills
+from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+
+for opts in (FlashVecOpts(rows=6, kvec=4, dchunk=2), FlashVecOpts(rows=8, kvec=4, dchunk=2)):
+  nq = 48 * opts.rows
+  src = render_c(flash_vector_ir(1, nq, 256, 64, opts), "flash_vec")
+  if platform.machine() != "x86_64": break
+  loops = hot_loops(assembly(src, opts.compile.flags))
+  print(f"rows={opts.rows} kvec={opts.kvec}: {opts.rows * opts.kvec} accumulators, hot loops of "
+        f"{[len(loop) for loop in loops]} instructions, stack spills in them {[len(stack_spills(l)) for l in loops]}")
+
+# %% [markdown]
+# The kernel before and after, on this machine: uopc.flash's scalar kernel (what `scaled_dot_product_attention`
+# ran before this section) and the vector kernel with its heuristic tile, at N = 1024, D = 64, one head:
+
+# %% tags=["nbval-ignore-output"]
+from uopc import nn_flash
+from uopc.flash import flash_attention_ir
+
+Nf, Df = 1024, 64
+qf, kf, vf = (rng.standard_normal((1, Nf, Df)).astype(np.float32) for _ in range(3))
+s_ref = qf[0].astype(np.float64) @ kf[0].T / np.sqrt(Df)
+p_ref = np.exp(s_ref - s_ref.max(-1, keepdims=True))
+o_ref = (p_ref / p_ref.sum(-1, keepdims=True)) @ vf[0]
+scalar = Program(render_c(flash_attention_ir(1, Nf, Nf, Df, rows=8, keys=32), "flash"), "flash")
+kt = np.ascontiguousarray(kf.transpose(0, 2, 1))
+o_scalar = np.zeros((1, Nf, Df), np.float32)
+heuristic = nn_flash.default_opts(nn_flash.lanes_here())
+flash_flops = 4 * Nf * Nf * Df
+flash_points = {}
+for name, run in [("scalar (uopc.flash)", lambda: scalar(qf, kt, vf, o_scalar) or o_scalar),
+                  (f"vector {heuristic.rows}x{heuristic.kvec} (uopc.flash_vec)",
+                   lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), heuristic))]:
+  assert np.abs(run()[0] - o_ref).max() < 1e-4
+  t = best_time(run)
+  flash_points[name] = (flash_flops / (4 * 4 * Nf * Df), flash_flops / t / 1e9)   # bytes: q, k, v, out once
+  print(f"{name:36s} {t * 1e3:7.3f} ms  {flash_flops / t / 1e9:6.1f} GFLOP/s  {flash_flops / t / 1e9 / FMA:5.1%} of peak")
+fig, ax = plt.subplots(figsize=(8, 5))
+roofline(ax, flash_points, marker="s", title=f"FlashAttention N = {Nf}, D = {Df}, before and after (measured)")
+plt.show()
+
+# %% [markdown]
+# Which tile is best depends on the problem and the machine: how many registers, how wide, how big the caches
+# (NOTES 24 has the measurements: on this project's Zen 4, `-mprefer-vector-width=256` halved the vector
+# kernel's speed while its loads were memcpy calls, and 16-row GEMM tiles collapse once A's rows are a multiple of
+# 4 KB apart). So the tile is an opt, and `uopc.tune` picks it by timing candidates on this machine, as tinygrad's
+# BEAM does: every candidate is compiled and timed, the fastest few are timed again in turns with the heuristic, and
+# the winner is cached on disk per kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches;
+# without it a kernel gets the cached winner or its heuristic. A small search, three candidates:
+
+# %% tags=["nbval-ignore-output"]
+import sys
+from uopc import tune
+
+small = [FlashVecOpts(rows=r, kvec=k, dchunk=1, lanes=heuristic.lanes) for r, k in ((4, 2), (6, 4), (8, 2))]
+q5, k5, v5 = (rng.standard_normal((1, 512, 64)).astype(np.float32) for _ in range(3))
+best, seconds = tune.search("flash_vec", (1, 512, 512, 64), small,
+                            lambda o: (lambda: nn_flash.run(q5, k5, v5, False, 0.125, o)), beam=2)
+sys.stderr.flush()
+print(f"fastest of {len(small)}: rows={best.rows} kvec={best.kvec}, {seconds * 1e3:.3f} ms")
+
+# %% [markdown]
+# The matmul gets the same treatment from `uopc.opt.VectorOpt`, an optimizer to opt into
+# (`Tensor.opt = VectorOpt`; the default stays the one whose kernels this book prints). Its layout step packs B into
+# panels of `nr` columns, each panel's K rows contiguous (BLIS's packed B, a copy kernel), and its GEMM kernel holds a
+# `rows x nvec` tile of vector accumulators: per k, one broadcast of A per row and `nvec` vector loads of the panel.
+# Against NumPy's BLAS, each in its own process (`uopc.bench.gemm`):
+
+# %% tags=["nbval-ignore-output"]
+from uopc.bench import gemm as bench_gemm
+from uopc.opt import VectorOpt
+from uopc.options import Options
+
+vplan = make_plan([(Tensor(a64.repeat(4, 0).repeat(4, 1)) @ Tensor(b64.repeat(4, 0).repeat(4, 1))).uop],
+                  options=Options(opt=VectorOpt))
+print(vplan.explain())
+for r in bench_gemm([1024], reps=3): print(r.line())
+
+# %% [markdown]
 # ## Pitfalls
 # - **Timing threads on a busy machine.** An OpenMP loop is as slow as its slowest thread, and a thread that
 #   waits for a core holds up all the others. Under load, `threads` can be slower than one thread. Use best-of-k,
@@ -646,6 +769,11 @@ plt.show()
 #   to memory and back every trip.
 # - **`-ffast-math` is not a free speed-up.** It assumes no infinities or NaNs; `-INFINITY` is the first value
 #   of every running max, and NaNs vanish (10.5). uopc uses the parts of it that are safe: reassociation.
+# - **A flag that changes vector code you wrote.** With `-mprefer-vector-width=256`, gcc copied a 64-byte memcpy as two
+#   32-byte moves, and the vector kernel ran at half speed (NOTES 24); the `_u` pointer load is one instruction
+#   whatever the flag says. The flags are part of a kernel's opts (`uopc.compile_opts`) and of its cache key.
+# - **A tile that fits the registers can still miss in L1.** 16 rows of A that lie a multiple of 4 KB apart map to
+#   the same L1 sets: the 16 x 1 GEMM tile that wins at K = 512 runs at half speed at K = 1024. Tune per problem.
 # - **Reading a non-contiguous reduce axis.** Without the layout pass, `a @ b` reads B with stride N in the
 #   reduce loop: no vectors, a cache line per load. The copy costs $2 \cdot 4N^2$ bytes; the strided reads cost
 #   far more. Make the reduce axis contiguous before tuning anything else.

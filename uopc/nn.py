@@ -123,7 +123,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   if device == "CPU" and mask is None and splits == 1 and nn_flash.fits(d, dv):   # the vector kernel (uopc.flash_vec)
     flat = lambda a, n, x: np.require(np.broadcast_to(a, batch + (n, x)).reshape(heads, n, x), np.float32, "C")
     out = nn_flash.attention(flat(q, nq, d), flat(k, nk, d), flat(v, nk, dv), is_causal, scale)
-    return Tensor(np.ascontiguousarray(out).reshape(batch + (nq, dv)), device=device)
+    return Tensor._from_array(np.ascontiguousarray(out).reshape(-1), batch + (nq, dv), device)   # no second copy
   rows = min(ROWS, 1 << (nq - 1).bit_length())
   keys = min(KEYS, 1 << (_ceil(nk, splits) - 1).bit_length())
   chunk = _ceil(_ceil(nk, splits), keys) * keys         # keys per chunk, a whole number of tiles

@@ -42,7 +42,8 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
   heads, nq, d = q.shape
   nk, dv = k.shape[1], v.shape[2]
   nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys)
-  qp = np.zeros((heads, nq_p, d), np.float32); qp[:, :nq] = q
+  qp = q if nq_p == nq else np.concatenate([q, np.zeros((heads, nq_p - nq, d), np.float32)], axis=1)
+  qp = np.require(qp, np.float32, ["C_CONTIGUOUS"])
   # K^T packed per head, keys contiguous; padded keys are zeros here and masked in the kernel
   kt = np.zeros((heads, d, nk_p), np.float32); kt[:, :, :nk] = k.transpose(0, 2, 1)
   vp = v if nk_p == nk else np.concatenate([v, np.zeros((heads, nk_p - nk, dv), np.float32)], axis=1)
