@@ -712,7 +712,8 @@ for name, run in [("scalar (uopc.flash)", lambda: scalar(qf, kt, vf, o_scalar) o
   assert np.abs(run()[0] - o_ref).max() < 1e-4
   t = best_time(run)
   flash_points[name] = (flash_flops / (4 * 4 * Nf * Df), flash_flops / t / 1e9)   # bytes: q, k, v, out once
-  print(f"{name:36s} {t * 1e3:7.3f} ms  {flash_flops / t / 1e9:6.1f} GFLOP/s  {flash_flops / t / 1e9 / FMA:5.1%} of peak")
+  rate = flash_flops / t / 1e9
+  print(f"{name:36s} {t * 1e3:7.3f} ms  {rate:6.1f} GFLOP/s  {rate / FMA:5.1%} of peak")
 fig, ax = plt.subplots(figsize=(8, 5))
 roofline(ax, flash_points, marker="s", title=f"FlashAttention N = {Nf}, D = {Df}, before and after (measured)")
 plt.show()

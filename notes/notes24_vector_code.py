@@ -47,7 +47,8 @@ def flash(opts: FlashVecOpts, edit=lambda s: s) -> tuple[float, str]:
 
 
 # 1. memcpy loads and the vector-width flag
-as_memcpy = lambda s: re.sub(r"(f32x16) (val\d+) = \*\(f32x16_u\*\)&([^;]+);", r"\1 \2; memcpy(&\2, &\3, sizeof \2);", s)
+LOAD = re.compile(r"(f32x16) (val\d+) = \*\(f32x16_u\*\)&([^;]+);")
+as_memcpy = lambda s: LOAD.sub(r"\1 \2; memcpy(&\2, &\3, sizeof \2);", s)
 print(f"\n1. flash N={N} D={D}, tile 6x4x2")
 for label, width, edit in [("memcpy loads, -mprefer-vector-width=256", 256, as_memcpy),
                            ("memcpy loads, no width preference", None, as_memcpy),
@@ -71,4 +72,5 @@ print("\n3. GEMM kernel (B packed), M = N = 1024")
 for K in (512, 1024):
   for opts in (gemm_vec.GemmOpts(rows=16, nvec=1), gemm_vec.GemmOpts(rows=8, nvec=2)):
     t = best(gemm_vec._timer(1024, 1024, K, opts))
-    print(f"  K={K:5d} rows={opts.rows:2d} nvec={opts.nvec}  {t * 1e3:7.3f} ms {2 * 1024 * 1024 * K / t / 1e9:7.1f} GFLOP/s")
+    rate = 2 * 1024 * 1024 * K / t / 1e9
+    print(f"  K={K:5d} rows={opts.rows:2d} nvec={opts.nvec}  {t * 1e3:7.3f} ms {rate:7.1f} GFLOP/s")

@@ -34,7 +34,8 @@ def child(leak_cycle: bool) -> None:
   for _ in range(3): call()
   f0, t0, reps = faults(), time.perf_counter(), 10
   for _ in range(reps): call()
-  print(f"{(time.perf_counter() - t0) / reps * 1e3:7.2f} ms per call {(faults() - f0) / reps:6.0f} page faults per call")
+  ms, n = (time.perf_counter() - t0) / reps * 1e3, (faults() - f0) / reps
+  print(f"{ms:7.2f} ms per call {n:6.0f} page faults per call")
 
 
 if __name__ == "__main__" and len(sys.argv) > 1:

@@ -34,10 +34,10 @@ class GemmOpts:
 
 
 def heuristic_opts(lanes: int, M: int, N: int, K: int) -> GemmOpts:
-  """The tile without tuning: 16 accumulators. 16 rows x 1 vector loads the fewest B vectors, but 16 rows of A a
-  multiple of 4 KB apart (K >= 1024 floats) share L1 sets and evict each other: then 8 rows x 2 vectors (NOTES 24)."""
-  if lanes != 16: return GemmOpts(rows=4, nvec=2, lanes=lanes)
-  return GemmOpts(rows=16, nvec=1) if K <= 512 and M % 16 == 0 else GemmOpts(rows=8, nvec=2)
+  """The tile without tuning: 8 rows x 2 vectors, 16 accumulators (half the AVX-512 registers; B's two vectors and
+  a broadcast need three more). 16 rows x 1 vector ties with it at K = 512 and runs at half speed from K = 1024, where
+  16 rows of A a multiple of 4 KB apart share L1 sets and evict each other (NOTES 24)."""
+  return GemmOpts(rows=8, nvec=2, lanes=16) if lanes == 16 else GemmOpts(rows=4, nvec=2, lanes=lanes)
 
 
 def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
