@@ -720,9 +720,8 @@ plt.show()
 
 # %% [markdown]
 # Which tile is best depends on the problem and the machine: how many registers, how wide, how big the caches
-# (NOTES 24 has the measurements: on this project's Zen 4, `-mprefer-vector-width=256` halved the vector
-# kernel's speed while its loads were memcpy calls, and 16-row GEMM tiles collapse once A's rows are a multiple of
-# 4 KB apart). So the tile is an opt, and `uopc.tune` picks it by timing candidates on this machine, as tinygrad's
+# (NOTES 24 has the measurements: on this project's Zen 4 a 16-row GEMM tile ties with 8 rows at K = 512 and runs at
+# half its speed from K = 1024, where A's 16 rows lie a multiple of 4 KB apart). So the tile is an opt, and `uopc.tune` picks it by timing candidates on this machine, as tinygrad's
 # BEAM does: every candidate is compiled and timed, the fastest few are timed again in turns with the heuristic, and
 # the winner is cached on disk per kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches;
 # without it a kernel gets the cached winner or its heuristic. A small search, three candidates:
@@ -770,9 +769,10 @@ for r in bench_gemm([1024], reps=3): print(r.line())
 #   to memory and back every trip.
 # - **`-ffast-math` is not a free speed-up.** It assumes no infinities or NaNs; `-INFINITY` is the first value
 #   of every running max, and NaNs vanish (10.5). uopc uses the parts of it that are safe: reassociation.
-# - **A flag that changes vector code you wrote.** With `-mprefer-vector-width=256`, gcc copied a 64-byte memcpy as two
-#   32-byte moves, and the vector kernel ran at half speed (NOTES 24); the `_u` pointer load is one instruction
-#   whatever the flag says. The flags are part of a kernel's opts (`uopc.compile_opts`) and of its cache key.
+# - **A flag can change vector code you wrote.** An early version of the vector kernel ran at half speed under
+#   `-mprefer-vector-width=256` (one run, NOTES 24); the current one, whose loads and stores are single vector moves
+#   through the `_u` pointer, runs the same with or without it. Flags are part of a kernel's opts
+#   (`uopc.compile_opts`) and of its cache key, so a kernel that needs others can say so.
 # - **A tile that fits the registers can still miss in L1.** 16 rows of A that lie a multiple of 4 KB apart map to
 #   the same L1 sets: the 16 x 1 GEMM tile that wins at K = 512 runs at half speed at K = 1024. Tune per problem.
 # - **Reading a non-contiguous reduce axis.** Without the layout pass, `a @ b` reads B with stride N in the

@@ -2,11 +2,12 @@
 
   python notes/notes24_vector_code.py
 
-1. A vector load written as memcpy, with and without -mprefer-vector-width=256 (uopc's default flags on x86), and
-   the pointer load through the `_u` typedef that uopc writes now.
+1. Vector loads and stores written as memcpy, with and without -mprefer-vector-width=256 (uopc's default flags on
+   x86), and through a pointer to the `_u` typedef, as uopc writes them now.
 2. The flash tile: 6 x 4 (24 accumulators) against 8 x 4 (32: spills), and the time of the vector exp2.
 3. GEMM tiles 16 x 1 and 8 x 2 at K = 512 and K = 1024 (16 rows of A a multiple of 4 KB apart share L1 sets).
-Times are best of 7, both cores, one head; run on a quiet machine.
+Each group's variants are timed in turns, 15 rounds, best of each (a burst of outside load then hits them alike);
+both cores, one head.
 """
 import re
 import time
@@ -21,12 +22,14 @@ from uopc.renderer import KernelSource
 from uopc.runtime import Program
 
 
-def best(fn, reps: int = 7) -> float:
-  fn()
-  out = []
-  for _ in range(reps):
-    t0 = time.perf_counter(); fn(); out.append(time.perf_counter() - t0)
-  return min(out)
+def in_turns(fns: dict, rounds: int = 15) -> dict:
+  """Best seconds of each function, all run once per round."""
+  for f in fns.values(): f()
+  best = {k: float("inf") for k in fns}
+  for _ in range(rounds):
+    for k, f in fns.items():
+      t0 = time.perf_counter(); f(); best[k] = min(best[k], time.perf_counter() - t0)
+  return best
 
 
 print(header())
@@ -37,40 +40,47 @@ kt = np.ascontiguousarray(k.T)
 flops = 4 * N * N * D
 
 
-def flash(opts: FlashVecOpts, edit=lambda s: s) -> tuple[float, str]:
+def flash(opts: FlashVecOpts, edit=lambda s: s) -> tuple[object, str]:
+  """A function running the flash kernel with opts (its source edited by `edit`), and that source."""
   src = render_c(flash_vector_ir(1, -(-N // opts.rows) * opts.rows, N, D, opts), "flash_vec")
   text = edit(str(src))
   prg = Program(KernelSource(text, "flash_vec", src.signature), "flash_vec", opts.compile.flags)
   qp = np.zeros((-(-N // opts.rows) * opts.rows, D), np.float32); qp[:N] = q
   out = np.zeros_like(qp)
-  return best(lambda: prg(qp, kt, v, out)), text
+  return (lambda: prg(qp, kt, v, out)), text
 
 
 # 1. memcpy loads and the vector-width flag
 LOAD = re.compile(r"(f32x16) (val\d+) = \*\(f32x16_u\*\)&([^;]+);")
-as_memcpy = lambda s: LOAD.sub(r"\1 \2; memcpy(&\2, &\3, sizeof \2);", s)
+STORE = re.compile(r"\*\(f32x16_u\*\)&([^=]+) = ([^;]+);")
+as_memcpy = lambda s: STORE.sub(r"{ f32x16 t_ = \2; memcpy(&\1, &t_, sizeof t_); }",
+                                LOAD.sub(r"\1 \2; memcpy(&\2, &\3, sizeof \2);", s))
 print(f"\n1. flash N={N} D={D}, tile 6x4x2")
-for label, width, edit in [("memcpy loads, -mprefer-vector-width=256", 256, as_memcpy),
-                           ("memcpy loads, no width preference", None, as_memcpy),
-                           ("_u pointer loads, -mprefer-vector-width=256", 256, lambda s: s),
-                           ("_u pointer loads, no width preference", None, lambda s: s)]:
-  t, _ = flash(FlashVecOpts(rows=6, kvec=4, dchunk=2, compile=CompileOpts(vector_width=width)), edit)
-  print(f"  {label:46s} {t * 1e3:7.3f} ms {flops / t / 1e9:7.1f} GFLOP/s")
+variants = {label: flash(FlashVecOpts(rows=6, kvec=4, dchunk=2, compile=CompileOpts(vector_width=width)), edit)[0]
+            for label, width, edit in [("memcpy loads and stores, -mprefer-vector-width=256", 256, as_memcpy),
+                                       ("memcpy loads and stores, no width preference", None, as_memcpy),
+                                       ("_u pointer loads and stores, -mprefer-vector-width=256", 256, lambda s: s),
+                                       ("_u pointer loads and stores, no width preference", None, lambda s: s)]}
+for label, t in in_turns(variants).items(): print(f"  {label:56s} {t * 1e3:7.3f} ms {flops / t / 1e9:7.1f} GFLOP/s")
 
 # 2. spills and exp2
 print(f"\n2. flash N={N} D={D}: tiles, spills in the hot loops, and the exp2")
 no_exp = lambda s: s.replace("{\n  f32x16 xc", "{ return x;\n  f32x16 xc", 1)   # exp2(x) = x: wrong, for timing only
-for opts, edit, label in [(FlashVecOpts(rows=6, kvec=4, dchunk=2), lambda s: s, "6x4x2"),
-                          (FlashVecOpts(rows=8, kvec=4, dchunk=2), lambda s: s, "8x4x2"),
-                          (FlashVecOpts(rows=6, kvec=4, dchunk=2), no_exp, "6x4x2, exp2 replaced by x")]:
-  t, text = flash(opts, edit)
+built = {label: (opts, *flash(opts, edit)) for opts, edit, label in [
+  (FlashVecOpts(rows=6, kvec=4, dchunk=2), lambda s: s, "6x4x2"),
+  (FlashVecOpts(rows=8, kvec=4, dchunk=2), lambda s: s, "8x4x2"),
+  (FlashVecOpts(rows=6, kvec=4, dchunk=2), no_exp, "6x4x2, exp2 replaced by x")]}
+times = in_turns({label: fn for label, (_, fn, _) in built.items()})
+for label, (opts, _, text) in built.items():
   spills = [len(stack_spills(loop)) for loop in hot_loops(assembly(text, opts.compile.flags))]
+  t = times[label]
   print(f"  {label:28s} {t * 1e3:7.3f} ms {flops / t / 1e9:7.1f} GFLOP/s  spills per hot loop {spills}")
 
 # 3. GEMM tiles and 4 KB aliasing
 print("\n3. GEMM kernel (B packed), M = N = 1024")
 for K in (512, 1024):
-  for opts in (gemm_vec.GemmOpts(rows=16, nvec=1), gemm_vec.GemmOpts(rows=8, nvec=2)):
-    t = best(gemm_vec._timer(1024, 1024, K, opts))
+  tiles = (gemm_vec.GemmOpts(rows=16, nvec=1), gemm_vec.GemmOpts(rows=8, nvec=2))
+  times = in_turns({o: gemm_vec._timer(1024, 1024, K, o) for o in tiles})
+  for o, t in times.items():
     rate = 2 * 1024 * 1024 * K / t / 1e9
-    print(f"  K={K:5d} rows={opts.rows:2d} nvec={opts.nvec}  {t * 1e3:7.3f} ms {rate:7.1f} GFLOP/s")
+    print(f"  K={K:5d} rows={o.rows:2d} nvec={o.nvec}  {t * 1e3:7.3f} ms {rate:7.1f} GFLOP/s")
