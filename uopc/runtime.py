@@ -362,7 +362,9 @@ def _kernel_loop() -> None:
   while True:
     prg, args, done = _jobs.get()   # the job holds the Program: its object stays loaded until the call returns
     try: prg.fn(*args)
-    finally: done.release()
+    finally:
+      del prg, args   # not kept while this thread waits for the next job: they hold the caller's arrays
+      done.release()
 
 
 def _wait_on_kernel_thread(prg: Program, args: list) -> None:
