@@ -721,10 +721,11 @@ plt.show()
 # %% [markdown]
 # Which tile is best depends on the problem and the machine: how many registers, how wide, how big the caches
 # (NOTES 24 has the measurements: on this project's Zen 4 a 16-row GEMM tile ties with 8 rows at K = 512 and runs at
-# half its speed from K = 1024, where A's 16 rows lie a multiple of 4 KB apart). So the tile is an opt, and `uopc.tune` picks it by timing candidates on this machine, as tinygrad's
-# BEAM does: every candidate is compiled and timed, the fastest few are timed again in turns with the heuristic, and
-# the winner is cached on disk per kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches;
-# without it a kernel gets the cached winner or its heuristic. A small search, three candidates:
+# half its speed from K = 1024, where A's 16 rows lie a multiple of 4 KB apart). So the tile is an opt, and
+# `uopc.tune` picks it by timing candidates on this machine, as tinygrad's BEAM does: every candidate is compiled
+# and timed, the fastest few are timed again in turns with the heuristic, and the winner is cached on disk per
+# kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches; without it a kernel gets the cached
+# winner or its heuristic. A small search, three candidates:
 
 # %% tags=["nbval-ignore-output"]
 import sys
