@@ -349,8 +349,8 @@ plt.show()
 #   processes want the same cores, and an OpenMP thread that has to wait for a core holds up the whole
 #   parallel loop. On an idle machine two threads should come close to doubling each step (10.8 compares one
 #   thread with all cores kernel by kernel).
-# - **the 4x4 tile** is the big step: 2.5x to 4x over naive on one thread in the runs made for this notebook, from
-#   loads alone.
+# - **the 4x4 tile** is the big step: compare its row with naive's in the table above (both on one thread); the
+#   whole gain comes from loads alone.
 # - None of them reaches the roof. What is left: the tile's accumulators are reduced across 8 vector lanes
 #   after every reduce loop, the B^T tile streams through L1 without any blocking for the caches (for N = 1024
 #   B^T is 4 MB, larger than L2), and the loop over r is the only vectorised loop. A BLAS library does cache
@@ -798,3 +798,13 @@ for r in bench_gemm([1024], reps=3): print(r.line())
 # 6. ★★★ Cache blocking. For N = 2048, B^T (16 MB) does not fit in any cache, and every row tile streams all of
 #    it. Write, in the loop IR of Chapter 4, a GEMM that splits the reduce axis into blocks of 256 and the
 #    column axis into blocks of 64 around the 4x4 tile, and measure it against the default at N = 1024 and 2048.
+# 7. ★★ A vector row max. Write, with `load(16)`, `maximum` and `uopc.vector.butterfly`, the loop program of
+#    `r_1024` (the row max of a (1024, 1024) matrix) whose inner loop keeps one vector accumulator per row. Check it
+#    against NumPy, with a NaN in a row too: does your kernel keep it where the scalar `r_1024` keeps it? Time both.
+# 8. ★★ Registers. For `uopc.flash_vec`, list the tiles (rows, kvec) whose hot loops have no stack spills on this
+#    machine (`uopc.asm`), time each at N = 2048, D = 64, and compare the fastest with what `Context(BEAM=4)` picks.
+#    Does the fastest tile use every register? Explain with the count of 10.2 (accumulators plus loaded values).
+# 9. ★★★ The exp2's degree. The vector exp2 uses a degree-7 polynomial on [-1/2, 1/2]. Fit degree 5 and 6 (least
+#    squares on Chebyshev nodes, in float64), measure the largest relative error against `np.exp2` in float64 over
+#    [-126, 0], and the flash kernel's speed with each (replace the coefficients in the source as NOTES 24's script
+#    edits it). Which degree would you ship, and what test would have to change?
