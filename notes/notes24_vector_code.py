@@ -84,3 +84,18 @@ for K in (512, 1024):
   for o, t in times.items():
     rate = 2 * 1024 * 1024 * K / t / 1e9
     print(f"  K={K:5d} rows={o.rows:2d} nvec={o.nvec}  {t * 1e3:7.3f} ms {rate:7.1f} GFLOP/s")
+
+# 4. the THREAD loop's schedule: static halves (the book's pragma) or chunks taken as threads come free
+print("\n4. flash, OpenMP schedule of the query blocks")
+from uopc.render_c import c_renderer   # noqa: E402
+for n, d in ((1024, 64), (4096, 64), (1024, 128)):
+  opts = FlashVecOpts(rows=6, kvec=4, dchunk=2)
+  nq = -(-n // opts.rows) * opts.rows
+  qs, kts, vs = (rng.standard_normal(s).astype(np.float32) for s in ((nq, d), (d, n), (n, d)))
+  sink = flash_vector_ir(1, nq, n, d, opts)
+  fns = {}
+  for schedule in ("static", "dynamic", "guided"):
+    prg = Program(c_renderer(schedule).render(sink, "flash_vec").src, "flash_vec", opts.compile.flags)
+    fns[schedule] = (lambda p=prg, o=np.zeros((nq, d), np.float32): p(qs, kts, vs, o))
+  times = in_turns(fns)
+  print(f"  N={n} D={d}  " + "  ".join(f"{s} {t * 1e3:.3f} ms" for s, t in times.items()))

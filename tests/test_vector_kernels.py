@@ -112,3 +112,12 @@ def test_the_vector_kernel_is_compiled_once_per_problem_and_opts():
   before = len(nn_flash._programs)
   for _ in range(3): nn_flash.attention(q, q, q, causal=False)
   assert len(nn_flash._programs) == before + 1
+
+
+def test_the_thread_loop_schedule_is_a_dialect_choice():
+  from uopc.render_c import c_renderer, render_c
+  from uopc.flash_vec import flash_vector_ir, FlashVecOpts
+  prog = flash_vector_ir(1, 64, 64, 32, FlashVecOpts(rows=4, kvec=2, dchunk=1))
+  assert "#pragma omp parallel for schedule(dynamic, 4)\n" in c_renderer("dynamic").render(prog, "f").src
+  assert c_renderer("static").render(prog, "f").src == render_c(prog, "f")   # the book's pragma, unchanged
+  with pytest.raises(ValueError, match="unknown OpenMP schedule"): c_renderer("dynamic); system(\"x\"")

@@ -32,6 +32,7 @@ class FlashVecOpts:
   kvec: int = 2          # vectors of keys per tile (keys = kvec * lanes)
   dchunk: int = 2        # vectors of the output row updated together
   lanes: int = 16        # floats per vector (16: one 512-bit register)
+  schedule: str = "dynamic"   # how OpenMP deals the query blocks to threads (uopc.render_c.SCHEDULES)
   compile: CompileOpts = CompileOpts()
 
   @property

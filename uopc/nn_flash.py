@@ -5,10 +5,11 @@ vectors divide); everything else runs uopc.flash's scalar kernel. The opts are t
 cached for this problem on this machine, or the heuristic; BEAM=n searches.
 """
 from __future__ import annotations
+import dataclasses
 import math
 import numpy as np
 from uopc.flash_vec import FlashVecOpts, flash_vector_ir, default_opts, candidate_opts
-from uopc.render_c import render_c
+from uopc.render_c import c_renderer
 from uopc.runtime import Program, compiler, vector_bits
 from uopc import tune
 
@@ -33,7 +34,8 @@ def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: 
   if key not in _programs:
     sink = flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts, causal=causal,
                            scale=scale, dv=dv, total_keys=nk)
-    _programs[key] = Program(render_c(sink, "flash_vec"), "flash_vec", opts.compile.flags)
+    src = c_renderer(opts.schedule).render(sink, "flash_vec").src
+    _programs[key] = Program(src, "flash_vec", opts.compile.flags)
   return _programs[key]
 
 
@@ -65,7 +67,7 @@ def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, sca
 def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
   lanes = lanes_here()
   heuristic = default_opts(lanes)
-  if dv % (heuristic.dchunk * lanes): heuristic = FlashVecOpts(heuristic.rows, heuristic.kvec, 1, lanes)
+  if dv % (heuristic.dchunk * lanes): heuristic = dataclasses.replace(heuristic, dchunk=1)
   problem = (heads, nq, nk, d, dv, causal)
   def timer(opts: FlashVecOpts):
     rng = np.random.default_rng(0)

@@ -49,6 +49,18 @@ class CRenderer(CStyleRenderer):
 
 C = CRenderer()
 
+# how OpenMP hands the THREAD loop's iterations to threads: static (the book's: contiguous halves) or in small chunks
+# taken as threads come free, which evens out blocks of unequal cost and cores that other work delays (NOTES 24)
+SCHEDULES = {"static": "", "dynamic": " schedule(dynamic, 4)", "guided": " schedule(guided)"}
+
+
+def c_renderer(schedule: str = "static") -> CRenderer:
+  """The C dialect with the THREAD loop scheduled as named (one of SCHEDULES; never text from a caller)."""
+  if schedule not in SCHEDULES:
+    raise ValueError(f"unknown OpenMP schedule {schedule!r}: expected one of {list(SCHEDULES)}")
+  if schedule == "static": return C
+  return type(f"CRenderer_{schedule}", (CRenderer,), {"thread_pragma": CRenderer.thread_pragma + SCHEDULES[schedule]})()
+
 
 def render(sink: UOp, name: str) -> Rendered:
   """The C source of the program, its signature, and what it costs."""
