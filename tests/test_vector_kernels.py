@@ -121,3 +121,34 @@ def test_the_thread_loop_schedule_is_a_dialect_choice():
   assert "#pragma omp parallel for schedule(dynamic, 4)\n" in c_renderer("dynamic").render(prog, "f").src
   assert c_renderer("static").render(prog, "f").src == render_c(prog, "f")   # the book's pragma, unchanged
   with pytest.raises(ValueError, match="unknown OpenMP schedule"): c_renderer("dynamic); system(\"x\"")
+
+
+def test_the_backward_matmuls_take_the_vector_path_too(vector_opt):
+  """Autograd reduces permuted products (dW = x^T dy): as_matmul moves the permute into the operands."""
+  X, W, G = f32(16, 32, 256), f32(256, 64), f32(16, 32, 64)
+  x, w = Tensor(X, requires_grad=True), Tensor(W, requires_grad=True)
+  ((x @ w) * Tensor(G)).sum().backward()
+  close(w.grad.numpy(), np.einsum("bti,btj->ij", X.astype(np.float64), G), 16)
+  close(x.grad.numpy(), G.astype(np.float64) @ W.T.astype(np.float64), 8)
+  body = UOp(Ops.REDUCE, (UOp(Ops.PERMUTE, ((Tensor(X).reshape(512, 256, 1).expand(512, 256, 64) *
+                                              Tensor(G).reshape(512, 1, 64).expand(512, 256, 64)).uop,), (1, 2, 0)),),
+             (Ops.ADD, 1))
+  assert gemm_vec.matmul_operands(body) is None and gemm_vec.as_matmul(body) is not None
+
+
+def test_a_gpt_step_gives_the_same_gradients_with_either_optimizer(monkeypatch):
+  from uopc.nn import GPT, GPTConfig
+  cfg = GPTConfig(vocab_size=40, block_size=32, n_layer=1, n_head=2, n_embd=64)
+  x = np.random.default_rng(1).integers(0, 40, (16, 32))
+  grads = []
+  for opt in (DefaultOpt, VectorOpt):
+    monkeypatch.setattr(Tensor, "opt", opt)
+    model = GPT(cfg, seed=0)
+    _, loss = model(Tensor(x), Tensor(np.roll(x, -1, 1)))
+    loss.backward()
+    params = model.named_parameters()
+    first, *rest = [p.grad for p in params.values()]
+    first.realize(*rest)   # one plan for every gradient, as a training step realizes them
+    grads.append({k: p.grad.numpy() for k, p in params.items()})
+  for k in grads[0]:
+    np.testing.assert_allclose(grads[1][k], grads[0][k], rtol=2e-3, atol=2e-5, err_msg=k)

@@ -12,13 +12,14 @@ right, only slower). A kernel that does not fit (not a matmul, not float32, N no
 the default lowering.
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 import numpy as np
 from uopc import symbolic, tune
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
 from uopc.tc import matmul_operands
-from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, sink
+from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, range_, sink, substitute
 
 MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
 
@@ -49,9 +50,22 @@ def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
 _chosen: dict[tuple, GemmOpts] = {}   # one choice per problem in a process: layout (packing) and lower must agree
 
 
+def as_matmul(body: UOp) -> UOp | None:
+  """body as REDUCE(ADD, A * B) if it is a matmul (uopc.tc.matmul_operands), else None. A backward pass often
+  reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both operands,
+  which an elementwise product allows."""
+  if body.op is not Ops.REDUCE or body.dtype is not dtypes.f32: return None
+  src = body.src[0]
+  if src.op is Ops.PERMUTE and src.src[0].op is Ops.MUL:
+    mul = src.src[0]
+    src = UOp(Ops.MUL, tuple(UOp(Ops.PERMUTE, (s,), src.arg) for s in mul.src))
+    body = body.replace(src=(src,))
+  return body if matmul_operands(body) is not None else None
+
+
 def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
   """The opts for this matmul (the tuner's, uopc.tune), or None where the vector matmul does not apply."""
-  if body.op is not Ops.REDUCE or body.dtype is not dtypes.f32 or matmul_operands(body) is None: return None
+  if (body := as_matmul(body)) is None: return None
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
   problem = (tuple(batch), M, N, K, lanes)
@@ -84,10 +98,10 @@ def _timer(M: int, N: int, K: int, opts: GemmOpts):
 
 def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, UOp] | None:
   """(A, B) if body is a float32 matmul big enough to pack, whose M divides by rows and N by nr."""
-  if body.dtype is not dtypes.f32 or (xy := matmul_operands(body)) is None: return None
-  *_, M, N = body.shape
+  if (body := as_matmul(body)) is None or (xy := matmul_operands(body)) is None: return None
+  *batch, M, N = body.shape
   K = body.src[0].shape[-1]
-  if M % opts.rows or N % opts.nr or 2 * M * N * K < MIN_FLOPS: return None
+  if M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS: return None
   return xy
 
 
@@ -95,7 +109,7 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
   (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
   if (xy := gemm_fit(body, opts)) is None: return None
-  x, y = xy
+  body, (x, y) = as_matmul(body), xy
   *batch, M, N, K = y.shape
   nb = len(batch)
   swap = tuple(range(nb)) + (nb, nb + 2, nb + 1)
@@ -130,6 +144,33 @@ def zip_lanes(xs: list[UOp]) -> UOp:
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP} & ALU
 
 
+def expand_lanes(e: UOp, lane: UOp, memo: dict | None = None) -> UOp:
+  """A scalar expression of the loop variable `lane` (0 <= lane < lanes) as one vector expression of its lanes: a
+  vector load where the address steps by one with the lane, the op on vectors above loads, a scalar where nothing
+  depends on the lane (broadcast by the op that meets it), the lanes gathered one by one anywhere else (right, only
+  slower). One pass over e: no copy of it per lane, as zip_lanes needs."""
+  memo = {} if memo is None else memo
+  if e in memo: return memo[e]
+  n = lane.src[0].arg
+  if lane not in symbolic.ranges_in(e): r = e
+  elif e.op is Ops.LOAD and len(e.src) == 1 and _steps_by_one(e.src[0].src[1], lane):
+    base = symbolic.simplify(substitute(e.src[0].src[1], {lane: UOp.const(0)}))
+    r = e.src[0].src[0].index(base).load(n)
+  elif e.op in VECTOR_OPS and not (e.op in (Ops.CMPLT, Ops.CMPNE) and e.src[0].dtype.itemsize != 4):
+    srcs = [expand_lanes(s, lane, memo) for s in e.src]
+    srcs = [s.broadcast(n) if s.dtype.count == 1 else s for s in srcs]
+    r = UOp(e.op, tuple(srcs), e.arg, e.dtype.vec(n))
+  else: r = UOp.vectorize(*[symbolic.simplify(substitute(e, {lane: UOp.const(i)})) for i in range(n)])
+  memo[e] = r
+  return r
+
+
+def _steps_by_one(addr: UOp, lane: UOp) -> bool:
+  """addr = lane + (terms that do not involve lane)."""
+  terms, _ = symbolic.linear_form(addr)
+  return terms.get(lane) == 1 and all(t is lane or lane not in symbolic.ranges_in(t) for t in terms)
+
+
 def _offset(i: UOp, i0: UOp) -> int | None:
   d = symbolic.simplify(i - i0)
   return d.arg if d.op is Ops.CONST else None
@@ -156,8 +197,11 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
   vec = dtypes.f32.vec(W)
   col = lambda j, i: jn * opts.nr + j * W + i
   at = lambda v, m, n: symbolic.simplify(rangeify(v, (*bidx, m, n, k), ctx))
-  a_vals = [at(x, im * R + r, col(0, 0)) for r in range(R)]                      # A does not depend on n
-  b_vecs = [zip_lanes([at(y, im * R, col(j, i)) for i in range(W)]) for j in range(NV)]   # nor B on m
+  # A does not depend on n; its values are simplified with the whole program at the end (one pass, not one a row)
+  a_vals = [rangeify(x, (*bidx, im * R + r, col(0, 0), k), ctx) for r in range(R)]
+  lane = range_(W, 1 << 20)   # a stand-in for the lane's column within a vector: expand_lanes removes it
+  b_vecs = [expand_lanes(at(y, im * R, col(j, lane)), lane) for j in range(NV)]   # nor B on m
+  b_vecs = [b if b.dtype.count == W else b.broadcast(W) for b in b_vecs]
   accs = [[ctx.alloc(vec).after(t) for _ in range(NV)] for _ in range(R)]
   init = UOp(Ops.SINK, tuple(a.index(0).store(UOp.const(0.0, vec)) for row in accs for a in row))
   acc = lambda r, j: accs[r][j].after(init, k).index(0)
