@@ -71,16 +71,17 @@ def test_the_default_optimizer_prints_scalar_c():
   assert all("typedef" not in k.src and "f32x" not in k.src for k in plan.kernels)
 
 
-def test_zip_lanes_loads_broadcasts_and_gathers():
+def test_expand_lanes_loads_broadcasts_and_gathers():
   buf = UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (1024,)))
-  i = range_(16, 0)
-  consecutive = gemm_vec.zip_lanes([buf.index(i * 16 + k).load() for k in range(16)])
+  i, lane = range_(16, 0), range_(16, 1)
+  consecutive = gemm_vec.expand_lanes(buf.index(i * 16 + lane).load(), lane)
   assert consecutive.op is Ops.LOAD and consecutive.dtype == dtypes.f32.vec(16)
-  same = gemm_vec.zip_lanes([buf.index(i).load()] * 16)
-  assert same.op is Ops.VECTORIZE and len(set(same.src)) == 1
-  strided = gemm_vec.zip_lanes([buf.index(i + 64 * k).load() for k in range(16)])
-  assert strided.op is Ops.VECTORIZE and len(set(strided.src)) == 16
-  scaled = gemm_vec.zip_lanes([buf.index(i * 16 + k).load() * 2.0 for k in range(16)])
+  assert lane not in consecutive.toposort()
+  same = gemm_vec.expand_lanes(buf.index(i).load(), lane)
+  assert same.op is Ops.LOAD and same.dtype == dtypes.f32   # no lane in it: a scalar, broadcast where it meets one
+  strided = gemm_vec.expand_lanes(buf.index(i + lane * 64).load(), lane)
+  assert strided.op is Ops.VECTORIZE and len(set(strided.src)) == 16 and lane not in strided.toposort()
+  scaled = gemm_vec.expand_lanes(buf.index(i * 16 + lane).load() * 2.0, lane)
   assert scaled.op is Ops.MUL and scaled.src[0].op is Ops.LOAD and scaled.src[1].dtype.count == 16
 
 

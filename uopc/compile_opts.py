@@ -1,8 +1,8 @@
 """The flags a kernel is compiled with, as part of its opts: chosen per kernel, and part of its cache key.
 
 runtime.FLAGS is what CompileOpts() gives: -O3 -march=native, OpenMP, and the float reassociation that lets gcc
-vectorize a reduction while infinities and NaNs keep their meaning (NOTES 2). Two flags matter most for speed and
-differ by kernel and machine (NOTES 24):
+vectorize a reduction while infinities and NaNs keep their meaning (NOTES 2). Two flags are the ones most likely to
+differ by kernel and machine (the issue measured both on hand-written C; NOTES 24 on uopc's vector kernel):
 - `-mprefer-vector-width`: the width gcc's auto-vectorizer uses (x86). Explicit vectors (uopc.vector) keep their
   own width whatever it says.
 - `-ffinite-math-only` lets gcc assume no infinity or NaN exists. The online softmax's running max starts at -inf and

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
-from uopc.vector import butterfly
+from uopc.vector import butterfly, tree
 from uopc.compile_opts import CompileOpts
 
 LOG2E = 1 / math.log(2)
@@ -122,14 +122,15 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   scores = [[score(r, j) for j in range(KV)] for r in range(R)]
   Mt, Lt = [m.after(init_ml, t) for m in M], [x.after(init_ml, t) for x in L]
   m_old = [Mt[r].index(0).load() for r in range(R)]
-  m_new = [m_old[r].maximum(butterfly(_tree_max(scores[r]), UOp.maximum)) for r in range(R)]
+  m_new = [m_old[r].maximum(butterfly(tree(scores[r], UOp.maximum), UOp.maximum)) for r in range(R)]
   # a row with every key masked so far has m = -inf: read it as 0, so corr and p are 0, not NaN (-inf - -inf)
   m_use = [m.ne(-math.inf).where(m, 0.0) for m in m_new]
   corr = [(m_old[r] - m_use[r]).exp2() for r in range(R)]
   P = alloc(f32, R * keys).after(b, t)
   probs = [[(scores[r][j] - m_use[r]).exp2() for j in range(KV)] for r in range(R)]
   write_p = UOp(Ops.SINK, tuple(P.index(r * keys + j * W).store(probs[r][j]) for r in range(R) for j in range(KV)))
-  updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + _tree_add(probs[r])),
+  row_sum = [tree(probs[r], UOp.__add__) for r in range(R)]   # lane by lane: the lanes are added at the end
+  updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + row_sum[r]),
                                            Mt[r].index(0).store(m_new[r]))]
 
   # O = O * corr + P V, dchunk vectors of each row at a time
@@ -160,12 +161,3 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
     outs.append(OUT.index(o0 + r * dv + x2 * W).store(Of.index(r * dv + x2 * W).load(W) * inv))
   return sink(UOp(Ops.SINK, tuple(outs)).end(x2, b))
 
-
-def _tree_max(vs: list[UOp]) -> UOp:
-  while len(vs) > 1: vs = [vs[i].maximum(vs[i + 1]) if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
-  return vs[0]
-
-
-def _tree_add(vs: list[UOp]) -> UOp:
-  while len(vs) > 1: vs = [vs[i] + vs[i + 1] if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
-  return vs[0]

@@ -6,7 +6,7 @@
                               of C; for every k it broadcasts A[m][k] for its rows and loads nvec vectors of B's
                               panel, rows x nvec vector FMAs
 
-Operands may be any elementwise expression over buffers: zip_lanes turns the scalar value at each lane's column into
+Operands may be any elementwise expression over buffers: expand_lanes turns the scalar value at a lane's column into
 one vector expression, a vector load where the lanes are consecutive in memory and a gather where they are not (still
 right, only slower). A kernel that does not fit (not a matmul, not float32, N not a whole number of panels) is left to
 the default lowering.
@@ -123,24 +123,6 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   return body.replace(src=(mul,))
 
 
-def zip_lanes(xs: list[UOp]) -> UOp:
-  """One vector expression whose lane i is xs[i] (scalar expressions of one shape): a broadcast where every lane is
-  the same, a vector load where the lanes read consecutive elements, the op on vectors where every lane applies the
-  same op, else the lanes gathered one by one."""
-  x0, n = xs[0], len(xs)
-  if all(x is x0 for x in xs): return x0.broadcast(n)
-  if all(x.op is Ops.LOAD and len(x.src) == 1 for x in xs):
-    base, i0 = x0.src[0].src
-    if all(x.src[0].src[0] is base and _offset(x.src[0].src[1], i0) == k for k, x in enumerate(xs)):
-      return x0.src[0].load(n)
-  if x0.op in VECTOR_OPS and all(x.op is x0.op and x.arg == x0.arg and len(x.src) == len(x0.src) for x in xs):
-    srcs = tuple(zip_lanes([x.src[k] for x in xs]) for k in range(len(x0.src)))
-    dtype = x0.dtype.vec(n)
-    if x0.op in (Ops.CMPLT, Ops.CMPNE) and x0.src[0].dtype.itemsize != 4: return UOp.vectorize(*xs)
-    return UOp(x0.op, srcs, x0.arg, dtype)
-  return UOp.vectorize(*xs)
-
-
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP} & ALU
 
 
@@ -148,7 +130,7 @@ def expand_lanes(e: UOp, lane: UOp, memo: dict | None = None) -> UOp:
   """A scalar expression of the loop variable `lane` (0 <= lane < lanes) as one vector expression of its lanes: a
   vector load where the address steps by one with the lane, the op on vectors above loads, a scalar where nothing
   depends on the lane (broadcast by the op that meets it), the lanes gathered one by one anywhere else (right, only
-  slower). One pass over e: no copy of it per lane, as zip_lanes needs."""
+  slower). One pass over e, not one copy of it per lane."""
   memo = {} if memo is None else memo
   if e in memo: return memo[e]
   n = lane.src[0].arg
@@ -169,11 +151,6 @@ def _steps_by_one(addr: UOp, lane: UOp) -> bool:
   """addr = lane + (terms that do not involve lane)."""
   terms, _ = symbolic.linear_form(addr)
   return terms.get(lane) == 1 and all(t is lane or lane not in symbolic.ranges_in(t) for t in terms)
-
-
-def _offset(i: UOp, i0: UOp) -> int | None:
-  d = symbolic.simplify(i - i0)
-  return d.arg if d.op is Ops.CONST else None
 
 
 def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:

@@ -10,15 +10,13 @@ import math
 import numpy as np
 from uopc.flash_vec import FlashVecOpts, flash_vector_ir, default_opts, candidate_opts
 from uopc.render_c import c_renderer
-from uopc.runtime import Program, compiler, vector_bits
+from uopc.runtime import Program, native_lanes
 from uopc import tune
 
 _programs: dict[tuple, Program] = {}
 
 
-def lanes_here() -> int:
-  """Floats per vector register on this machine (16 with AVX-512, 8 with AVX2, 4 otherwise)."""
-  return vector_bits(compiler()) // 32
+lanes_here = native_lanes   # floats per vector register on this machine
 
 
 def fits(d: int, dv: int) -> bool:

@@ -101,8 +101,8 @@ class VectorOpt(DefaultOpt):
   optimizer whose kernels the book prints."""
   @staticmethod
   def lanes() -> int:
-    from uopc.runtime import compiler, vector_bits
-    return vector_bits(compiler()) // 32
+    from uopc.runtime import native_lanes   # the optimizer itself does not depend on the runtime
+    return native_lanes()
 
   @classmethod
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:

@@ -112,7 +112,10 @@ class CStyleRenderer:
   # ---- vectors (uopc.vector): a dialect without them says so ----
   def vector_type(self, dtype: DType) -> str:
     raise NotImplementedError(f"{type(self).__name__}: vector dtype {dtype!r} has no form on device {self.device}")
-  def vector_preamble(self, used: set[DType]) -> list[str]: return [self.vector_type(d) for d in used][:0]
+  def vector_preamble(self, used: set[DType]) -> list[str]:
+    """Lines before the function that the vector types need (here none: vector_type refuses any vector)."""
+    for d in used: self.vector_type(d)
+    return []
   def vectorize(self, u: UOp, srcs: list[str]) -> str:
     """Lanes gathered into a vector: a broadcast (a scalar meeting an all-zero vector fills every lane), or a list."""
     if u.dtype.kind == "b": srcs = [f"-(int){x}" for x in srcs]   # a mask lane is -1 or 0, a bool 1 or 0

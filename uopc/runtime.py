@@ -185,6 +185,11 @@ def vector_bits(cc: str) -> int:
   return 512 if "__AVX512F__" in macros else 256 if "__AVX2__" in macros else 128
 
 
+def native_lanes() -> int:
+  """Floats per vector register for this compiler here: 16 with AVX-512, 8 with AVX2, 4 otherwise."""
+  return vector_bits(compiler()) // 32
+
+
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
   parts = [src, " ".join(flags), compiler_version(cc), machine_id(), native_target(cc)]
   return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]

@@ -98,7 +98,7 @@ def _exp2_avx512(t: str) -> list[str]:
 
 
 # ---- lane reductions, built in the IR ----
-def _tree(xs: list[UOp], combine) -> UOp:
+def tree(xs: list[UOp], combine) -> UOp:
   """A balanced tree: log2(lanes) levels of independent ops, not a chain of lanes - 1 dependent ones."""
   while len(xs) > 1:
     xs = [combine(xs[i], xs[i + 1]) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
@@ -107,12 +107,12 @@ def _tree(xs: list[UOp], combine) -> UOp:
 
 def hsum(v: UOp) -> UOp:
   """The sum of v's lanes, a scalar."""
-  return _tree(v.lanes(), lambda a, b: a + b) if v.dtype.count > 1 else v
+  return tree(v.lanes(), lambda a, b: a + b) if v.dtype.count > 1 else v
 
 
 def hmax(v: UOp) -> UOp:
   """The largest of v's lanes, a scalar."""
-  return _tree(v.lanes(), lambda a, b: a.maximum(b)) if v.dtype.count > 1 else v
+  return tree(v.lanes(), lambda a, b: a.maximum(b)) if v.dtype.count > 1 else v
 
 
 def butterfly(v: UOp, combine) -> UOp:
