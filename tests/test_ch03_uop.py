@@ -9,7 +9,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from uopc.dtype import dtypes
-from uopc.symbolic import bounds, evaluate, ranges_in, simplify, symbolic_rules
+from uopc.symbolic import bounds, evaluate, ranges_in, simplify, simplify_index, symbolic_rules
 from uopc.uop import ALU, MOVEMENT, AxisType, Ops, ParamArg, Pat, UOp, graph_rewrite, pretty, range_, sink
 
 pytestmark = pytest.mark.ch03
@@ -320,3 +320,33 @@ def test_bounds_hold(er, seed):
   for _ in range(100):
     v = evaluate(e, {r: rnd.randrange(int(bounds(r)[1]) + 1) for r in rs})
     assert lo <= v <= hi, f"{e.render({})} = {v} outside {lo, hi}"
+
+
+# ---- NOTES 27: two rules a merged pair of axes needs ----
+def test_a_quotient_and_its_remainder_recombine():
+  k, j = range_(512, 0), range_(64, 1)
+  e = (k // 32) * 2048 + (k % 32) * 64 + j
+  s = simplify_index(e)
+  assert s.render({}) == simplify(k * 64 + j).render({})
+  same_everywhere(e, s, [k, j])
+  neg = (k + -300) // 7 * 21 + (k + -300) % 7 * 3   # C keeps a == (a/n)*n + a%n for negative a too
+  same_everywhere(neg, simplify_index(neg), [k])
+  assert "%" not in simplify_index(neg).render({})
+  assert "%" in simplify(e).render({})   # the book's simplify leaves it alone: week 2's students write this rule
+
+
+def test_a_multiple_of_a_divisor_divides_first():
+  k, j = range_(512, 0), range_(64, 1)
+  for e in ((k * 64 + j) // 2048, (k * 64 + j) % 2048):
+    same_everywhere(e, simplify_index(e), [k, j])
+  assert simplify_index((k * 64 + j) // 2048).render({}) == simplify(k // 32).render({})
+  wide = (k * 64 + range_(65, 2)) // 2048   # j may reach 64: the rule must not fire
+  assert simplify_index(wide).render({}) != simplify(k // 32).render({})
+  same_everywhere(wide, simplify_index(wide), [k, range_(65, 2)])
+
+
+@PROPERTY
+@given(int_exprs(ops=("+", "*", "*c", "//", "%", "max", "where")), st.integers(0, 2**16))
+def test_simplify_index_keeps_the_value(er, seed):
+  e, rs = er
+  same_everywhere(e, simplify_index(e), rs, samples=200, seed=seed)

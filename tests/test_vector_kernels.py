@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from uopc import gemm_vec, nn_flash
 from uopc.dtype import dtypes
-from uopc.kernelize import make_plan
+from uopc.kernelize import make_plan, realize
 from uopc.nn import scaled_dot_product_attention
 from uopc.opt import DefaultOpt, VectorOpt
 from uopc.options import Options
@@ -135,6 +135,20 @@ def test_the_backward_matmuls_take_the_vector_path_too(vector_opt):
                                               Tensor(G).reshape(512, 1, 64).expand(512, 256, 64)).uop,), (1, 2, 0)),),
              (Ops.ADD, 1))
   assert gemm_vec.matmul_operands(body) is None and gemm_vec.as_matmul(body) is not None
+
+
+def test_a_sum_over_batch_and_time_is_one_matmul(vector_opt):
+  """dW = sum over b and t of x[b, t, i] dy[b, t, j] reduces two axes: as_matmul merges them into one K = B * T."""
+  X, G = f32(16, 32, 128), f32(16, 32, 64)
+  prod = (Tensor(X).reshape(16, 32, 128, 1) * Tensor(G).reshape(16, 32, 1, 64)).permute(2, 3, 0, 1)
+  body = UOp(Ops.REDUCE, (prod.uop,), (Ops.ADD, 2))
+  merged = gemm_vec.as_matmul(body)
+  assert gemm_vec.matmul_operands(body) is None and merged is not None
+  assert merged.arg == (Ops.ADD, 1) and merged.src[0].shape == (128, 64, 512)
+  plan = make_plan([body], options=Options(opt=VectorOpt))
+  assert "repacked" in plan.explain() and any("f32x" in k.src for k in plan.kernels)
+  dw = realize([body], options=Options(opt=VectorOpt))[0].reshape(128, 64)
+  close(dw, np.einsum("bti,btj->ij", X.astype(np.float64), G), 24)
 
 
 def test_a_gpt_step_gives_the_same_gradients_with_either_optimizer(monkeypatch):

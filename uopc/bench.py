@@ -209,11 +209,15 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--rounds", type=positive_int, default=ROUNDS, help="run the sweep this many times, keep each best")
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
   ap.add_argument("--layers", type=int, help="gpt: number of layers (default: examples/gpt.py's model)")
+  ap.add_argument("--opt", choices=["vector", "default"], default="vector",
+                  help="gpt: uopc's optimizer, VectorOpt (the default here) or DefaultOpt (the book's kernels)")
   args = ap.parse_args(argv)
   print(header(args.method, args.reps, args.rounds) if args.what in ("gemm", "attention") else header())
   if args.what == "gpt":
     from uopc.bench_gpt import gpt
-    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers)))
+    from uopc.opt import DefaultOpt, VectorOpt
+    opt = VectorOpt if args.opt == "vector" else DefaultOpt
+    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt)))
     return
   peak_gflops = None
   if args.what == "attention" and not args.no_peak:

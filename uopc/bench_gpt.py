@@ -56,8 +56,16 @@ def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int):
   return step, forward
 
 
-def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None) -> list[str]:
-  """Rows: uopc and torch (if importable) step time, tokens/s, and torch/uopc."""
+def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None) -> list[str]:
+  """Rows: uopc and torch (if importable) step time, tokens/s, and torch/uopc. `opt`: uopc's optimizer for the
+  run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives the kernels the book prints)."""
+  from uopc.opt import VectorOpt
+  old, Tensor.opt = Tensor.opt, opt or VectorOpt
+  try: return _gpt(reps, warmup, layers)
+  finally: Tensor.opt = old
+
+
+def _gpt(reps: int, warmup: int, layers: int | None) -> list[str]:
   text = load_text()
   tok = CharTokenizer(text)
   train_ids, _ = split(tok.encode(text))
@@ -85,6 +93,7 @@ def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None) -> list[str]
       if n >= warmup: best[k] = min(best[k], dt)
   tokens = BATCH * cfg.block_size
   rows = ["# peers            uopc: graph built every step; uopc jit: the step captured and replayed (uopc.jit)",
+          f"# uopc optimizer   {Tensor.opt.__name__}",
           f"# model            {cfg}, batch {BATCH}, {model.num_parameters()} parameters, {threads} threads",
           f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())} (1, 5, 15 min) after the run",
           f"# uopc cold plan   {compile_s:.1f} s (compiles, or disk-cache hits)",

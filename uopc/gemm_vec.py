@@ -60,6 +60,11 @@ def as_matmul(body: UOp) -> UOp | None:
     mul = src.src[0]
     src = UOp(Ops.MUL, tuple(UOp(Ops.PERMUTE, (s,), src.arg) for s in mul.src))
     body = body.replace(src=(src,))
+  rop, n = body.arg
+  if rop is Ops.ADD and n > 1 and src.op is Ops.MUL:
+    # a sum over several trailing axes (dW = x^T dy sums over batch and time) is a sum over one: their product
+    merged = src.shape[:-n] + (math.prod(src.shape[-n:]),)
+    body = UOp(Ops.REDUCE, (UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), merged) for s in src.src)),), (Ops.ADD, 1))
   return body if matmul_operands(body) is not None else None
 
 
@@ -115,7 +120,7 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   swap = tuple(range(nb)) + (nb, nb + 2, nb + 1)
   b0 = UOp(Ops.SHRINK, (y,), tuple((0, s) for s in batch) + ((0, 1), (0, N), (0, K)))   # B does not depend on m
   panels = UOp(Ops.PERMUTE, (UOp(Ops.RESHAPE, (b0,), tuple(batch) + (N // opts.nr, opts.nr, K)),), swap)
-  staged = UOp(Ops.STAGE, (panels,))
+  staged = UOp(Ops.STAGE, (panels,), "panels")   # named for explain()
   back = UOp(Ops.RESHAPE, (UOp(Ops.PERMUTE, (staged,), swap),), tuple(batch) + (1, N, K))
   y2 = UOp(Ops.EXPAND, (back,), tuple(batch) + (M, N, K))
   a, b = body.src[0].src
@@ -158,6 +163,7 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
   was packed by pack_b (then each vector of B is one load)."""
   if out.dtype is not dtypes.f32 or (xy := gemm_fit(body, opts)) is None: return None
   x, y = xy
+  body = as_matmul(body)
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
   W, R, NV = opts.lanes, opts.rows, opts.nvec
@@ -173,7 +179,7 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
   k = ctx.range(K, AxisType.REDUCE)
   vec = dtypes.f32.vec(W)
   col = lambda j, i: jn * opts.nr + j * W + i
-  at = lambda v, m, n: symbolic.simplify(rangeify(v, (*bidx, m, n, k), ctx))
+  at = lambda v, m, n: symbolic.simplify_index(rangeify(v, (*bidx, m, n, k), ctx))
   # A does not depend on n; its values are simplified with the whole program at the end (one pass, not one a row)
   a_vals = [rangeify(x, (*bidx, im * R + r, col(0, 0), k), ctx) for r in range(R)]
   lane = range_(W, 1 << 20)   # a stand-in for the lane's column within a vector: expand_lanes removes it
@@ -191,4 +197,4 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
       for bi, s in zip(bidx, batch): flat = flat * s + bi
       flat = symbolic.simplify((flat * M + im * R + r) * N + col(j, 0))
       stores.append(out.index(flat).store(accs[r][j].after(fma).index(0).load()))
-  return symbolic.simplify(sink(UOp(Ops.SINK, tuple(stores)).end(t)))
+  return symbolic.simplify_index(sink(UOp(Ops.SINK, tuple(stores)).end(t)))

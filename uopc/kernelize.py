@@ -14,8 +14,7 @@ The pipeline, as make_plan runs it (each step is a function below with a docstri
   _make_kernel              per point: lower (opt.lower), render and compile on the options' device
 """
 from __future__ import annotations
-import contextlib, time
-import threading
+import contextlib, threading, time
 from dataclasses import dataclass, field
 import numpy as np
 from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, ALU, MOVEMENT
@@ -56,6 +55,7 @@ class Kernel:
   ast: UOp                      # the loop program
   body: UOp                     # the tensor-level body it computes
   recompute: dict[UOp, float] = field(default_factory=dict)   # fused REDUCE -> evaluations per element it has
+  threads: int | None = None    # 1: a small kernel, run on the calling thread (Options.one_thread_below)
 
 
 @dataclass
@@ -340,7 +340,9 @@ def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
   else:
     with ThreadPoolExecutor(max_workers=workers) as pool:
       programs = list(pool.map(device.compile, [k.src for k in kernels]))
-  for k, prg in zip(kernels, programs): k.prg = prg
+  for k, prg in zip(kernels, programs):
+    k.prg = prg
+    if k.threads is not None and hasattr(prg, "threads"): prg.threads = k.threads   # a CPU Program's OpenMP threads
   return kernels
 
 
@@ -366,6 +368,7 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   args = [a for k, a in enumerate(args) if k in used]
   r = device.renderer.render(ast, kernel_name(body))
   kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, body)   # compiled by _compile_all
+  if r.accesses + r.flops < options.one_thread_below: kernel.threads = 1
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
   if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
     kernel.recompute = _evaluations(accs, r.acc_trips, local)
@@ -415,12 +418,10 @@ def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
   if p in roots: return "root: an output of the graph"
   if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
   if p in asked: return "STAGE: asked for (contiguous())"
+  if p.arg == "panels": return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.gemm_vec)"
   base = p.src[0]
   while base.op in MOVEMENT: base = base.src[0]
-  if base.op is Ops.BUFFER:
-    stride = _layout_stride(p)
-    if stride == 1: return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.gemm_vec)"
-    return f"STAGE by the layout pass: a reduce read it with stride {stride}, now 1"
+  if base.op is Ops.BUFFER: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
   factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
   return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
 

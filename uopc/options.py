@@ -19,6 +19,9 @@ class Options:
   device: str = "CPU"            # where the kernels run (uopc.device)
   debug: int = field(default=0, compare=False)   # how much realize prints; never changes a plan, so not in the key
   tc: int = 0                    # tensor-core lowering of matmuls on GPU devices (uopc.tc; TC=): 0 off
+  # a CPU kernel whose loads, stores and float ops together number fewer than this runs on one thread: waking
+  # OpenMP's workers and joining them costs more than they would save (NOTES 27); 0: every kernel uses every thread
+  one_thread_below: int = 1 << 20
 
   def replace(self, **changes) -> Options: return replace(self, **changes)
 

@@ -9,7 +9,7 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass, field
-from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink
+from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, substitute
 from uopc.dtype import DType
 from uopc.options import Options
 # the RESHAPE rule calls simplify through this module attribute, and only it does (everything else calls
@@ -135,16 +135,37 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   return r
 
 
+_inside_pad = itertools.count(1)   # ids of the stand-in index variables below (negative: never a loop of the kernel)
+
+
 def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
-  """Zero outside the source. The index is clamped too, so the (unconditional) load never leaves the buffer."""
-  valid, inner = None, []
+  """Zero outside the source. The index is clamped too, so the (unconditional) load never leaves the buffer.
+
+  Where the source has no reduction, each padded axis is read at a stand-in variable that runs over exactly the
+  source's extent, so the index algebra inside simplifies as if there were no pad (it knows 0 <= v < size; the real
+  i - lo may be negative, and // and % of a maybe-negative value do not simplify). Then v becomes i - lo again, and
+  each load's index is clamped where the pad is: a split's gradient (a sum of pads) reads data[i] instead of a tower
+  of // and % (NOTES 27)."""
+  valid, inner, stand_in = None, [], {}
   for i, s, (lo, _) in zip(idx, u.src[0].shape, u.arg):
     ok = symbolic.simplify((i > lo - 1) & (i < lo + s))
+    real = symbolic.simplify(i - lo) if lo else i
+    if ok.op is Ops.CONST and ok.arg: inner.append(real); continue
     valid = ok if valid is None else valid & ok
-    inner.append(i - lo if lo else i)
-  if valid is None or (valid.op is Ops.CONST and valid.arg): return rangeify(u.src[0], tuple(inner), ctx)
-  safe = tuple(symbolic.simplify(valid.where(j, 0)) for j in inner)
-  return valid.where(rangeify(u.src[0], safe, ctx), UOp.const(0, u.dtype))
+    v = UOp(Ops.RANGE, (UOp.const(s),), (-next(_inside_pad), AxisType.LOOP))
+    stand_in[v] = real
+    inner.append(v)
+  if valid is None: return rangeify(u.src[0], tuple(inner), ctx)
+  zero = UOp.const(0, u.dtype)
+  if any(x.op is Ops.REDUCE for x in u.src[0].toposort()):   # a reduce's loops are placed by the variables they see
+    safe = tuple(symbolic.simplify(valid.where(stand_in.get(j, j), 0)) for j in inner)
+    return valid.where(rangeify(u.src[0], safe, ctx), zero)
+  val = rangeify(u.src[0], tuple(inner), ctx)
+  back = dict(stand_in)
+  for x in val.toposort():
+    if x.op is Ops.INDEX and not set(stand_in).isdisjoint(x.src[1].toposort()):
+      back[x] = x.src[0].index(symbolic.simplify(valid.where(substitute(x.src[1], stand_in), 0)))
+  return valid.where(substitute(val, back), zero)
 
 
 def _lower_reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:

@@ -54,6 +54,7 @@ class Rendered:
   src: KernelSource
   flops: int                    # float ops executed: an inlined op runs where its user is written
   acc_trips: dict[int, int]     # ALLOC slot -> how many times its declaration runs (trips of the loops around it)
+  accesses: int = 0             # loads and stores executed: the kernel's work, for the CPU's one-thread rule
 
   @property
   def signature(self) -> Signature: return self.src.signature
@@ -193,7 +194,7 @@ class CStyleRenderer:
     out.append(f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{")
     names: dict[UOp, str] = {}
     ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
-    trips, flops = [launch.items], 0   # every work-item runs the body once
+    trips, flops, accesses = [launch.items], 0, 0   # every work-item runs the body once
     depth, counter = 1, [0]
     def emit(text: str): out.append("  " * depth + text)
     def new_name(prefix: str) -> str:
@@ -240,6 +241,7 @@ class CStyleRenderer:
         names[u] = names[base] if base_alloc(base) in scalar else f"{names[base]}[{names[i]}]"
       elif u.op is Ops.LOAD:
         names[u] = new_name("val")
+        accesses += trips[-1]
         if u.dtype in self.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
           base, i = u.src[0].src
           emit(self.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
@@ -253,6 +255,7 @@ class CStyleRenderer:
           emit(f"{gate}*({itype(u.src[1].dtype)}_u*)&{names[u.src[0]]} = {names[u.src[1]]};")
         else: emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
         flops += ops_in.get(u.src[1], 0) * trips[-1]
+        accesses += trips[-1]
       elif u.op is Ops.WMMA:
         for text in self.render_wmma(u, names): emit(text)
         shape = u.arg.layout
@@ -295,7 +298,7 @@ class CStyleRenderer:
         raise NotImplementedError(f"{type(self).__name__}: {u.op} has no source form (is this a tensor-level op in a "
                                   "loop program?)")
     out.append("}")
-    return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips)
+    return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips, accesses)
 
 
   def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:

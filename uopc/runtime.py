@@ -366,7 +366,7 @@ if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_forget_k
 def _kernel_loop() -> None:
   while True:
     prg, args, done = _jobs.get()   # the job holds the Program: its object stays loaded until the call returns
-    try: prg.fn(*args)
+    try: _invoke(prg, args)
     finally:
       del prg, args   # not kept while this thread waits for the next job: they hold the caller's arrays
       done.release()
@@ -393,10 +393,34 @@ def call_kernel(prg: Program, args: list) -> None:
   """prg.fn(*args) with converted arguments, interruptible on the main thread."""
   scalars = tuple(a for a in args if isinstance(a, (int, float)))
   quick = QUICK_DIRECT and prg._quick == scalars and not _last_job.locked()
-  if quick or threading.current_thread() is not threading.main_thread(): return prg.fn(*args)
+  if quick or threading.current_thread() is not threading.main_thread(): return _invoke(prg, args)
   t0 = time.perf_counter()
   _wait_on_kernel_thread(prg, args)
   prg._quick = scalars if time.perf_counter() - t0 < QUICK_S else None   # the scalars of a call that finished fast
+
+
+# ---- one thread for a small kernel ----
+# With the passive wait policy, each parallel loop wakes OpenMP's sleeping workers and waits for them: tens of
+# microseconds here, more than a small kernel's whole work (a GPT step's 128 kernels, most of them small: NOTES 27).
+# A Program whose `threads` is set runs its parallel loops with that many threads: omp_set_num_threads is an ICV of the
+# calling thread only, so it is set around the call, on the thread that makes it. The kernel's text is unchanged.
+def _omp_thread_calls():
+  for lib in _pinned:
+    try: return lib.omp_get_max_threads, lib.omp_set_num_threads
+    except AttributeError: pass
+  return None
+
+
+_omp = _omp_thread_calls()   # (omp_get_max_threads, omp_set_num_threads) of the pinned runtime, or None
+
+
+def _invoke(prg: Program, args: list) -> None:
+  if prg.threads is None or _omp is None: return prg.fn(*args)
+  get, set_ = _omp
+  was = get()
+  set_(prg.threads)
+  try: prg.fn(*args)
+  finally: set_(was)
 
 
 class Program:
@@ -406,6 +430,7 @@ class Program:
   def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
     self.src, self.name = src, check_name(name)   # the name becomes a file name and a symbol: checked first
     self._quick: tuple | None = None
+    self.threads: int | None = None   # OpenMP threads for its parallel loops: None = OpenMP's own choice
     full = src if src.lstrip().startswith("#") else PRELUDE + src
     signature = getattr(src, "signature", None)
     self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
@@ -431,10 +456,18 @@ class Program:
       self.lib = self.ffi.dlopen(str(self.path))
     self.fn = getattr(self.lib, name)
     self.rendered = signature is not None
+    self._buffer_type = ["char[]" if self.rendered else f"{a.ctype}[]" for a in self.params]   # cffi's view of each
 
   def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, cached={self.cached})"
 
   def _convert(self, k: int, arg, a: Arg):
+    if a.pointer and type(arg) is np.ndarray and arg.dtype == a.dtype:   # the common case, checked cheaply first
+      flags = arg.flags
+      if flags.c_contiguous and (flags.writeable or not a.writes) and (a.size is None or arg.size >= a.size):
+        return self.ffi.from_buffer(self._buffer_type[k], arg, require_writable=a.writes)
+    return self._convert_checked(k, arg, a)
+
+  def _convert_checked(self, k: int, arg, a: Arg):
     want = a.dtype.name
     if a.pointer:
       if not isinstance(arg, np.ndarray):
@@ -450,7 +483,7 @@ class Program:
                          "pass a copy")
       if a.size is not None and arg.size < a.size:
         raise ValueError(f"{self.name}: argument {k} has {arg.size} elements, the kernel indexes {a.size}")
-      return self.ffi.from_buffer("char[]" if self.rendered else f"{a.ctype}[]", arg, require_writable=a.writes)
+      return self.ffi.from_buffer(self._buffer_type[k], arg, require_writable=a.writes)
     if isinstance(arg, np.ndarray) and arg.ndim != 0:
       raise TypeError(f"{self.name}: argument {k} is a scalar {a.ctype}, got an array of shape {arg.shape}")
     if np.issubdtype(a.dtype, np.integer):

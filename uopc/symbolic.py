@@ -189,3 +189,69 @@ symbolic_rules: list[Rule] = [
 def simplify(u: UOp) -> UOp:
   """u with every rule of symbolic_rules applied until none fires."""
   return graph_rewrite(u, symbolic_rules)
+
+
+# ---- two rules more, for the index of a merged pair of axes (uopc.gemm_vec: dW sums over batch and time) ----
+# Not in symbolic_rules: the book's simplify leaves (x//c)*c + x%c alone, and week 2's assignment has students write
+# that rule themselves. simplify_index is simplify plus these two.
+def recombine_div_mod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:
+  """(a//n)*(n*k) + (a%n)*k -> a*k: a quotient and its remainder put back together (C's / and % keep
+  a == (a/n)*n + a%n for every a, negative too). A merged pair of axes indexes this way (dW: batch and time)."""
+  again = True
+  while again:
+    again = False
+    for r, k in terms.items():
+      if r.op is not Ops.MOD or r.src[1].op is not Ops.CONST or not k: continue
+      a, n = r.src
+      q = next((t for t, kq in terms.items() if t.op is Ops.IDIV and t.src[0] is a and t.src[1].op is Ops.CONST
+                and t.src[1].arg == n.arg and kq == k * n.arg), None)
+      if q is None: continue
+      terms = {t: c for t, c in terms.items() if t is not q and t is not r}
+      ta, ca = linear_form(a)
+      for t, c in ta.items(): terms[t] = terms.get(t, 0) + c * k
+      const, again = const + ca * k, True
+      break
+  return terms, const
+
+
+def _factor(x: UOp, n: int) -> tuple[UOp, int, UOp] | None:
+  """x as f*y + r with f dividing n, y >= 0 and 0 <= r < f (the largest such f), or None: then x // n is y // (n/f)
+  and x % n is (y % (n/f))*f + r. (k*64 + j) // 2048 with 0 <= j < 64 is k // 32."""
+  terms, k0 = linear_form(x)
+  for f in sorted({abs(k) for k in terms.values() if k and n % k == 0 and k > 1}, reverse=True):
+    big = {t: k // f for t, k in terms.items() if k % f == 0}
+    y, r = from_linear(big, 0, x.dtype), from_linear({t: k for t, k in terms.items() if k % f}, k0, x.dtype)
+    if bounds(y)[0] >= 0 and bounds(r)[0] >= 0 and bounds(r)[1] < f: return y, f, r
+  return None
+
+
+def recombine(x: UOp) -> UOp | None:
+  terms, c = linear_form(x)
+  new_terms, new_c = recombine_div_mod(dict(terms), c)
+  return None if (new_terms, new_c) == (terms, c) else from_linear(new_terms, new_c, x.dtype)
+
+
+def factor_idiv(x: UOp, c: UOp) -> UOp | None:
+  n = c.arg
+  if n <= 1 or (fyr := _factor(x, n)) is None: return None
+  y, f, _ = fyr
+  return y if n == f else UOp(Ops.IDIV, (y, UOp.const(n // f, x.dtype)))
+
+
+def factor_mod(x: UOp, c: UOp) -> UOp | None:
+  n = c.arg
+  if n <= 1 or (fyr := _factor(x, n)) is None: return None
+  y, f, r = fyr
+  return r if n == f else UOp(Ops.MOD, (y, UOp.const(n // f, x.dtype))) * f + r
+
+
+index_rules: list[Rule] = symbolic_rules + [
+  (Pat(Ops.ADD, name="x", dtype_kind="iu"), recombine),                               # (k//32)*64 + (k%32)*2 -> k*2
+  (Pat(Ops.IDIV, (Pat.var("x", "iu"), c)), lambda x, c: factor_idiv(x, c)),           # (k*64 + j)//2048 -> k//32
+  (Pat(Ops.MOD, (Pat.var("x", "iu"), c)), lambda x, c: factor_mod(x, c)),             # (k*64 + j)%2048 -> (k%32)*64+j
+]
+
+
+def simplify_index(u: UOp) -> UOp:
+  """simplify, and index_rules' two more."""
+  return graph_rewrite(u, index_rules)
