@@ -16,6 +16,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from uopc.data import load_text, CharTokenizer, split, get_batch   # noqa: E402
 from uopc.nn import GPT, GPTConfig, save_npz, load_npz             # noqa: E402
 from uopc.jit import TinyJit                                        # noqa: E402
+from uopc.opt import DefaultOpt, VectorOpt                         # noqa: E402
 from uopc.optim import AdamW                                       # noqa: E402
 from uopc.tensor import Tensor                                     # noqa: E402
 
@@ -79,11 +80,14 @@ def main() -> None:
   ap.add_argument("--block", type=int, default=MODEL["block_size"])
   ap.add_argument("--eval-batches", type=int, default=20)
   ap.add_argument("--no-jit", action="store_true", help="build every step's graph instead of replaying it")
+  ap.add_argument("--opt", choices=["vector", "default"], default="vector",
+                  help="the optimizer: VectorOpt (matmuls as vector code) or DefaultOpt (the kernels the book prints)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--checkpoint", default="gpt_checkpoint.npz", help="where to write the trained weights")
   ap.add_argument("--load", default=None, help="start from this checkpoint")
   ap.add_argument("--sample", type=int, default=200, help="characters to generate after training (0: none)")
   args = ap.parse_args()
+  Tensor.opt = VectorOpt if args.opt == "vector" else DefaultOpt
 
   text = load_text()
   tok = CharTokenizer(text)

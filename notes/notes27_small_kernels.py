@@ -83,6 +83,7 @@ def child(setting: str) -> None:
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--rounds", type=int, default=3)
+  ap.add_argument("--only", nargs="+", help="run only these settings (e.g. 'all on' 'matmul off')")
   args = ap.parse_args()
   from uopc.bench import header
   print(header())
@@ -91,6 +92,7 @@ def main() -> None:
     import torch  # noqa: F401
     settings.append("torch")
   except ImportError: print("# torch: not importable, no PyTorch row")
+  if args.only: settings = [s for s in settings if s in args.only]
   best: dict[str, dict] = {}
   for _ in range(args.rounds):
     for s in settings:
@@ -98,10 +100,10 @@ def main() -> None:
       r = json.loads(out.stdout.strip().splitlines()[-1])
       if s not in best or r["best"] < best[s]["best"]: best[s] = r
   print(f"# {args.rounds} rounds of {len(settings)} settings in turns, each in its own process; 20 timed steps each")
-  print(f"{'setting':<14s} {'best step':>10s} {'median':>10s}  vs all on")
+  print(f"{'setting':<14s} {'best step':>10s} {'median':>10s}  vs {settings[0]}")
   for s in settings:
     print(f"{s:<14s} {best[s]['best'] * 1e3:7.2f} ms {best[s]['median'] * 1e3:7.2f} ms  "
-          f"{best[s]['best'] / best['all on']['best']:5.2f}x")
+          f"{best[s]['best'] / best[settings[0]]['best']:5.2f}x")
 
 
 if __name__ == "__main__":
