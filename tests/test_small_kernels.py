@@ -74,3 +74,22 @@ def test_a_split_gradient_reads_each_piece_at_a_simple_index():
   loads = re.findall(r"= data\d+\[(.*)\];", src)
   assert len(loads) == 3
   assert sum(len(re.findall(r"[/%]", i)) for i in loads) <= 2
+
+
+# ---- Tensor.from_numpy: no copy (the benchmarks' uopc peers, like torch.from_numpy) ----
+def test_from_numpy_shares_the_array():
+  a = f32(3, 4)
+  t = Tensor.from_numpy(a)
+  a[0, 0] = 100.0
+  assert t.numpy()[0, 0] == 100.0 and Tensor(a).numpy()[0, 0] == 100.0
+  b = Tensor(a)
+  a[0, 0] = -1.0
+  assert b.numpy()[0, 0] == 100.0   # Tensor(a) copied
+  np.testing.assert_allclose((Tensor.from_numpy(a) @ Tensor.from_numpy(a.T.copy())).numpy(),
+                             a.astype(np.float64) @ a.T, rtol=1e-5, atol=1e-5)
+
+
+def test_from_numpy_refuses_what_it_cannot_share():
+  with pytest.raises(ValueError, match="not C-contiguous"): Tensor.from_numpy(f32(3, 4).T)
+  with pytest.raises(TypeError, match="complex64"): Tensor.from_numpy(np.zeros(3, np.complex64))
+  with pytest.raises(TypeError, match="NumPy array"): Tensor.from_numpy([1.0, 2.0])

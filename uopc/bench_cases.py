@@ -112,12 +112,13 @@ def case_peers(case: Case, arrays: tuple[np.ndarray, ...], only: set[str] | None
 
 def gemm_builders(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], Callable]]:
   from uopc.tensor import Tensor
+  # uopc reads the arrays in place (Tensor.from_numpy), as NumPy's @ does; Tensor(a) would copy each operand first
   def numpy_mm(): return a @ b
-  def uopc_mm(): return (Tensor(a) @ Tensor(b)).numpy()
+  def uopc_mm(): return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()
   def vector_mm():   # the same matmul with the vector optimizer (uopc.gemm_vec)
     from uopc.opt import VectorOpt
     old, Tensor.opt = Tensor.opt, VectorOpt
-    try: return (Tensor(a) @ Tensor(b)).numpy()
+    try: return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()
     finally: Tensor.opt = old
   return {"numpy": lambda: numpy_mm, "uopc": lambda: uopc_mm, "vector": lambda: vector_mm}
 

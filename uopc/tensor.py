@@ -131,6 +131,18 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return _flat(self.realize().uop)
 
   @staticmethod
+  def from_numpy(arr: np.ndarray) -> Tensor:
+    """A tensor that shares the array's memory, as torch.from_numpy does: no copy, so later changes to the array show
+    in the tensor (and an assign() to it writes into the array). Tensor(arr) copies instead. The array must be
+    C-contiguous, of a dtype uopc has (np.ascontiguousarray(arr) makes a copy that is)."""
+    if not isinstance(arr, np.ndarray): raise TypeError(f"Tensor.from_numpy takes a NumPy array, got {type(arr).__name__}")
+    if not arr.flags.c_contiguous:
+      raise ValueError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
+                       "pass np.ascontiguousarray(arr), or use Tensor(arr), which copies")
+    from_np(arr.dtype)   # a dtype uopc has, or a TypeError that names it
+    return Tensor._from_array(arr.reshape(-1), arr.shape)
+
+  @staticmethod
   def _from_array(flat: np.ndarray, shape: tuple[int, ...], device: str | None = None) -> Tensor:
     """A tensor whose data is the flat array (no copy), viewed in shape (on device, if one is named)."""
     buf = UOp(Ops.BUFFER, (), _tensor_data(flat, from_np(flat.dtype), device))
