@@ -221,13 +221,16 @@ print("plans in the cache after steps 1, 2, 3:", counts, "-> the same plan every
 # processes do not inflate CPU time).
 
 # %%
+import gc
 import time
 from uopc.bench_gpt import kernel_times, step_roots
 
 xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
+gc.collect(); gc.disable()   # one build, without a pass of Python's cyclic garbage collector landing inside it
 t0 = time.process_time()
 roots = step_roots(model, opt, xb, yb)                                    # the step's graph; nothing runs
 build_s = time.process_time() - t0
+gc.enable()
 kt = kernel_times(roots)
 plan = kt["plan"]
 reduces = sum(k.name.startswith("r_") for k in plan.kernels)
@@ -387,11 +390,16 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #
 # `python -m uopc.bench gpt` runs this chapter's step in uopc and, when it is importable, in PyTorch eager on the
 # CPU with the same weights, batches and thread count, and prints the ratio and uopc's split into graph building,
-# scheduling and kernels, with and without the captured step. PyTorch is not a dependency of this repository;
-# NOTES 15 records two runs, in which PyTorch's step was several times faster than uopc's even with the step
-# replayed: what is left after replay is uopc's kernels, many small ones where PyTorch calls a tuned GEMM, and an
-# embedding computed as a one-hot select over the vocabulary. Making those kernels faster is chapter 10's subject
-# and this chapter's exercise 6.
+# scheduling and kernels, with and without the captured step. It runs uopc with `VectorOpt` (chapter 10's vector
+# matmuls; `--opt default` gives this chapter's optimizer). PyTorch is not a dependency of this repository.
+# NOTES 15 records two earlier runs, in which PyTorch's step was several times faster than uopc's even with the step
+# replayed: what was left after replay was uopc's kernels, many small ones where PyTorch calls a tuned GEMM. NOTES 26
+# and 27 record what closed that gap: the matmuls as vector code, the weight gradients' sums over batch and time
+# taken as matmuls too, small kernels run on one thread (waking OpenMP's workers cost more than their work), and a
+# padded read whose index simplifies as if unpadded (the split's gradient). On the machine named there, the replayed
+# step then ran in less time than PyTorch eager's; the graph built every step is still several times slower, and
+# most of that step is building the graph in Python (the split above). This chapter's exercise 6 asks where the
+# time goes.
 #
 # ## Pitfalls
 # - **Anything that changes every step must be a buffer.** A learning rate or a bias correction written as a Python
