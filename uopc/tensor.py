@@ -135,7 +135,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """A tensor that shares the array's memory, as torch.from_numpy does: no copy, so later changes to the array show
     in the tensor (and an assign() to it writes into the array). Tensor(arr) copies instead. The array must be
     C-contiguous, of a dtype uopc has (np.ascontiguousarray(arr) makes a copy that is)."""
-    if not isinstance(arr, np.ndarray): raise TypeError(f"Tensor.from_numpy takes a NumPy array, got {type(arr).__name__}")
+    if not isinstance(arr, np.ndarray):
+      raise TypeError(f"Tensor.from_numpy takes a NumPy array, got {type(arr).__name__}")
     if not arr.flags.c_contiguous:
       raise ValueError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
                        "pass np.ascontiguousarray(arr), or use Tensor(arr), which copies")
