@@ -45,7 +45,8 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
   qp = q if nq_p == nq else np.concatenate([q, np.zeros((heads, nq_p - nq, d), np.float32)], axis=1)
   qp = np.require(qp, np.float32, ["C_CONTIGUOUS"])
   # K^T packed per head, keys contiguous; padded keys are zeros here and masked in the kernel
-  kt = np.zeros((heads, d, nk_p), np.float32); kt[:, :, :nk] = k.transpose(0, 2, 1)
+  if nk_p == nk: kt = np.ascontiguousarray(k.transpose(0, 2, 1), np.float32)   # one pass, no zero-fill first
+  else: kt = np.zeros((heads, d, nk_p), np.float32); kt[:, :, :nk] = k.transpose(0, 2, 1)
   vp = v if nk_p == nk else np.concatenate([v, np.zeros((heads, nk_p - nk, dv), np.float32)], axis=1)
   vp = np.require(vp, np.float32, ["C_CONTIGUOUS"])
   out = np.empty((heads, nq_p, dv), np.float32)
