@@ -63,7 +63,7 @@ def test_check_catches_nan_and_wrong_shapes():
 
 def test_gemm_is_isolated_too_and_both_methods_time_the_same_peers():
   rows = bench.gemm([32], 1)
-  peers = ["numpy", "uopc", "vector"]
+  peers = ["numpy", "uopc", "vector", "vector jit"]
   assert [(r.case, r.impl) for r in rows] == [("32x32x32", p) for p in peers]
   assert all(r.seconds > 0 for r in rows) and rows[1].base == rows[0].seconds
   assert list(bench.time_case(Case("gemm", 32), 1, "interleaved")) == peers
@@ -71,7 +71,7 @@ def test_gemm_is_isolated_too_and_both_methods_time_the_same_peers():
 
 def test_rounds_keep_each_peers_best():
   rows = bench.gemm([32], 1, rounds=2)
-  assert [r.impl for r in rows] == ["numpy", "uopc", "vector"] and all(r.seconds > 0 for r in rows)
+  assert [r.impl for r in rows] == ["numpy", "uopc", "vector", "vector jit"] and all(r.seconds > 0 for r in rows)
   assert "the sweep run 2 times" in bench.header("isolated", 5, 2)
   with pytest.raises(ValueError, match="rounds"): bench.gemm([32], 1, rounds=0)
 

@@ -90,7 +90,7 @@ def check(case: Case, peer: str, out, ref: np.ndarray) -> None:
 # ---- the peers ----
 def peer_names(case: Case) -> list[str]:
   """The peers that run for this case, in the order they are printed (torch only where it is installed)."""
-  if case.kind == "gemm": return ["numpy", "uopc", "vector"]
+  if case.kind == "gemm": return ["numpy", "uopc", "vector", "vector jit"]
   names = ["numpy", "unfused"]
   if not case.causal: names += ["online"] + (["fused"] if "fused" in case.optional and case.n <= FUSED_MAX else [])
   names += ["rewrite", "flash"]
@@ -120,7 +120,16 @@ def gemm_builders(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], Callab
     old, Tensor.opt = Tensor.opt, VectorOpt
     try: return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()
     finally: Tensor.opt = old
-  return {"numpy": lambda: numpy_mm, "uopc": lambda: uopc_mm, "vector": lambda: vector_mm}
+  def vector_jit():   # the same, captured once and replayed (uopc.jit): no graph is built, normalized or looked up
+    from uopc.jit import TinyJit
+    from uopc.opt import VectorOpt
+    jit = TinyJit(lambda x, y: x @ y)
+    def run(): return jit(Tensor.from_numpy(a), Tensor.from_numpy(b)).numpy()
+    old, Tensor.opt = Tensor.opt, VectorOpt
+    try: run(); run()   # the first call runs, the second records: both under VectorOpt
+    finally: Tensor.opt = old
+    return run
+  return {"numpy": lambda: numpy_mm, "uopc": lambda: uopc_mm, "vector": lambda: vector_mm, "vector jit": vector_jit}
 
 
 def attention_builders(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> dict[str, Callable[[], Callable]]:
