@@ -113,8 +113,12 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
 
   # the softmax on the vectors: scale, mask, the tile's max per row, P = 2^(s - m), its sum
   lane = UOp.vectorize(*[UOp.const(i) for i in range(W)])   # 0, 1, ..., W-1: each lane's key within a vector
+  # with a positive scale, the max and the mask work on the raw scores and the scale rides in the exp2's argument,
+  # s*sc - m*sc: one multiply-add per vector instead of a multiply and a subtract (max(s*sc) = max(s)*sc)
+  fold = sc > 0
   def score(r: int, j: int) -> UOp:
-    s = S[r][j].after(dot).index(0).load() * sc
+    s = S[r][j].after(dot).index(0).load()
+    if not fold: s = s * sc
     key = lane + (k0 + j * W)
     if causal: s = ((qb * R + r) < key).where(-math.inf, s)
     if total_keys is not None and total_keys < nk: s = (key < total_keys).where(s, -math.inf)
@@ -125,9 +129,11 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   m_new = [m_old[r].maximum(butterfly(tree(scores[r], UOp.maximum), UOp.maximum)) for r in range(R)]
   # a row with every key masked so far has m = -inf: read it as 0, so corr and p are 0, not NaN (-inf - -inf)
   m_use = [m.ne(-math.inf).where(m, 0.0) for m in m_new]
-  corr = [(m_old[r] - m_use[r]).exp2() for r in range(R)]
+  corr = [((m_old[r] - m_use[r]) * sc if fold else m_old[r] - m_use[r]).exp2() for r in range(R)]
   P = alloc(f32, R * keys).after(b, t)
-  probs = [[(scores[r][j] - m_use[r]).exp2() for j in range(KV)] for r in range(R)]
+  shift = [m_use[r] * sc if fold else m_use[r] for r in range(R)]
+  probs = [[(scores[r][j] * sc - shift[r] if fold else scores[r][j] - shift[r]).exp2() for j in range(KV)]
+           for r in range(R)]
   write_p = UOp(Ops.SINK, tuple(P.index(r * keys + j * W).store(probs[r][j]) for r in range(R) for j in range(KV)))
   row_sum = [tree(probs[r], UOp.__add__) for r in range(R)]   # lane by lane: the lanes are added at the end
   updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + row_sum[r]),
