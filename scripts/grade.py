@@ -175,6 +175,12 @@ class Report:
   note: str = ""
 
 
+# A kernel can die before it answers at all ("Kernel died before replying to kernel_info", seen once in CI with two
+# xdist workers starting kernels; one known cause is two kernels started at once being handed the same port). It is
+# not the student's doing, so the grader starts one again, up to START_TRIES times.
+START_TRIES = 3
+
+
 class Grader:
   def __init__(self, student: Path, tests: list[HiddenTest], timeout: float, test_timeout: float, budget: float,
                setup: list[str] | None = None):
@@ -191,7 +197,13 @@ class Grader:
   def start(self) -> None:
     if self.session is not None: self.session.close()
     self.session = None   # if the start below fails, there is no session
-    self.session = Session(self.student.resolve().parent)
+    for attempt in range(START_TRIES):
+      try:
+        self.session = Session(self.student.resolve().parent)
+        return
+      except RuntimeError:   # "Kernel died before replying to kernel_info": not the student's doing
+        if attempt == START_TRIES - 1: raise
+        time.sleep(1.0)
 
   def restart(self) -> None:
     self.report.kernel_restarts += 1

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +68,27 @@ def test_a_stub_is_reported_as_not_attempted():
      "seconds": 0.0}]}})
   report.student_cells["errors"] = [{"cell": 2, "status": "error", "error": "NotImplementedError: double"}]
   assert 'not attempted: its stub still raises NotImplementedError("double")' in tool.table(report)
+
+
+def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeypatch):
+  """Seen once in CI: 'Kernel died before replying to kernel_info'. The grader starts a kernel up to START_TRIES
+  times before it gives up; a student's notebook is not marked down for it."""
+  tries = []
+  class Flaky:
+    def __init__(self, cwd):
+      tries.append(cwd)
+      if len(tries) < 2: raise RuntimeError("Kernel died before replying to kernel_info")
+    def close(self): pass
+  monkeypatch.setattr(tool, "Session", Flaky)
+  monkeypatch.setattr(tool.time, "sleep", lambda s: None)
+  g = tool.Grader(tmp_path / "mine.ipynb", [], 10, 10, 100)
+  g.start()
+  assert len(tries) == 2 and isinstance(g.session, Flaky) and g.report.kernel_restarts == 0
+  class Dead(Flaky):
+    def __init__(self, cwd):
+      tries.append(cwd)
+      raise RuntimeError("Kernel died before replying to kernel_info")
+  monkeypatch.setattr(tool, "Session", Dead)
+  tries.clear()
+  with pytest.raises(RuntimeError, match="Kernel died"): g.start()
+  assert len(tries) == tool.START_TRIES and g.session is None
