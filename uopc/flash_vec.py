@@ -129,7 +129,13 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   m_new = [m_old[r].maximum(butterfly(tree(scores[r], UOp.maximum), UOp.maximum)) for r in range(R)]
   # a row with every key masked so far has m = -inf: read it as 0, so corr and p are 0, not NaN (-inf - -inf)
   m_use = [m.ne(-math.inf).where(m, 0.0) for m in m_new]
-  corr = [((m_old[r] - m_use[r]) * sc if fold else m_old[r] - m_use[r]).exp2() for r in range(R)]
+  # every row's correction 2^(m_old - m_new) is one number (the same in all its lanes): the rows' numbers go into
+  # the lanes of one vector, so one exp2 serves them all
+  diff = [((m_old[r] - m_use[r]) * sc if fold else m_old[r] - m_use[r]).gep(0) for r in range(R)]
+  if R <= W:
+    packed = UOp.vectorize(*diff, *[UOp.const(0.0, f32)] * (W - R)).exp2()
+    corr = [packed.gep(r).broadcast(W) for r in range(R)]
+  else: corr = [d.broadcast(W).exp2() for d in diff]
   P = alloc(f32, R * keys).after(b, t)
   shift = [m_use[r] * sc if fold else m_use[r] for r in range(R)]
   probs = [[(scores[r][j] * sc - shift[r] if fold else scores[r][j] - shift[r]).exp2() for j in range(KV)]
