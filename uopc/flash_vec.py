@@ -116,6 +116,7 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   # with a positive scale, the max and the mask work on the raw scores and the scale rides in the exp2's argument,
   # s*sc - m*sc: one multiply-add per vector instead of a multiply and a subtract (max(s*sc) = max(s)*sc)
   fold = sc > 0
+  scaled = (lambda x: x * sc) if fold else (lambda x: x)   # in base 2: what the exp2 arguments are made of
   def score(r: int, j: int) -> UOp:
     s = S[r][j].after(dot).index(0).load()
     if not fold: s = s * sc
@@ -131,15 +132,14 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   m_use = [m.ne(-math.inf).where(m, 0.0) for m in m_new]
   # every row's correction 2^(m_old - m_new) is one number (the same in all its lanes): the rows' numbers go into
   # the lanes of one vector, so one exp2 serves them all
-  diff = [((m_old[r] - m_use[r]) * sc if fold else m_old[r] - m_use[r]).gep(0) for r in range(R)]
+  diff = [scaled(m_old[r] - m_use[r]).gep(0) for r in range(R)]
   if R <= W:
     packed = UOp.vectorize(*diff, *[UOp.const(0.0, f32)] * (W - R)).exp2()
     corr = [packed.gep(r).broadcast(W) for r in range(R)]
   else: corr = [d.broadcast(W).exp2() for d in diff]
   P = alloc(f32, R * keys).after(b, t)
-  shift = [m_use[r] * sc if fold else m_use[r] for r in range(R)]
-  probs = [[(scores[r][j] * sc - shift[r] if fold else scores[r][j] - shift[r]).exp2() for j in range(KV)]
-           for r in range(R)]
+  shift = [scaled(m) for m in m_use]
+  probs = [[(scaled(scores[r][j]) - shift[r]).exp2() for j in range(KV)] for r in range(R)]
   write_p = UOp(Ops.SINK, tuple(P.index(r * keys + j * W).store(probs[r][j]) for r in range(R) for j in range(KV)))
   row_sum = [tree(probs[r], UOp.__add__) for r in range(R)]   # lane by lane: the lanes are added at the end
   updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + row_sum[r]),

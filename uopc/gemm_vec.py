@@ -50,10 +50,11 @@ def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
 _chosen: dict[tuple, GemmOpts] = {}   # one choice per problem in a process: layout (packing) and lower must agree
 
 
-def as_matmul(body: UOp) -> UOp | None:
-  """body as REDUCE(ADD, A * B) if it is a matmul (uopc.tc.matmul_operands), else None. A backward pass often
-  reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both operands,
-  which an elementwise product allows."""
+def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
+  """(body as REDUCE(ADD, A * B), (A, B)) if it is a matmul (uopc.tc.matmul_operands), else None. A backward pass
+  often reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both
+  operands, which an elementwise product allows. A sum over several trailing axes (dW sums over batch and time) is
+  a sum over one, their product."""
   if body.op is not Ops.REDUCE or body.dtype is not dtypes.f32: return None
   src = body.src[0]
   if src.op is Ops.PERMUTE and src.src[0].op is Ops.MUL:
@@ -62,22 +63,34 @@ def as_matmul(body: UOp) -> UOp | None:
     body = body.replace(src=(src,))
   rop, n = body.arg
   if rop is Ops.ADD and n > 1 and src.op is Ops.MUL:
-    # a sum over several trailing axes (dW = x^T dy sums over batch and time) is a sum over one: their product
     merged = src.shape[:-n] + (math.prod(src.shape[-n:]),)
     body = UOp(Ops.REDUCE, (UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), merged) for s in src.src)),), (Ops.ADD, 1))
-  return body if matmul_operands(body) is not None else None
+  return (body, xy) if (xy := matmul_operands(body)) is not None else None
+
+
+def as_matmul(body: UOp) -> UOp | None:
+  """body as REDUCE(ADD, A * B) if it is a matmul, else None (see _matmul)."""
+  return None if (m := _matmul(body)) is None else m[0]
+
+
+def _fits(matmul: UOp, opts: GemmOpts) -> bool:
+  """Whether a matmul (as _matmul gives it) is big enough to pack and its M divides by rows, its N by nr."""
+  *batch, M, N = matmul.shape
+  K = matmul.src[0].shape[-1]
+  return not (M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS)
 
 
 def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
   """The opts for this matmul (the tuner's, uopc.tune), or None where the vector matmul does not apply."""
-  if (body := as_matmul(body)) is None: return None
+  if (m := _matmul(body)) is None: return None
+  body = m[0]
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
   problem = (tuple(batch), M, N, K, lanes)
   if problem not in _chosen:   # once per process: the packing (layout) and the tile (lower) must agree
     heuristic = heuristic_opts(lanes, M, N, K)
-    if gemm_fit(body, heuristic) is None: return None
-    cands = [c for c in candidate_opts(lanes, M, N, K) if gemm_fit(body, c)] or [heuristic]
+    if not _fits(body, heuristic): return None
+    cands = [c for c in candidate_opts(lanes, M, N, K) if _fits(body, c)] or [heuristic]
     _chosen[problem] = tune.choose("gemm_vec", problem, cands, heuristic, lambda o: _timer(M, N, K, o))
   return _chosen[problem]
 
@@ -101,20 +114,17 @@ def _timer(M: int, N: int, K: int, opts: GemmOpts):
   return lambda: prg(x, y, z)
 
 
-def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, UOp] | None:
-  """(A, B) if body is a float32 matmul big enough to pack, whose M divides by rows and N by nr."""
-  if (body := as_matmul(body)) is None or (xy := matmul_operands(body)) is None: return None
-  *batch, M, N = body.shape
-  K = body.src[0].shape[-1]
-  if M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS: return None
-  return xy
+def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, tuple[UOp, UOp]] | None:
+  """(body as a matmul, (A, B)) if body is a float32 matmul that fits opts (_fits), else None."""
+  m = _matmul(body)
+  return m if m is not None and _fits(m[0], opts) else None
 
 
 def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
   (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
-  if (xy := gemm_fit(body, opts)) is None: return None
-  body, (x, y) = as_matmul(body), xy
+  if (fit := gemm_fit(body, opts)) is None: return None
+  body, (x, y) = fit
   *batch, M, N, K = y.shape
   nb = len(batch)
   swap = tuple(range(nb)) + (nb, nb + 2, nb + 1)
@@ -161,9 +171,8 @@ def _steps_by_one(addr: UOp, lane: UOp) -> bool:
 def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
   """The register-tiled loop program of a matmul body (None if it does not fit). Works on any operands; fast when B
   was packed by pack_b (then each vector of B is one load)."""
-  if out.dtype is not dtypes.f32 or (xy := gemm_fit(body, opts)) is None: return None
-  x, y = xy
-  body = as_matmul(body)
+  if out.dtype is not dtypes.f32 or (fit := gemm_fit(body, opts)) is None: return None
+  body, (x, y) = fit
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
   W, R, NV = opts.lanes, opts.rows, opts.nvec

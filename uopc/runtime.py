@@ -347,7 +347,7 @@ def check_name(name: str) -> str:
 # same Program already finished with the same scalar arguments in under QUICK_S: the loop bounds of a kernel are
 # constants or scalars. Only under a passive wait policy, though: each thread that starts OpenMP loops keeps a pool of
 # workers of its own, and two pools that spin slow each other down (NOTES 20). 20 ms: a 512 x 512 matmul (about a
-# millisecond) skips the handoff too (NOTES 27), and a wait that long still feels immediate to a Ctrl-C.
+# millisecond) skips the handoff too (NOTES 28), and a wait that long still feels immediate to a Ctrl-C.
 QUICK_S = 20e-3
 QUICK_DIRECT = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
 _jobs: queue.SimpleQueue = queue.SimpleQueue()

@@ -218,7 +218,7 @@ def _factor(x: UOp, n: int) -> tuple[UOp, int, UOp] | None:
   """x as f*y + r with f dividing n, y >= 0 and 0 <= r < f (the largest such f), or None: then x // n is y // (n/f)
   and x % n is (y % (n/f))*f + r. (k*64 + j) // 2048 with 0 <= j < 64 is k // 32."""
   terms, k0 = linear_form(x)
-  for f in sorted({abs(k) for k in terms.values() if k and n % k == 0 and k > 1}, reverse=True):
+  for f in sorted({k for k in terms.values() if k > 1 and n % k == 0}, reverse=True):
     big = {t: k // f for t, k in terms.items() if k % f == 0}
     y, r = from_linear(big, 0, x.dtype), from_linear({t: k for t, k in terms.items() if k % f}, k0, x.dtype)
     if bounds(y)[0] >= 0 and bounds(r)[0] >= 0 and bounds(r)[1] < f: return y, f, r
