@@ -688,8 +688,21 @@ for opts in (FlashVecOpts(rows=6, kvec=4, dchunk=2), FlashVecOpts(rows=8, kvec=4
         f"{[len(loop) for loop in loops]} instructions, stack spills in them {[len(stack_spills(l)) for l in loops]}")
 
 # %% [markdown]
+# Keys in the lanes cost two things outside the register tile. K has to be transposed before every call: a copy, made
+# on one core, which the other core's cache then has to fetch. And each row's max and sum are reductions across
+# lanes. `uopc.flash_vec_q` puts *queries* in the lanes instead. A block is `lanes` queries (one vector); key j's
+# scores against them are one vector accumulator, built from K's row j one scalar at a time, broadcast against a
+# vector of the block's queries, which the kernel transposes itself, once per block (a thousand floats, against
+# millions of FMAs). A query's max over a tile is then a max of whole vectors, its correction one exp2 per vector,
+# and the causal mask compares the lanes' query numbers with the key's. O is kept transposed too, dv rows of
+# `lanes` queries, `dcols` of them in registers at a time. A last block or tile that the tiles do not fill reads the
+# last real query or key again and drops or masks what it computed, so the kernel takes q, k and v as they are:
+# nothing is padded or copied before the call. `scaled_dot_product_attention` starts from this layout, and the tuner
+# tries both (NOTES 29 measures what the copy costs).
+#
 # The kernel before and after, on this machine: uopc.flash's scalar kernel (what `scaled_dot_product_attention`
-# ran before this section) and the vector kernel with its heuristic tile, at N = 1024, D = 64, one head:
+# ran before this section) and the two vector kernels with their heuristic tiles, each timed through
+# `nn_flash.run` (the keys layout's copies included), at N = 1024, D = 64, one head:
 
 # %% tags=["nbval-ignore-output"]
 from uopc import nn_flash
@@ -704,16 +717,19 @@ scalar = Program(render_c(flash_attention_ir(1, Nf, Nf, Df, rows=8, keys=32), "f
 kt = np.ascontiguousarray(kf.transpose(0, 2, 1))
 o_scalar = np.zeros((1, Nf, Df), np.float32)
 heuristic = nn_flash.default_opts(nn_flash.lanes_here())
+queries = nn_flash.flash_vec_q.default_opts(nn_flash.lanes_here())
 flash_flops = 4 * Nf * Nf * Df
 flash_points = {}
 for name, run in [("scalar (uopc.flash)", lambda: scalar(qf, kt, vf, o_scalar) or o_scalar),
                   (f"vector {heuristic.rows}x{heuristic.kvec} (uopc.flash_vec)",
-                   lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), heuristic))]:
+                   lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), heuristic)),
+                  (f"queries in lanes {queries.rows}x{queries.keys} (flash_vec_q)",
+                   lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), queries))]:
   assert np.abs(run()[0] - o_ref).max() < 1e-4
   t = best_time(run)
   flash_points[name] = (flash_flops / (4 * 4 * Nf * Df), flash_flops / t / 1e9)   # bytes: q, k, v, out once
   rate = flash_flops / t / 1e9
-  print(f"{name:36s} {t * 1e3:7.3f} ms  {rate:6.1f} GFLOP/s  {rate / FMA:5.1%} of peak")
+  print(f"{name:40s} {t * 1e3:7.3f} ms  {rate:6.1f} GFLOP/s  {rate / FMA:5.1%} of peak")
 fig, ax = plt.subplots(figsize=(8, 5))
 roofline(ax, flash_points, marker="s", title=f"FlashAttention N = {Nf}, D = {Df}, before and after (measured)")
 plt.show()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from uopc.dtype import dtypes, from_np, np_dtype
 from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
 from uopc.runtime import FLAGS, Program, compiler, vector_bits
@@ -307,6 +308,52 @@ def test_flash_vector_refuses_tiles_that_do_not_divide():
   with pytest.raises(ValueError, match="rows=6"): flash_vector_ir(1, 64, 64, 32, FlashVecOpts(rows=6))
 
 
+# ---- the same attention with the queries in the lanes (uopc.flash_vec_q): q, k, v as they are ----
+FLASH_Q_CASES = {   # heads, nq, nk, d, dv, opts, causal
+  "64x64 default": (1, 64, 64, 64, 64, FlashQOpts(), False),
+  "64x64 default causal": (1, 64, 64, 64, 64, FlashQOpts(), True),
+  "ragged queries and keys": (2, 50, 37, 32, 48, FlashQOpts(keys=12, dcols=8), False),
+  "ragged causal, two vectors of queries": (1, 100, 100, 64, 64, FlashQOpts(qvec=2, keys=12, dcols=8), True),
+  "fewer queries than a block": (3, 5, 70, 16, 16, FlashQOpts(keys=24, dcols=16), True),
+  "more queries than keys": (1, 40, 9, 32, 32, FlashQOpts(keys=8, dcols=32), False),
+  "8 lanes": (1, 33, 33, 32, 32, FlashQOpts(keys=8, dcols=8, lanes=8), True),
+}
+
+
+@pytest.mark.parametrize("case", FLASH_Q_CASES.values(), ids=FLASH_Q_CASES.keys())
+def test_flash_queries_matches_float64_attention(case):
+  """Nothing padded: the last block and tile read clamped rows, and the output rows past nq are never written (a
+  NaN canary after the output stays a NaN)."""
+  heads, nq, nk, d, dv, opts, causal = case
+  rng = np.random.default_rng(1)
+  q, k = rng.standard_normal((heads, nq, d)).astype(np.float32), rng.standard_normal((heads, nk, d)).astype(np.float32)
+  v = rng.standard_normal((heads, nk, dv)).astype(np.float32)
+  prog = flash_queries_ir(heads, nq, nk, d, opts, causal=causal, dv=dv)
+  out = np.full(heads * nq * dv + 64, np.nan, np.float32)
+  Program(render_c(prog, "flash_vec_q"), "flash_vec_q", opts.compile.flags)(q, k, v, out)
+  s = q.astype(np.float64) @ k.transpose(0, 2, 1) / math.sqrt(d)
+  if causal: s = np.where(np.arange(nk)[None, :] > np.arange(nq)[:, None], -np.inf, s)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  want = (p / p.sum(-1, keepdims=True)) @ v
+  got = out[:heads * nq * dv].reshape(heads, nq, dv)
+  assert np.max(np.abs(got - want)) < 1e-5 * max(1.0, np.abs(want).max())
+  assert np.isnan(out[heads * nq * dv:]).all()
+
+
+def test_flash_queries_has_no_lane_reductions_and_reads_k_as_it_is():
+  """Lanes are queries: the softmax's max is a max of whole vectors (no shuffle, no lane read in the tile loop), and
+  K is read by scalar broadcasts, never as a vector (which would need it transposed)."""
+  src = render_c(flash_queries_ir(1, 64, 64, 64, FlashQOpts()), "flash_vec_q")
+  assert "__builtin_shufflevector" not in src
+  body = src[src.index("void flash_vec_q"):]
+  assert "data1[" in body and "*(f32x16_u*)&data1" not in body and "*(f32x16_u*)&acc" in body
+
+
+def test_flash_queries_refuses_what_it_cannot_tile():
+  with pytest.raises(ValueError, match="dcols=16"): flash_queries_ir(1, 64, 64, 64, FlashQOpts(), dv=40)
+  with pytest.raises(ValueError, match="empty problem"): flash_queries_ir(1, 0, 64, 64, FlashQOpts())
+
+
 # ---- 7. no stack spills in the hot loops ----
 from uopc.asm import hot_loops, stack_spills, assembly  # noqa: E402
 
@@ -360,6 +407,15 @@ def test_hot_loops_of_the_default_flash_tile_do_not_spill():
   """rows=6, kvec=4, dchunk=2: 24 score accumulators and 12 output accumulators, each kept in a zmm register."""
   loops = hot_loops(flash_assembly(FlashVecOpts(rows=6, kvec=4, dchunk=2)))
   assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read
+  assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
+@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
+def test_hot_loops_of_the_default_queries_tile_do_not_spill():
+  """FlashQOpts(): 16 score accumulators (keys x 1 vector of queries), then 16 output ones (dcols x 1)."""
+  src = render_c(flash_queries_ir(1, 256, 256, 64, FlashQOpts()), "flash_vec_q")
+  loops = hot_loops(assembly(src, FlashQOpts().compile.flags))
+  assert len(loops) >= 2
   assert [s for loop in loops for s in stack_spills(loop)] == []
 
 

@@ -115,6 +115,27 @@ def test_the_vector_kernel_is_compiled_once_per_problem_and_opts():
   assert len(nn_flash._programs) == before + 1
 
 
+def test_both_vector_layouts_give_the_same_attention():
+  """The heuristic puts queries in the lanes (q, k, v passed as they are); the tuner may pick keys in the lanes (a
+  padded q and a packed K^T made in nn_flash.run): both against float64."""
+  from uopc.flash_vec import FlashVecOpts
+  from uopc.flash_vec_q import FlashQOpts
+  lanes = nn_flash.lanes_here()
+  heuristic = nn_flash.choose_opts(2, 70, 45, 32, 2 * lanes, True, 0.2)
+  assert isinstance(heuristic, FlashQOpts)
+  q, k, v = f32(2, 70, 32), f32(2, 45, 32), f32(2, 45, 2 * lanes)
+  s = q.astype(np.float64) @ k.transpose(0, 2, 1) * 0.2 + np.triu(np.full((70, 45), -np.inf), 1)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  want = (p / p.sum(-1, keepdims=True)) @ v
+  for opts in (heuristic, FlashVecOpts(rows=6, kvec=1, dchunk=1, lanes=lanes)):
+    out = nn_flash.run(q, k, v, True, 0.2, opts)
+    assert out.shape == (2, 70, 2 * lanes)
+    close(out, want)
+  assert nn_flash.run(q, k, v, True, 0.2, heuristic).flags.c_contiguous   # written whole: no slice, no copy
+  kinds = {type(c) for c in nn_flash.flash_vec_q.candidate_opts(lanes, 64) + nn_flash.candidate_opts(lanes, 64)}
+  assert kinds == {FlashQOpts, FlashVecOpts}
+
+
 def test_the_thread_loop_schedule_is_a_dialect_choice():
   from uopc.render_c import c_renderer, render_c
   from uopc.flash_vec import flash_vector_ir, FlashVecOpts

@@ -93,7 +93,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   where = "scaled_dot_product_attention"
   if q.shape[-1] != k.shape[-1]: raise ValueError(f"{where}: q {q.shape} and k {k.shape} differ in D")
   if k.shape[-2] != v.shape[-2]: raise ValueError(f"{where}: k {k.shape} and v {v.shape} differ in Nk")
-  try: batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+  try: batch = q.shape[:-2] if q.shape[:-2] == k.shape[:-2] == v.shape[:-2] else \
+    tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
   except ValueError:
     raise ValueError(f"{where}: batch dims of q {q.shape}, k {k.shape}, v {v.shape} do not broadcast") from None
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -121,7 +122,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
      and (FA2_BK * dv) % _fa2_bq(nq) == 0:
     return _fa2(q, k, v, batch, is_causal, scale, device)
   if device == "CPU" and mask is None and splits == 1 and nn_flash.fits(d, dv):   # the vector kernel (uopc.flash_vec)
-    flat = lambda a, n, x: np.require(np.broadcast_to(a, batch + (n, x)).reshape(heads, n, x), np.float32, "C")
+    # (heads, n, x) views; broadcast_to only where a batch dim broadcasts (it costs more than the rest of the call)
+    flat = lambda a, n, x: np.ascontiguousarray((a if a.shape[:-2] == batch else np.broadcast_to(a, batch + (n, x)))
+                                                .reshape(heads, n, x))
     out = nn_flash.attention(flat(q, nq, d), flat(k, nk, d), flat(v, nk, dv), is_causal, scale)
     return Tensor._from_array(np.ascontiguousarray(out).reshape(-1), batch + (nq, dv), device)   # no second copy
   rows = min(ROWS, 1 << (nq - 1).bit_length())

@@ -1,14 +1,18 @@
-"""Attention on the CPU with the vector kernel (uopc.flash_vec): pick its opts, pad, pack K^T, run.
+"""Attention on the CPU with a vector kernel: pick its opts, run it.
 
 nn.scaled_dot_product_attention comes here for the common case (no attn_mask, no flash-decoding, a head dim the
-vectors divide); everything else runs uopc.flash's scalar kernel. The opts are the tuner's (uopc.tune): the winner
-cached for this problem on this machine, or the heuristic; BEAM=n searches.
+vectors divide); everything else runs uopc.flash's scalar kernel. There are two vector kernels, and the opts say
+which: uopc.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic) and
+uopc.flash_vec (FlashVecOpts: keys in the lanes, after a padded copy of q and a packed K^T made here). The opts are
+the tuner's (uopc.tune): the winner cached for this problem on this machine, or the heuristic; BEAM=n searches.
 """
 from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
 from uopc.flash_vec import FlashVecOpts, flash_vector_ir, default_opts, candidate_opts
+from uopc import flash_vec_q
+from uopc.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import c_renderer
 from uopc.runtime import Program, native_lanes
 from uopc import tune
@@ -27,8 +31,13 @@ def fits(d: int, dv: int) -> bool:
 def _ceil_to(n: int, m: int) -> int: return -(-n // m) * m
 
 
-def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float, opts: FlashVecOpts) -> Program:
+def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float,
+            opts: FlashVecOpts | FlashQOpts) -> Program:
   key = (heads, nq, nk, d, dv, causal, scale, opts)
+  if key not in _programs and isinstance(opts, FlashQOpts):
+    sink = flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
+    _programs[key] = Program(c_renderer(opts.schedule).render(sink, "flash_vec_q").src, "flash_vec_q",
+                             opts.compile.flags)
   if key not in _programs:
     sink = flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts, causal=causal,
                            scale=scale, dv=dv, total_keys=nk)
@@ -37,10 +46,16 @@ def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: 
   return _programs[key]
 
 
-def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float, opts: FlashVecOpts) -> np.ndarray:
+def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+        opts: FlashVecOpts | FlashQOpts) -> np.ndarray:
   """q (heads, nq, d), k (heads, nk, d), v (heads, nk, dv), float32 -> out (heads, nq, dv)."""
   heads, nq, d = q.shape
   nk, dv = k.shape[1], v.shape[2]
+  if isinstance(opts, FlashQOpts):   # the kernel reads q, k, v as they are and writes exactly out
+    out = np.empty((heads, nq, dv), np.float32)
+    program(heads, nq, nk, d, dv, causal, scale, opts)(*(np.ascontiguousarray(a, np.float32) for a in (q, k, v)),
+                                                       out)
+    return out
   nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys)
   qp = q if nq_p == nq else np.concatenate([q, np.zeros((heads, nq_p - nq, d), np.float32)], axis=1)
   qp = np.require(qp, np.float32, ["C_CONTIGUOUS"])
@@ -65,14 +80,15 @@ def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, sca
 
 def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
   lanes = lanes_here()
-  heuristic = default_opts(lanes)
-  if dv % (heuristic.dchunk * lanes): heuristic = dataclasses.replace(heuristic, dchunk=1)
+  heuristic = flash_vec_q.default_opts(lanes)
+  if not heuristic.fits(dv): heuristic = dataclasses.replace(heuristic, dcols=lanes)   # fits() said lanes divide dv
   problem = (heads, nq, nk, d, dv, causal)
-  def timer(opts: FlashVecOpts):
+  def timer(opts: FlashVecOpts | FlashQOpts):
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((heads, n, x)).astype(np.float32) for n, x in ((nq, d), (nk, d), (nk, dv)))
     return lambda: run(q, k, v, causal, scale, opts)
-  return tune.choose("flash_vec", problem, candidate_opts(lanes, dv), heuristic, timer)
+  candidates = flash_vec_q.candidate_opts(lanes, dv) + candidate_opts(lanes, dv)
+  return tune.choose("flash_vec", problem, candidates, heuristic, timer)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float | None = None) -> np.ndarray:
