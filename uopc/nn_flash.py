@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir, default_opts, candidate_opts
+from uopc.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts
+from uopc.flash_vec import default_opts  # noqa: F401  (chapter 10 reads the keys layout's heuristic here)
 from uopc import flash_vec_q
 from uopc.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import c_renderer
