@@ -6,9 +6,9 @@
 Writes, every text file starting with uopc.bench.header() as `#` lines:
   flash_1024.txt, flash_2048.txt   the exact stdout of `python examples/flash_attention.py N 64`
   attention_sweep.txt              unfused, fused, online, NumPy (and PyTorch SDPA if importable) at
-                                   N = 256 ... 4096, D = 64: best-of-k, each peer in its own process
-                                   (uopc.bench.attention, method isolated), ms and GFLOP/s; then the N x N
-                                   traffic table
+                                   N = 256 ... 4096, D = 64: best-of-k, each peer in its own process, the
+                                   sweep run --rounds times (uopc.bench.attention, method isolated), ms and
+                                   GFLOP/s; then the N x N traffic table
   attention_time.png               time against N, log-log
   attention_roofline.png           GFLOP/s at N = 1024 and 2048 on this machine's roofline (uopc.bench.peak)
   attention_traffic.png            bytes of N x N traffic against N, counted from the plans
@@ -54,11 +54,12 @@ class Progress:
     sys.stderr.flush()
 
 
-def header(method: str | None = None, reps: int = 5) -> str:
+def header(method: str | None = None, reps: int = 5, rounds: int = 1) -> str:
   """uopc.bench.header() (with the timing method, for a file of timings), plus the load average: other processes
   inflate wall-clock times."""
   load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-  return bench.header(method, reps) + f"\n# {'load average':<17s} {load} (1, 5, 15 min, when this file was written)"
+  return (bench.header(method, reps, rounds)
+          + f"\n# {'load average':<17s} {load} (1, 5, 15 min, when this file was written)")
 
 
 def machine_title() -> str:
@@ -122,10 +123,12 @@ def bytes_moved(impl: str, n: int) -> float:
 
 
 # ---- the sweep ----
-def sweep(sizes: list[int], reps: int, progress: Progress) -> list[bench.Row]:
+def sweep(sizes: list[int], reps: int, progress: Progress, rounds: int = 1) -> list[bench.Row]:
+  """Each size's peers, the whole size run `rounds` times, each peer's best: a shared machine slows one run now and
+  then, for seconds at a time, and one run alone would print that as the peer's speed."""
   rows = []
   for n in sizes:
-    rows += bench.attention([n], [D], reps, {"fused", "torch"}, method=METHOD)
+    rows += bench.attention([n], [D], reps, {"fused", "torch"}, method=METHOD, rounds=rounds)
     progress.step(f"sweep N={n}")
   return rows
 
@@ -226,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--quick", action="store_true", help="tiny sizes (N = 128, 256) and one repetition")
   ap.add_argument("--out", default=str(ROOT / "outputs"), help="folder to write to (default: outputs/)")
   ap.add_argument("--reps", type=int, help="best of how many calls (default 5, quick 1)")
+  ap.add_argument("--rounds", type=int, help="the sweep run this many times, each row its best (default 3, quick 1)")
   args = ap.parse_args(argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
@@ -233,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
   sizes = [128, 256] if args.quick else [256, 512, 1024, 2048, 4096]
   roof_sizes = [128, 256] if args.quick else [1024, 2048]
   reps = args.reps or (1 if args.quick else 5)
+  rounds = args.rounds or (1 if args.quick else 3)
   # matplotlib prints a warning while it builds its font cache: do it before the bar starts
   import matplotlib
   matplotlib.use("Agg")
@@ -242,10 +247,10 @@ def main(argv: list[str] | None = None) -> None:
   for n in flash_sizes:
     (out / f"flash_{n}.txt").write_text(flash_run(n))
     progress.step(f"flash_{n}.txt")
-  rows = sweep(sizes, reps, progress)
+  rows = sweep(sizes, reps, progress, rounds)
   traffic = {"unfused": [plan_traffic(n, False) for n in sizes], "fused": [plan_traffic(n, True) for n in sizes],
              "online": [online_traffic(n) for n in sizes]}
-  text = f"{header(METHOD, reps)}\n{sweep_table(rows, sizes)}\n\n{traffic_table(traffic, sizes)}\n"
+  text = f"{header(METHOD, reps, rounds)}\n{sweep_table(rows, sizes)}\n\n{traffic_table(traffic, sizes)}\n"
   (out / "attention_sweep.txt").write_text(text)
   progress.step("attention_sweep.txt")
   peak = steady_peak(1 if args.quick else 5)
