@@ -219,6 +219,37 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
   assert dead(pid), f"the compiler's child {pid} is still running"
 
 
+def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):
+  """The Ctrl-C lands while Popen is still returning (before the caller holds the process to kill): it must wait until
+  it can be handled, not leave the compiler running. Popen is wrapped to send it at exactly that moment."""
+  pidfile = tmp_path / "child.pid"
+  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  code = f"""if 1:
+    import os, signal, subprocess, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    real = subprocess.Popen
+    def popen_then_ctrl_c(cmd, *args, **kwargs):
+      proc = real(cmd, *args, **kwargs)
+      if cmd[0] != {cc!r} or "-shared" not in cmd: return proc   # ldconfig (ctypes), the version query
+      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.2)   # where an unblocked SIGINT raises, before the caller has proc
+      return proc
+    subprocess.Popen = popen_then_ctrl_c
+    from uopc.runtime import Program
+    try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
+    except KeyboardInterrupt: print("interrupted")
+  """
+  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
+  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
+  pid = int(pidfile.read_text())
+  for _ in range(50):
+    if dead(pid): break
+    time.sleep(0.1)
+  assert dead(pid), f"the compiler's child {pid} is still running"
+
+
 INTERRUPT = """if 1:
   import os, signal, threading, time
   signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)

@@ -4,6 +4,7 @@
   prg(a, b, out)                  # arrays are passed by pointer, never copied; checked before any C runs
 """
 from __future__ import annotations
+import contextlib
 import ctypes
 import functools
 import ctypes.util
@@ -261,22 +262,41 @@ COMPILER_MEMORY = 4 << 30   # a runaway kernel fails to compile with an error, i
 
 
 def _limit_compiler() -> None:
+  """In the compiler's process, before exec: its memory capped, and SIGINT unblocked (it inherits the mask that
+  _ctrl_c_held set while it was started)."""
   try: resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
   except (ValueError, OSError): pass
+  if hasattr(signal, "pthread_sigmask"): signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
   """Run a compiler in a process group of its own: `cc` is a driver that starts cc1, as and ld, so on a timeout (or
   Ctrl-C) the whole group is killed, not only the driver (which left cc1 running)."""
-  with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                        preexec_fn=_limit_compiler) as proc:
-    try: out, err = proc.communicate(timeout=timeout)
-    except BaseException:   # TimeoutExpired, KeyboardInterrupt
+  proc = None
+  try:
+    with _ctrl_c_held():   # a Ctrl-C while Popen starts the driver lands after `proc` is set, so the group is killed
+      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=_limit_compiler)
+    out, err = proc.communicate(timeout=timeout)
+  except BaseException:   # TimeoutExpired, KeyboardInterrupt
+    if proc is not None:
       try: os.killpg(proc.pid, signal.SIGKILL)
       except (ProcessLookupError, PermissionError): pass
       proc.communicate()
-      raise
+    raise
   return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+  """SIGINT blocked on this thread for the block; one that arrives meanwhile is delivered when the block ends. Without
+  it, a Ctrl-C just after the driver started but before `proc` existed left the driver and its children running
+  (seen once in CI, under load: the test's compiler child outlived the interrupt)."""
+  main = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+  old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+  try: yield
+  finally:
+    if old is not None: signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 # ---- OpenMP, where the compiler has it ----
