@@ -34,16 +34,15 @@ def _ceil_to(n: int, m: int) -> int: return -(-n // m) * m
 
 def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float,
             opts: FlashVecOpts | FlashQOpts) -> Program:
+  """The compiled kernel for this problem and opts (the opts' type is the layout), made once per process."""
   key = (heads, nq, nk, d, dv, causal, scale, opts)
-  if key not in _programs and isinstance(opts, FlashQOpts):
-    sink = flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
-    _programs[key] = Program(c_renderer(opts.schedule).render(sink, "flash_vec_q").src, "flash_vec_q",
-                             opts.compile.flags)
   if key not in _programs:
-    sink = flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts, causal=causal,
-                           scale=scale, dv=dv, total_keys=nk)
-    src = c_renderer(opts.schedule).render(sink, "flash_vec").src
-    _programs[key] = Program(src, "flash_vec", opts.compile.flags)
+    if isinstance(opts, FlashQOpts):   # q, k, v as they are
+      name, sink = "flash_vec_q", flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
+    else:                              # q padded to whole blocks, K^T padded to whole tiles (run makes both)
+      name, sink = "flash_vec", flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts,
+                                                causal=causal, scale=scale, dv=dv, total_keys=nk)
+    _programs[key] = Program(c_renderer(opts.schedule).render(sink, name).src, name, opts.compile.flags)
   return _programs[key]
 
 
@@ -70,16 +69,18 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
   return out[:, :nq]
 
 
-_chosen: dict[tuple, FlashVecOpts] = {}   # the choice per problem, made once per process (a BEAM search too)
+_chosen: dict[tuple, FlashVecOpts | FlashQOpts] = {}   # the choice per problem, made once per process (BEAM too)
 
 
-def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
+def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
+                scale: float) -> FlashVecOpts | FlashQOpts:
   key = (heads, nq, nk, d, dv, causal, scale)
   if key not in _chosen: _chosen[key] = _choose(*key)
   return _chosen[key]
 
 
-def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float) -> FlashVecOpts:
+def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
+            scale: float) -> FlashVecOpts | FlashQOpts:
   lanes = lanes_here()
   heuristic = flash_vec_q.default_opts(lanes)
   if not heuristic.fits(dv): heuristic = dataclasses.replace(heuristic, dcols=lanes)   # fits() said lanes divide dv
