@@ -7,7 +7,7 @@
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
 from uopc.capture import recording
@@ -33,10 +33,14 @@ class DeviceData(TensorData):
   """Tensor data placed on a device by the program (Tensor(x, device="CL"), t.to("CL")). Plain TensorData follows
   DEVICE=. The array is a host array on every device (uopc.device)."""
   device: str = "CPU"
+  made: ClassVar[bool] = False   # whether one was ever made: until then no graph holds one, and device_of need not look
+
+  def __post_init__(self): DeviceData.made = True
 
 
 def device_of(u: UOp) -> str | None:
   """The device a graph's data was placed on (None: none was named, DEVICE= decides)."""
+  if not DeviceData.made: return None   # a walk over the whole graph at every realize, saved
   found = {x.arg.device for x in u.toposort() if x.op is Ops.BUFFER and isinstance(x.arg, DeviceData)}
   if len(found) > 1:
     raise ValueError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
