@@ -266,7 +266,8 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return self.cast(dt).expand(shape), other.cast(dt).expand(shape)
 
   def _binary(self, op: Ops, other, reverse: bool = False) -> Tensor:
-    a, b = self._pair(other)
+    same = isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape
+    a, b = (self, other) if same else self._pair(other)   # nothing to promote or broadcast: the common case, fast
     if reverse: a, b = b, a
     return Tensor(UOp(op, (a.uop, b.uop)))
   def __add__(self, x): return self._binary(Ops.ADD, x)

@@ -37,6 +37,9 @@ class Ops(Enum):
   VECTORIZE = auto(); GEP = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
+  # a member is its own only instance, so identity is its hash: Enum's own __hash__ is Python code (hash of the name),
+  # and every node's cache key hashes its op
+  __hash__ = object.__hash__
 
 
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIP, Ops.SIN, Ops.CAST}
@@ -328,7 +331,7 @@ def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
   while stack:
     x, ready = stack.pop()
     if x in memo: continue
-    if ready: memo[x] = x.replace(src=tuple(memo[s] for s in x.src)); continue
+    if ready: memo[x] = UOp(x.op, tuple(memo[s] for s in x.src), x.arg, x.dtype); continue
     if not x.src: memo[x] = x; continue
     stack.append((x, True))
     stack.extend((s, False) for s in x.src if s not in memo)
