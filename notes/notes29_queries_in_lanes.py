@@ -17,7 +17,6 @@ Queries in the lanes (uopc.flash_vec_q, its heuristic tile):
 """
 import argparse
 import math
-import time
 import numpy as np
 from uopc import nn_flash
 from uopc.bench import header
@@ -25,15 +24,7 @@ from uopc.bench_isolated import warm_allocator
 from uopc.flash_vec import FlashVecOpts
 from uopc.flash_vec_q import FlashQOpts
 from uopc.nn import scaled_dot_product_attention
-
-
-def best_of(fns: dict, reps: int) -> dict:
-  for f in fns.values(): f()
-  best = {k: math.inf for k in fns}
-  for _ in range(reps):
-    for k, f in fns.items():
-      t = time.perf_counter(); f(); best[k] = min(best[k], time.perf_counter() - t)
-  return best
+from notes28_call_overhead import best_of   # the same timing in turns (notes/ is this script's path)
 
 
 def main() -> None:

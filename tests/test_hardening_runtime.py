@@ -180,14 +180,16 @@ def dead(pid: int) -> bool:
   except (OSError, IndexError): return True
 
 
-def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
-  # the driver starts a long-lived child, as cc starts cc1; before, only the driver was killed
+def compiler_with_a_child(tmp_path: Path) -> tuple[str, Path]:
+  """A fake cc that starts a long-lived child (as cc starts cc1), writes its pid to the returned file and waits."""
   pidfile = tmp_path / "child.pid"
-  monkeypatch.setenv("CC", fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
-                                             f'sleep 300 &\necho $! > {pidfile}\nwait\n'))
-  monkeypatch.setattr(runtime, "COMPILE_TIMEOUT_S", 3)   # time for the script to start its child on a busy machine
-  with pytest.raises(runtime.CompileError, match="did not finish within 3 s"):
-    Program(ADD, "add", flags=("-shared", "-fPIC"))
+  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
+                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  return cc, pidfile
+
+
+def assert_child_dies(pidfile: Path) -> None:
+  """The compiler's child (its pid in pidfile) is dead, or a zombie, within 5 s."""
   pid = int(pidfile.read_text())
   for _ in range(50):
     if dead(pid): break
@@ -195,10 +197,25 @@ def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
   assert dead(pid), f"the compiler's child {pid} is still running"
 
 
+def assert_interrupted_and_child_dead(code: str, cc: str, pidfile: Path, cache: Path) -> None:
+  """code, run in a fresh process, prints "interrupted", and the compiler's child dies."""
+  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
+  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
+  assert_child_dies(pidfile)
+
+
+def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
+  # the driver starts a long-lived child, as cc starts cc1; before, only the driver was killed
+  cc, pidfile = compiler_with_a_child(tmp_path)
+  monkeypatch.setenv("CC", cc)
+  monkeypatch.setattr(runtime, "COMPILE_TIMEOUT_S", 3)   # time for the script to start its child on a busy machine
+  with pytest.raises(runtime.CompileError, match="did not finish within 3 s"):
+    Program(ADD, "add", flags=("-shared", "-fPIC"))
+  assert_child_dies(pidfile)
+
+
 def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
-  pidfile = tmp_path / "child.pid"
-  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
-                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  cc, pidfile = compiler_with_a_child(tmp_path)
   code = f"""if 1:
     import os, signal, threading, time
     signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
@@ -210,21 +227,13 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
     try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
     except KeyboardInterrupt: print("interrupted")
   """
-  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
-  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
-  pid = int(pidfile.read_text())
-  for _ in range(50):
-    if dead(pid): break
-    time.sleep(0.1)
-  assert dead(pid), f"the compiler's child {pid} is still running"
+  assert_interrupted_and_child_dead(code, cc, pidfile, cache)
 
 
 def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):
   """The Ctrl-C lands while Popen is still returning (before the caller holds the process to kill): it must wait until
   it can be handled, not leave the compiler running. Popen is wrapped to send it at exactly that moment."""
-  pidfile = tmp_path / "child.pid"
-  cc = fake_cc(tmp_path, f'case "$*" in *--version*|*-###*) echo fake 1; exit 0;; esac\n'
-                         f'sleep 300 &\necho $! > {pidfile}\nwait\n')
+  cc, pidfile = compiler_with_a_child(tmp_path)
   code = f"""if 1:
     import os, signal, subprocess, time
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -241,13 +250,7 @@ def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):
     try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
     except KeyboardInterrupt: print("interrupted")
   """
-  r = python(code, UOPC_CACHE_DIR=str(cache), CC=cc)
-  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
-  pid = int(pidfile.read_text())
-  for _ in range(50):
-    if dead(pid): break
-    time.sleep(0.1)
-  assert dead(pid), f"the compiler's child {pid} is still running"
+  assert_interrupted_and_child_dead(code, cc, pidfile, cache)
 
 
 INTERRUPT = """if 1:

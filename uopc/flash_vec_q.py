@@ -23,8 +23,7 @@ from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
 from uopc.vector import tree
 from uopc.compile_opts import CompileOpts
-
-LOG2E = 1 / math.log(2)
+from uopc.flash_vec import LOG2E
 
 
 @dataclass(frozen=True)

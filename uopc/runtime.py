@@ -291,7 +291,7 @@ def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess
 def _ctrl_c_held():
   """SIGINT blocked on this thread for the block; one that arrives meanwhile is delivered when the block ends. Without
   it, a Ctrl-C just after the driver started but before `proc` existed left the driver and its children running
-  (seen once in CI, under load: the test's compiler child outlived the interrupt)."""
+  (NOTES 30)."""
   main = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
   old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
   try: yield
