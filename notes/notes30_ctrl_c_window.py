@@ -4,8 +4,9 @@
 
 Each run starts a fresh Python that compiles with a fake compiler (a shell script that starts a long `sleep` child,
 as cc starts cc1, and waits for it) and sends itself SIGINT from inside subprocess.Popen, right after the compiler
-has started: the moment between Popen returning and the caller's `try` around the wait. Prints, per run, whether
-the interrupt reached the caller and whether the compiler's child was dead a few seconds later.
+has started: the moment between Popen returning and the caller's `try` around the wait, with a second thread alive
+(the kernel may hand a process's signal to any thread that does not block it). Prints, per run, whether the
+interrupt reached the caller and whether the compiler's child was dead a few seconds later.
 """
 import argparse
 import os
@@ -31,8 +32,9 @@ def one_run(tmp: Path) -> tuple[bool, bool]:
                 f'sleep 300 &\necho $! > {pidfile}\nwait\n')
   cc.chmod(0o755)
   code = textwrap.dedent(f"""\
-    import os, signal, subprocess, time
+    import os, signal, subprocess, threading, time
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()   # another thread, as most programs have
     real = subprocess.Popen
     def popen_then_ctrl_c(cmd, *args, **kwargs):
       proc = real(cmd, *args, **kwargs)

@@ -232,11 +232,13 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
 
 def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):
   """The Ctrl-C lands while Popen is still returning (before the caller holds the process to kill): it must wait until
-  it can be handled, not leave the compiler running. Popen is wrapped to send it at exactly that moment."""
+  it can be handled, not leave the compiler running. Popen is wrapped to send it at exactly that moment, with another
+  thread alive (as in most programs), which the kernel may hand a process's signal to."""
   cc, pidfile = compiler_with_a_child(tmp_path)
   code = f"""if 1:
-    import os, signal, subprocess, time
+    import os, signal, subprocess, threading, time
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
     real = subprocess.Popen
     def popen_then_ctrl_c(cmd, *args, **kwargs):
       proc = real(cmd, *args, **kwargs)

@@ -262,11 +262,8 @@ COMPILER_MEMORY = 4 << 30   # a runaway kernel fails to compile with an error, i
 
 
 def _limit_compiler() -> None:
-  """In the compiler's process, before exec: its memory capped, and SIGINT unblocked (it inherits the mask that
-  _ctrl_c_held set while it was started)."""
   try: resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
   except (ValueError, OSError): pass
-  if hasattr(signal, "pthread_sigmask"): signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -289,14 +286,18 @@ def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess
 
 @contextlib.contextmanager
 def _ctrl_c_held():
-  """SIGINT blocked on this thread for the block; one that arrives meanwhile is delivered when the block ends. Without
-  it, a Ctrl-C just after the driver started but before `proc` existed left the driver and its children running
-  (NOTES 30)."""
-  main = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
-  old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+  """A Ctrl-C during the block is held and handled when the block ends (NOTES 30). Python raises KeyboardInterrupt at
+  the next bytecode of the main thread, wherever that is; inside Popen, after it started the driver, there was no
+  process yet to kill. Blocking SIGINT on this thread is not enough: the signal then goes to another thread, and
+  Python still raises it here. So the handler itself is swapped for one that only notes the signal."""
+  if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+    yield; return   # only the main thread handles signals; None: a handler not from Python, left alone
+  noted = []
+  old = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
   try: yield
   finally:
-    if old is not None: signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    signal.signal(signal.SIGINT, old)
+    if noted: signal.raise_signal(signal.SIGINT)   # to the handler that was there: KeyboardInterrupt, usually
 
 
 # ---- OpenMP, where the compiler has it ----
