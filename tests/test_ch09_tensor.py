@@ -162,6 +162,22 @@ def test_matmul_with_batches_and_broadcasting(sa, sb):
   close(Tensor(a) @ Tensor(b), a @ b, 1e-4)
 
 
+
+@pytest.mark.parametrize("sa,sb", MATMUL)
+def test_matmul_builds_the_nodes_its_docstring_describes(sa, sb):
+  """matmul builds its views without the movement methods' checks: the nodes must be the ones those methods build."""
+  a, b = Tensor(rng.standard_normal(sa).astype(np.float32)), Tensor(rng.standard_normal(sb).astype(np.float32))
+  x = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+  y = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+  batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+  n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
+  xs = x.reshape(*x.shape[:-1], 1, k).expand(*batch, n, m, k)
+  ys = y.transpose(-1, -2).reshape(*y.shape[:-2], 1, m, k).expand(*batch, n, m, k)
+  out = (xs * ys).sum(-1)
+  if a.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
+  if b.ndim == 1: out = out.reshape(out.shape[:-1])
+  assert (a @ b).uop is out.uop
+
 def test_attention_matches_numpy():
   q, k, v = (rng.standard_normal((16, 8)).astype(np.float32) for _ in range(3))
   s = q @ k.T / math.sqrt(8)

@@ -420,6 +420,18 @@ def test_hot_loops_of_the_default_queries_tile_do_not_spill():
 
 
 @pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
+@pytest.mark.parametrize("threads", [2, 1000], ids=["panel packed inline", "panels packed by a copy kernel"])
+def test_hot_loops_of_the_default_gemm_tile_do_not_spill(threads):
+  """8 rows x 2 vectors: 16 accumulators; inline, B's vectors come from the thread's own panel on its stack (an
+  indexed stack address, which is a load and not a spill)."""
+  from uopc import gemm_vec
+  opts = gemm_vec.heuristic_opts(16, 512, 512, 512)
+  loops = hot_loops(assembly(gemm_vec.source(512, 512, 512, opts, threads)))
+  assert len(loops) == 1
+  assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
+@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
 def test_the_spill_checker_sees_a_tile_too_big_for_the_registers():
   """rows=8, kvec=4: 32 score accumulators, and a K^T vector and a broadcast need registers too."""
   loops = hot_loops(flash_assembly(FlashVecOpts(rows=8, kvec=4, dchunk=2)))

@@ -34,34 +34,61 @@ def close(out, ref, scale=1.0):
 
 
 # ---- the matmul ----
+@pytest.fixture(params=["inline", "kernel"])
+def pack(request, monkeypatch, fresh_plan_cache):
+  """Both ways of packing B (uopc.gemm_vec): with one OpenMP thread every panel that fits is packed inline; with a
+  thousand there are never enough panels to share out, so a copy kernel packs them. The decision is made when a plan
+  is made: each test gets a plan cache of its own."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1 if request.param == "inline" else 1000)
+  return request.param
+
+
 @pytest.mark.parametrize("shape_a, shape_b", [
-  ((256, 256), (256, 256)),       # the vector path, 16 x 1 tile (K <= 512)
-  ((128, 1024), (1024, 64)),      # K = 1024: the 8 x 2 tile
-  ((2, 128, 64), (2, 64, 96)),    # batched
+  ((256, 256), (256, 256)),       # the vector path, 8 panels of 32 columns
+  ((128, 1024), (1024, 64)),      # K = 1024, 2 panels: too few to share out, so packed by a copy kernel either way
+  ((4, 128, 64), (4, 64, 96)),    # batched: 4 x 3 panels
+  ((2, 128, 128), (128, 96)),     # B broadcast over A's batch
+  ((2, 128, 64), (2, 64, 96)),    # batched, too small to pack (under MIN_FLOPS): the default lowering
   ((64, 32), (32, 48)),           # too small to pack: the default lowering
   ((128, 256), (256, 65)),        # N not a whole number of vectors: the default lowering
   ((100, 256), (256, 64)),        # M not a whole number of row blocks: the default lowering
 ])
+@pytest.mark.usefixtures("pack")
 def test_vector_matmul_matches_numpy(vector_opt, shape_a, shape_b):
   a, b = f32(*shape_a), f32(*shape_b)
   out = (Tensor(a) @ Tensor(b)).numpy()
   close(out, a.astype(np.float64) @ b, math.sqrt(shape_a[-1]))
 
 
-def test_operands_with_elementwise_work_and_a_transpose(vector_opt):
-  a, b = f32(128, 256), f32(64, 256)
-  out = ((Tensor(a) * 2 + 1) @ (Tensor(b) * 0.5).T).numpy()
-  close(out, (a.astype(np.float64) * 2 + 1) @ (b.astype(np.float64) * 0.5).T, 16)
+def test_operands_with_elementwise_work_and_a_transpose(vector_opt, pack):
+  """B^T is read as it is: inline, the kernel gathers it a panel at a time; otherwise a copy kernel repacks it."""
+  a, b = f32(128, 256), f32(128, 256)
+  mm = (Tensor(a) * 2 + 1) @ (Tensor(b) * 0.5).T
+  assert ("repacked" in make_plan([mm.uop], options=Options(opt=VectorOpt)).explain()) == (pack == "kernel")
+  close(mm.numpy(), (a.astype(np.float64) * 2 + 1) @ (b.astype(np.float64) * 0.5).T, 16)
 
 
-def test_the_plan_packs_b_then_runs_a_vector_tile():
+def test_the_plan_packs_b_then_runs_a_vector_tile(pack):
   a, b = Tensor(f32(256, 256)), Tensor(f32(256, 256))
   plan = make_plan([(a @ b).uop], options=Options(opt=VectorOpt))
-  assert len(plan.kernels) == 2 and "repacked" in plan.explain()
-  src = plan.kernels[1].src
   opts = gemm_vec.heuristic_opts(VectorOpt.lanes(), 256, 256, 256)
-  assert f"f{32}x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == opts.rows * opts.nvec
-  assert src.count("for (") == 2   # the threaded loop over blocks and the loop over k: every other axis is registers
+  src = plan.kernels[-1].src
+  assert f"f32x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == opts.rows * opts.nvec
+  if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k
+    assert len(plan.kernels) == 1 and not plan.temps and "repacked" not in plan.explain()
+    assert f"float acc0[{256 * opts.nr}];" in src and src.count("for (") == 4
+  else:                  # the copy kernel, then the tile: the threaded loop over blocks and the loop over k
+    assert len(plan.kernels) == 2 and "repacked" in plan.explain()
+    assert src.count("for (") == 2   # every other axis is registers
+
+
+def test_when_a_panel_is_packed_inline():
+  o = gemm_vec.GemmOpts(rows=8, nvec=2, lanes=16)   # panels of 32 columns
+  assert gemm_vec.packs_inline(o, 1, 512, 512, threads=2)          # 16 panels of 64 KB for 2 threads
+  assert not gemm_vec.packs_inline(o, 1, 512, 512, threads=8)      # 16 panels cannot keep 8 threads busy
+  assert gemm_vec.packs_inline(o, 4, 128, 512, threads=4)          # batches count: 4 x 4 panels
+  assert gemm_vec.packs_inline(o, 1, 4096, 2048, threads=2)        # 256 KB: the largest panel kept local
+  assert not gemm_vec.packs_inline(o, 1, 4096, 4096, threads=2)    # 512 KB: packed by a copy kernel
 
 
 def test_the_default_optimizer_prints_scalar_c():

@@ -1,10 +1,13 @@
 """Matmul on vectors (chapter 10): a float32 matmul kernel -> a register tile of vector accumulators over a packed B.
 
-  pack_b(body)                the layout step: B re-laid as panels of `nr` columns, each panel's K rows contiguous
-                              (BLIS's packed B), a copy kernel (STAGE) the matmul then reads
-  lower_gemm(body, out, ...)  the matmul's loop program: each iteration of the threaded loop owns a rows x nr block
-                              of C; for every k it broadcasts A[m][k] for its rows and loads nvec vectors of B's
-                              panel, rows x nvec vector FMAs
+B is read as panels of `nr` columns, each panel's K rows contiguous (BLIS's packed B), packed one of two ways:
+  inline                      where a panel fits PANEL_BYTES and there are enough panels to share out (packs_inline):
+                              each iteration of the threaded loop owns one panel, packs it into a local array, then
+                              computes every rows x nr block of C under it. The thread that packs a panel is the one
+                              that reads it, from its own cache, and there is no second kernel to start (NOTES 31)
+  pack_b(body)                otherwise, the layout step: a copy kernel (STAGE) packs every panel, the matmul reads them
+  lower_gemm(body, out, ...)  the matmul's loop program: for every k it broadcasts A[m][k] for its rows and loads nvec
+                              vectors of B's panel, rows x nvec vector FMAs
 
 Operands may be any elementwise expression over buffers: expand_lanes turns the scalar value at a lane's column into
 one vector expression, a vector load where the lanes are consecutive in memory and a gather where they are not (still
@@ -16,12 +19,14 @@ import math
 from dataclasses import dataclass
 import numpy as np
 from uopc import symbolic, tune
+from uopc.helpers import omp_threads
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
 from uopc.tc import matmul_operands
 from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, range_, sink, substitute
 
 MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
+PANEL_BYTES = 256 << 10   # the largest panel packed inline: a local array on each OpenMP thread's stack, within L2
 
 
 @dataclass(frozen=True)
@@ -95,23 +100,50 @@ def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
   return _chosen[problem]
 
 
-def _timer(M: int, N: int, K: int, opts: GemmOpts):
-  """A function that runs the (M, N, K) matmul kernel with opts once, on random data (B already packed)."""
+def source(M: int, N: int, K: int, opts: GemmOpts, threads: int | None = None) -> str:
+  """The C of the (M, N, K) matmul kernel with opts, reading B (K x N) as it is where the kernel packs it inline
+  (packs_inline, for `threads`), else as pack_b leaves it."""
   from uopc.render_c import render_c
-  from uopc.runtime import Program
   f32 = dtypes.f32
   A = UOp(Ops.BUFFER, (), ParamArg(0, f32, (M * K,)))
-  Bp = UOp(Ops.BUFFER, (), ParamArg(1, f32, (N * K,)))
+  B = UOp(Ops.BUFFER, (), ParamArg(1, f32, (N * K,)))
   a = UOp(Ops.EXPAND, (UOp(Ops.RESHAPE, (A,), (M, 1, K)),), (M, N, K))
-  panels = UOp(Ops.RESHAPE, (Bp,), (N // opts.nr, K, opts.nr))
-  b = UOp(Ops.PERMUTE, (panels,), (0, 2, 1))
+  if packs_inline(opts, 1, N, K, threads): b = UOp(Ops.PERMUTE, (UOp(Ops.RESHAPE, (B,), (K, N)),), (1, 0))
+  else:
+    panels = UOp(Ops.RESHAPE, (B,), (N // opts.nr, K, opts.nr))
+    b = UOp(Ops.RESHAPE, (UOp(Ops.PERMUTE, (panels,), (0, 2, 1)),), (N, K))
   b = UOp(Ops.EXPAND, (UOp(Ops.RESHAPE, (b,), (1, N, K)),), (M, N, K))
   body = UOp(Ops.REDUCE, (a * b,), (Ops.ADD, 1))
   out = UOp(Ops.BUFFER, (), ParamArg(2, f32, (M * N,)))
-  prg = Program(render_c(lower_gemm(body, out, Ctx(), opts), "gemm_tune"), "gemm_tune")
+  return render_c(lower_gemm(body, out, Ctx(), opts, threads), "gemm_tune")
+
+
+def _timer(M: int, N: int, K: int, opts: GemmOpts):
+  """A function that runs the (M, N, K) matmul kernel with opts once, on random data (see source)."""
+  from uopc.runtime import Program
+  prg = Program(source(M, N, K, opts), "gemm_tune")
   rng = np.random.default_rng(0)
   x, y, z = rng.standard_normal(M * K, np.float32), rng.standard_normal(N * K, np.float32), np.empty(M * N, np.float32)
   return lambda: prg(x, y, z)
+
+
+def packs_inline(opts: GemmOpts, batch: int, N: int, K: int, threads: int | None = None) -> bool:
+  """Whether each panel of B is packed by the thread that reads it (see the module doc): the panel fits PANEL_BYTES,
+  and there are at least 4 panels a thread, since the threaded loop is then over panels only (a static split of
+  fewer would leave cores idle)."""
+  threads = omp_threads() if threads is None else threads
+  return K * opts.nr * 4 <= PANEL_BYTES and batch * (N // opts.nr) >= 4 * threads
+
+
+def _inline(matmul: UOp, opts: GemmOpts) -> bool:
+  *batch, M, N = matmul.shape
+  return packs_inline(opts, math.prod(batch), N, matmul.src[0].shape[-1])
+
+
+def packs_own_panels(body: UOp, lanes: int) -> bool:
+  """Whether body is a matmul whose kernel packs B inline (its operands then need no layout step)."""
+  opts = choose_opts(body, lanes)
+  return opts is not None and _inline(_matmul(body)[0], opts)
 
 
 def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, tuple[UOp, UOp]] | None:
@@ -123,7 +155,7 @@ def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, tuple[UOp, UOp]] | None:
 def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
   (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
-  if (fit := gemm_fit(body, opts)) is None: return None
+  if (fit := gemm_fit(body, opts)) is None or _inline(fit[0], opts): return None
   body, (x, y) = fit
   *batch, M, N, K = y.shape
   nb = len(batch)
@@ -168,33 +200,47 @@ def _steps_by_one(addr: UOp, lane: UOp) -> bool:
   return terms.get(lane) == 1 and all(t is lane or lane not in symbolic.ranges_in(t) for t in terms)
 
 
-def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
+def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | None = None) -> UOp | None:
   """The register-tiled loop program of a matmul body (None if it does not fit). Works on any operands; fast when B
-  was packed by pack_b (then each vector of B is one load)."""
+  is packed, inline (packs_inline, for `threads`: OpenMP's count by default) or by pack_b (then each vector of B is
+  one load)."""
   if out.dtype is not dtypes.f32 or (fit := gemm_fit(body, opts)) is None: return None
   body, (x, y) = fit
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
-  W, R, NV = opts.lanes, opts.rows, opts.nvec
-  nbatch = 1
-  for s in batch: nbatch *= s
-  tiles_m, tiles_n = M // R, N // opts.nr
-  t = ctx.range(nbatch * tiles_n * tiles_m, AxisType.THREAD)
-  bflat, rest = t // (tiles_n * tiles_m), t % (tiles_n * tiles_m)
-  jn, im = rest // tiles_m, rest % tiles_m                 # a thread's blocks share B's panels: jn outermost
+  W, R, NV, NR = opts.lanes, opts.rows, opts.nvec, opts.nr
+  nbatch = math.prod(batch)
+  tiles_m, tiles_n = M // R, N // NR
+  inline = packs_inline(opts, nbatch, N, K, threads)
+  if inline:   # an iteration per panel: pack it, then every block of C under it
+    t = ctx.range(nbatch * tiles_n, AxisType.THREAD)
+    bflat, jn = t // tiles_n, t % tiles_n
+    kp = ctx.range(K, AxisType.LOOP)
+    im = ctx.range(tiles_m, AxisType.LOOP)
+  else:        # an iteration per block of C
+    t = ctx.range(nbatch * tiles_n * tiles_m, AxisType.THREAD)
+    bflat, rest = t // (tiles_n * tiles_m), t % (tiles_n * tiles_m)
+    jn, im = rest // tiles_m, rest % tiles_m                 # a thread's blocks share B's panels: jn outermost
   bidx, left = [], bflat
   for s in reversed(batch):
     bidx.insert(0, left % s); left = left // s
   k = ctx.range(K, AxisType.REDUCE)
   vec = dtypes.f32.vec(W)
-  col = lambda j, i: jn * opts.nr + j * W + i
-  at = lambda v, m, n: symbolic.simplify_index(rangeify(v, (*bidx, m, n, k), ctx))
+  col = lambda j, i: jn * NR + j * W + i
+  at = lambda v, m, n, kk: symbolic.simplify_index(rangeify(v, (*bidx, m, n, kk), ctx))
   # A does not depend on n; its values are simplified with the whole program at the end (one pass, not one a row)
   a_vals = [rangeify(x, (*bidx, im * R + r, col(0, 0), k), ctx) for r in range(R)]
   lane = range_(W, 1 << 20)   # a stand-in for the lane's column within a vector: expand_lanes removes it
-  b_vecs = [expand_lanes(at(y, im * R, col(j, lane)), lane) for j in range(NV)]   # nor B on m
-  b_vecs = [b if b.dtype.count == W else b.broadcast(W) for b in b_vecs]
-  accs = [[ctx.alloc(vec).after(t) for _ in range(NV)] for _ in range(R)]
+  lanes_of = lambda e: e if e.dtype.count == W else e.broadcast(W)
+  if inline:   # B does not depend on m: its row 0 is every row's
+    panel = ctx.alloc(dtypes.f32, K * NR).after(t)
+    pack = UOp(Ops.SINK, tuple(panel.index(kp * NR + j * W).store(lanes_of(expand_lanes(
+      at(y, UOp.const(0), col(j, lane), kp), lane))) for j in range(NV))).end(kp)
+    b_vecs = [panel.after(pack, k).index(k * NR + j * W).load(W) for j in range(NV)]
+    accs = [[ctx.alloc(vec).after(t, im) for _ in range(NV)] for _ in range(R)]
+  else:
+    b_vecs = [lanes_of(expand_lanes(at(y, im * R, col(j, lane), k), lane)) for j in range(NV)]   # nor B on m
+    accs = [[ctx.alloc(vec).after(t) for _ in range(NV)] for _ in range(R)]
   init = UOp(Ops.SINK, tuple(a.index(0).store(UOp.const(0.0, vec)) for row in accs for a in row))
   acc = lambda r, j: accs[r][j].after(init, k).index(0)
   fma = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + a_vals[r] * b_vecs[j])
@@ -206,4 +252,5 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts) -> UOp | None:
       for bi, s in zip(bidx, batch): flat = flat * s + bi
       flat = symbolic.simplify((flat * M + im * R + r) * N + col(j, 0))
       stores.append(out.index(flat).store(accs[r][j].after(fma).index(0).load()))
-  return symbolic.simplify_index(sink(UOp(Ops.SINK, tuple(stores)).end(t)))
+  loops = (t, im) if inline else (t,)
+  return symbolic.simplify_index(sink(UOp(Ops.SINK, tuple(stores)).end(*loops)))

@@ -179,15 +179,15 @@ def isolated_plan_cache(max_bytes: int | None = None, max_plans: int | None = No
 
 def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
   """Replace each Tensor's data by input k (in order of first use), so graphs of the same shape are one object.
-  One substitution over one SINK of all the roots: shared subgraphs are rebuilt once."""
-  arrays, mapping = [], {}
-  whole = UOp(Ops.SINK, tuple(roots))
-  for u in whole.toposort():
-    if u.shape and not prod(u.shape) and not _is_const(u): mapping[u] = _empty_const(u)   # nothing to read in it
+  One pass over one SINK of all the roots, sources before users: shared subgraphs are rebuilt once."""
+  arrays, memo = [], {}
+  for u in UOp(Ops.SINK, tuple(roots)).toposort()[:-1]:
+    if 0 in u.shape and not _is_const(u): memo[u] = _empty_const(u)   # nothing to read in it
     elif u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
-      mapping[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
+      memo[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
       arrays.append(u.arg.array)
-  return (list(substitute(whole, mapping).src) if mapping else list(roots)), arrays
+    else: memo[u] = UOp(u.op, tuple(memo[s] for s in u.src), u.arg, u.dtype) if u.src else u
+  return [memo[r] for r in roots], arrays
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,

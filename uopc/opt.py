@@ -5,6 +5,7 @@ program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11
 also take `options=` (uopc.options.Options): the kernelizer passes the realize's options to those that declare it.
 """
 from __future__ import annotations
+from typing import Callable
 from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
 from uopc.rangeify import lower, rangeify, Ctx, Opts
 from uopc.online import OnlineSoftmax, find_groups
@@ -27,13 +28,15 @@ def last_axis_stride(view: UOp) -> int | None:
   return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None
 
 
-def layout_pass(roots: list[UOp], options: Options | None = None) -> list[UOp]:
+def layout_pass(roots: list[UOp], options: Options | None = None,
+                keep: Callable[[UOp], bool] | None = None) -> list[UOp]:
   """Copy an operand whose reduce axis is not contiguous in memory (V in P V), so the reduce reads it with stride 1.
-  Takes and gives tensor-level roots (a copy is a STAGE)."""
+  Takes and gives tensor-level roots (a copy is a STAGE). A reduce for which keep(reduce) is true reads its operands
+  as they are (its kernel lays them out itself)."""
   online = options is not None and options.online_softmax
   todo: set[UOp] = set()
   for u in UOp(Ops.SINK, tuple(roots)).toposort():
-    if u.op is not Ops.REDUCE or u.arg[1] != 1: continue
+    if u.op is not Ops.REDUCE or u.arg[1] != 1 or (keep is not None and keep(u)): continue
     # an online pass walks the reduce axis once and unrolls the output columns: it wants rows, not columns, of V
     if online and find_groups([u.src[0]]): continue
     stack, seen = [u.src[0]], set()
@@ -109,6 +112,8 @@ class VectorOpt(DefaultOpt):
     if options is None or options.device == "CPU":
       chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort() if (o := gemm_vec.choose_opts(u, cls.lanes()))}
       if chosen: roots = UOp.wrap(roots, set(chosen), lambda u: gemm_vec.pack_b(u, chosen[u]) or u)
+      # a matmul that packs B inline reads B as it is: no transposed copy of it first
+      return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, cls.lanes()))
     return layout_pass(roots, options)
 
   @classmethod

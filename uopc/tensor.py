@@ -47,6 +47,12 @@ def device_of(u: UOp) -> str | None:
   return found.pop() if found else None
 
 
+def _broadcast_to(u: UOp, shape: tuple[int, ...]) -> Tensor:
+  """Tensor(u).expand(shape) for a shape known to broadcast u's: the same nodes, without expand's checks."""
+  if len(shape) > len(u.shape): u = UOp(Ops.RESHAPE, (u,), (1,) * (len(shape) - len(u.shape)) + u.shape)
+  return Tensor(u if u.shape == shape else UOp(Ops.EXPAND, (u,), shape))
+
+
 class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
@@ -63,7 +69,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if isinstance(data, UOp) and device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
     self.grad, self.lazy = None, None
     self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
-    self.requires_grad = requires_grad
+    if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
 
   @property
   def requires_grad(self) -> bool: return self in _requires_grad
@@ -400,8 +406,12 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
       raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
-    xs = x.reshape(*x.shape[:-1], 1, k).expand(*batch, n, m, k)
-    ys = y.transpose(-1, -2).reshape(*y.shape[:-2], 1, m, k).expand(*batch, n, m, k)
+    # the nodes x.reshape(..., n, 1, k).expand(*batch, n, m, k) and y.transpose(-1, -2).reshape(..., 1, m, k).expand(
+    # ...) build, built directly: the shapes are checked above, and every matmul would pay for the checks again
+    ysh = y.shape[:-2]
+    xs = _broadcast_to(UOp(Ops.RESHAPE, (x.uop,), (*x.shape[:-1], 1, k)), (*batch, n, m, k))
+    yt = UOp(Ops.PERMUTE, (y.uop,), (*range(len(ysh)), len(ysh) + 1, len(ysh)))
+    ys = _broadcast_to(UOp(Ops.RESHAPE, (yt,), (*ysh, 1, m, k)), (*batch, n, m, k))
     out = (xs * ys).sum(-1)
     if self.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
     if w.ndim == 1: out = out.reshape(out.shape[:-1])

@@ -79,6 +79,7 @@ class LocalArg(ParamArg):
 
 
 def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
+  if op in _SRC0_DTYPE and src: return src[0].dtype   # most nodes: movement ops and arithmetic
   if op in (Ops.BUFFER, Ops.ALLOC): return arg.dtype
   if op is Ops.CONST: return dtypes.from_py(arg)
   if op in (Ops.RANGE, Ops.SPECIAL): return dtypes.int
@@ -93,9 +94,27 @@ def _infer_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType:
   return src[0].dtype
 
 
+# the ops whose dtype is their first source's (the last line of _infer_dtype): the rules above it do not apply
+_SRC0_DTYPE = set(Ops) - {Ops.BUFFER, Ops.ALLOC, Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.STORE, Ops.END, Ops.SINK,
+                          Ops.BARRIER, Ops.WMMA, Ops.VECTORIZE, Ops.GEP, Ops.WHERE, Ops.CAST, Ops.STACK} - COMPARISON
+
+
+class _NodeRef(weakref.ref):
+  """A weak reference to a node that knows the node's key in the table below, so the table forgets the node when it
+  dies. (weakref.WeakValueDictionary does the same, in Python code around every get and set: a plain dict of these
+  costs a third of it, and every Tensor operation builds nodes.)"""
+  __slots__ = ("key",)
+
+
+def _forget(ref: _NodeRef) -> None:
+  if _nodes.get(ref.key) is ref: del _nodes[ref.key]   # a node built since under the same key stays
+
+
+_nodes: dict[tuple, _NodeRef] = {}
+
+
 class _UOpMeta(type):
   """Hash-consing: UOp(op, src, arg, dtype) returns the existing node when an identical one is alive."""
-  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
   def __call__(cls, op: Ops, src: Iterable[UOp] = (), arg: Any = None, dtype: DType | None = None):
     src = tuple(src)
@@ -104,9 +123,11 @@ class _UOpMeta(type):
     if dtype is None: dtype = _infer_dtype(op, src, arg)
     # 0.0 == -0.0 and nan != nan in Python: key floats by their repr so each constant is its own node
     key = (op, dtype, src, ("float", repr(arg)) if isinstance(arg, float) else arg)
-    if (hit := _UOpMeta.cache.get(key)) is not None: return hit
+    if (ref := _nodes.get(key)) is not None and (hit := ref()) is not None: return hit
     u = super().__call__(op, src, arg, dtype)
-    _UOpMeta.cache[key] = u
+    ref = _NodeRef(u, _forget)
+    ref.key = key
+    _nodes[key] = ref
     return u
 
 
