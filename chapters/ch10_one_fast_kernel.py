@@ -756,10 +756,13 @@ print(f"fastest of {len(small)}: rows={best.rows} kvec={best.kvec}, {seconds * 1
 
 # %% [markdown]
 # The matmul gets the same treatment from `uopc.opt.VectorOpt`, an optimizer to opt into
-# (`Tensor.opt = VectorOpt`; the default stays the one whose kernels this book prints). Its layout step packs B into
-# panels of `nr` columns, each panel's K rows contiguous (BLIS's packed B, a copy kernel), and its GEMM kernel holds a
-# `rows x nvec` tile of vector accumulators: per k, one broadcast of A per row and `nvec` vector loads of the panel.
-# Against NumPy's BLAS, each in its own process (`uopc.bench.gemm`):
+# (`Tensor.opt = VectorOpt`; the default stays the one whose kernels this book prints). Its GEMM kernel reads B as
+# panels of `nr` columns, each panel's K rows contiguous (BLIS's packed B), and holds a `rows x nvec` tile of vector
+# accumulators: per k, one broadcast of A per row and `nvec` vector loads of the panel. Where a panel is small
+# enough to keep on a thread's stack and there are enough panels to share out, each iteration of the threaded loop
+# packs one panel and then computes every block of C under it, so the core that packs a panel is the one that reads
+# it, and the plan is one kernel; otherwise a copy kernel packs every panel first (NOTES 31). The plan of a
+# 256 x 256 product, then 1024 x 1024 against NumPy's BLAS, each in its own process (`uopc.bench.gemm`):
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import gemm as bench_gemm

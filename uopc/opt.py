@@ -99,9 +99,10 @@ class DefaultOpt:
 
 
 class VectorOpt(DefaultOpt):
-  """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.gemm_vec): B packed into panels by a copy
-  kernel, then a register tile of vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the
-  optimizer whose kernels the book prints."""
+  """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.gemm_vec): B packed into panels (by the
+  matmul kernel itself, each thread the panels it reads, or by a copy kernel before it), then a register tile of
+  vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book
+  prints."""
   @staticmethod
   def lanes() -> int:
     from uopc.runtime import native_lanes   # the optimizer itself does not depend on the runtime
