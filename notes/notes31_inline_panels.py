@@ -9,29 +9,39 @@ NOTES 28: OpenBLAS's threads spin after its calls; `python -m uopc.bench gemm` t
   inline, kernel         the one kernel of the plan that packs each panel inline, likewise
   copy kernel, call      (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy() with the first plan
   inline, call           the same with the second
-The two plans are made side by side by telling uopc.gemm_vec how many threads share the panels (1000: never
-enough panels, so the copy kernel), each in a plan cache of its own. Then the Python alone: the inline call with its
-kernel replaced by a no-op.
+The copy kernel's plan comes from CopyKernelOpt, VectorOpt with uopc.gemm_vec deciding as if 1000 threads shared
+the panels (never enough of them, so a copy kernel packs them): another optimizer, so the two plans sit side by side
+in the plan cache. Then the Python alone: the inline call with its kernel replaced by a no-op.
 """
 import argparse
 import contextlib
 import numpy as np
-from uopc import gemm_vec, kernelize, runtime
+from uopc import gemm_vec, runtime
 from uopc.bench import header
 from uopc.helpers import omp_threads
-from uopc.kernelize import isolated_plan_cache, normalize, plan_for
+from uopc.kernelize import normalize, plan_for
 from uopc.opt import VectorOpt
 from uopc.tensor import Tensor
 from notes28_call_overhead import best_of
 
 
 @contextlib.contextmanager
-def packing(threads: int, cache):
-  """Plans made and found in `cache`, with uopc.gemm_vec deciding the packing as if `threads` shared the panels."""
-  saved_cache, saved_threads = kernelize._plans, gemm_vec.omp_threads
-  kernelize._plans, gemm_vec.omp_threads = cache, (lambda: threads)
+def gemm_vec_sees(threads: int):
+  """uopc.gemm_vec decides how to pack B as if `threads` OpenMP threads shared the panels."""
+  saved, gemm_vec.omp_threads = gemm_vec.omp_threads, (lambda: threads)
   try: yield
-  finally: kernelize._plans, gemm_vec.omp_threads = saved_cache, saved_threads
+  finally: gemm_vec.omp_threads = saved
+
+
+class CopyKernelOpt(VectorOpt):
+  """VectorOpt with every matmul's B packed by a copy kernel first."""
+  @classmethod
+  def layout(cls, roots, options=None):
+    with gemm_vec_sees(1000): return super().layout(roots, options)
+
+  @classmethod
+  def lower(cls, body, out, options=None):
+    with gemm_vec_sees(1000): return super().lower(body, out, options)
 
 
 def main() -> None:
@@ -43,18 +53,16 @@ def main() -> None:
   n = args.n
   rng = np.random.default_rng(0)
   a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-  Tensor.opt = VectorOpt
   call = lambda: (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()
   ways = {}
-  for name, threads in (("copy kernel", 1000), ("inline", omp_threads())):
-    with isolated_plan_cache() as cache: pass   # a cache of its own, used through packing() below
-    with packing(threads, cache):
-      norm, arrays = normalize([(Tensor.from_numpy(a) @ Tensor.from_numpy(b)).uop])
-      plan = plan_for(norm, Tensor.options())
-      assert np.allclose(call(), a.astype(np.float64) @ b, atol=1e-3 * n ** 0.5)
+  for name, opt in (("copy kernel", CopyKernelOpt), ("inline", VectorOpt)):
+    Tensor.opt = opt
+    norm, arrays = normalize([(Tensor.from_numpy(a) @ Tensor.from_numpy(b)).uop])
+    plan = plan_for(norm, Tensor.options())
+    assert np.allclose(call(), a.astype(np.float64) @ b, atol=1e-3 * n ** 0.5)
     temps = [np.empty(size, np.float32) for _, size in plan.temps]
     pick = {"in": arrays, "temp": temps, "out": [np.empty(n * n, np.float32)]}
-    ways[name] = ([(k.prg, [pick[kind][i] for kind, i in k.args]) for k in plan.kernels], threads, cache)
+    ways[name] = ([(k.prg, [pick[kind][i] for kind, i in k.args]) for k in plan.kernels], opt)
     print(f"# {name}: {len(plan.kernels)} kernel(s), {', '.join(k.name for k in plan.kernels)}")
 
   def kernels_of(name):
@@ -62,9 +70,10 @@ def main() -> None:
     return lambda: [prg(*bufs) for prg, bufs in calls]
 
   def call_with(name):
-    _, threads, cache = ways[name]
+    opt = ways[name][1]
     def run():
-      with packing(threads, cache): return call()
+      Tensor.opt = opt
+      return call()
     return run
 
   fns = {"copy kernel, kernels": kernels_of("copy kernel"), "inline, kernel": kernels_of("inline"),
