@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from uopc.dtype import dtypes
 from uopc.tensor import Tensor, gradient
+from uopc.uop import UOp, Ops
 from numerics import finite_differences   # tests/numerics.py
 
 pytestmark = pytest.mark.ch09
@@ -65,6 +66,16 @@ ELEMENTWISE = {
 def test_elementwise_with_broadcasting(name):
   tfn, nfn = ELEMENTWISE[name]
   close(tfn(Tensor(A), Tensor(B)), nfn(A, B))
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4,)), ((4,), (3, 4)), ((2, 1, 4), (3, 1)), ((3, 4), (3, 4)), ((), (2, 3))])
+def test_broadcasting_builds_the_nodes_expand_builds(sa, sb):
+  """Binary ops and Tensor.full build their broadcast views without expand's checks: the nodes must be expand's."""
+  a, b = Tensor(rng.standard_normal(sa).astype(np.float32)), Tensor(rng.standard_normal(sb).astype(np.float32))
+  shape = tuple(np.broadcast_shapes(sa, sb))
+  assert (a + b).uop is UOp(Ops.ADD, (a.expand(shape).uop, b.expand(shape).uop))
+  assert (a < 2).uop is UOp(Ops.CMPLT, (a.uop, Tensor(UOp.const(2.0)).reshape((1,) * len(sa)).expand(sa).uop))
+  assert Tensor.full(shape, 3).uop is Tensor(UOp.const(3)).reshape((1,) * len(shape)).expand(shape).uop
 
 
 def test_dtypes_follow_numpy():

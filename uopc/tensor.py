@@ -176,8 +176,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise ValueError(f"full: sizes must be non-negative, got {shape}")
-    c = UOp.const(value, dtype)
-    return Tensor(c).reshape((1,) * len(shape)).expand(tuple(shape)) if shape else Tensor(c)
+    return _broadcast_to(UOp.const(value, dtype), tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
   @staticmethod
   def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)
   @staticmethod
@@ -267,9 +266,10 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def _pair(self, other) -> tuple[Tensor, Tensor]:
     """self and other promoted to one dtype (NumPy/PyTorch: float beats int, wide beats narrow) and one shape."""
     other = self._operand(other)
-    dt = least_upper_dtype(self.dtype, other.dtype)
-    shape = broadcast_shape(self.shape, other.shape)
-    return self.cast(dt).expand(shape), other.cast(dt).expand(shape)
+    dt = self.dtype if other.dtype is self.dtype else least_upper_dtype(self.dtype, other.dtype)
+    shape = self.shape if other.shape == self.shape else broadcast_shape(self.shape, other.shape)
+    # broadcast_shape checked that both expand to shape: the nodes expand() builds, without its checks
+    return _broadcast_to(self.cast(dt).uop, shape), _broadcast_to(other.cast(dt).uop, shape)
 
   def _binary(self, op: Ops, other, reverse: bool = False) -> Tensor:
     same = isinstance(other, Tensor) and other.dtype is self.dtype and other.shape == self.shape
