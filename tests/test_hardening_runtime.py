@@ -174,6 +174,63 @@ def test_with_openmp_nothing_is_printed(cache):
   assert (r.stdout.split()[:2], r.stderr) == (["False", "1"], "")   # strict nbval compares stderr
 
 
+# ---- a compiler that crashes ----
+CRASHES_WITH_FMA = """echo "$*" >> "$(dirname "$0")/calls"
+case "$*" in *kernel.c*) case "$*" in *-ffp-contract=off*) ;; *)
+  echo "kernel.c:1:6: internal compiler error: in convert_mult_to_fma, at tree-ssa-math-opts.cc:3414" >&2; exit 1;;
+esac;; esac
+exec cc "$@"
+"""
+
+
+def kernel_builds(tmp_path: Path) -> list[str]:
+  return [line for line in (tmp_path / "calls").read_text().splitlines() if "kernel.c" in line]
+
+
+def test_a_compiler_crash_is_built_again_without_fused_multiply_adds(cache, tmp_path, monkeypatch):
+  import numpy as np
+  monkeypatch.setenv("CC", fake_cc(tmp_path, CRASHES_WITH_FMA))
+  with pytest.warns(RuntimeWarning, match=r"crashed compiling total \(internal compiler error: in convert_mult_to_fma"
+                                          r".*-ffp-contract=off"):
+    prg = Program(SUM, "total")
+  x, out = np.arange(100, dtype=np.float32), np.zeros(1, np.float32)
+  prg(x, out, x.size)
+  assert out[0] == x.sum()
+  builds = kernel_builds(tmp_path)
+  assert len(builds) == 2 and "-ffp-contract=off" not in builds[0] and "-ffp-contract=off" in builds[1]
+
+
+def test_a_compiler_that_crashes_again_is_an_error_with_both_messages(cache, tmp_path, monkeypatch):
+  still = "*-ffp-contract=off*) echo 'cc1: still broken' >&2; exit 1;;"
+  body = CRASHES_WITH_FMA.replace("*-ffp-contract=off*) ;;", still)
+  monkeypatch.setenv("CC", fake_cc(tmp_path, body))
+  with pytest.raises(runtime.CompileError, match=r"(?s)crashed on this kernel.*convert_mult_to_fma.*still broken"):
+    Program(SUM, "total")
+
+
+def test_an_error_in_the_c_is_not_retried(cache, tmp_path, monkeypatch):
+  monkeypatch.setenv("CC", fake_cc(tmp_path, 'echo "$*" >> "$(dirname "$0")/calls"\nexec cc "$@"\n'))
+  with pytest.raises(runtime.CompileError, match="failed with exit code"):
+    Program("void broken(float* x) { x[0] = ; }", "broken")
+  assert len(kernel_builds(tmp_path)) == 1
+
+
+# the kernel on which gcc 12.2 crashed in CI (NOTES 32), as its notes script compiles it
+FMA_CRASH = Path(__file__).resolve().parent.parent / "notes" / "notes32_fma_crash.c"
+
+
+def test_the_kernel_gcc_12_crashed_on_builds_and_is_right(cache):
+  """On gcc 12.2 this takes the second build (and warns); elsewhere the first. Either way, the right answer."""
+  import numpy as np
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    prg = Program(FMA_CRASH.read_text(), "r_6")
+  x, s, out = np.linspace(-1, 1, 6, dtype=np.float32), np.array([0.5], np.float32), np.zeros(6, np.float32)
+  prg(x, s, out)
+  t = np.concatenate([x[:4] + s[0], (x[:2] + s[0]) * 3]).astype(np.float64)
+  np.testing.assert_allclose(out, np.exp(t - t.max()) / np.exp(t - t.max()).sum(), rtol=1e-5)
+
+
 # ---- runaway work ----
 def dead(pid: int) -> bool:
   try: return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"   # a zombie is dead, not yet reaped

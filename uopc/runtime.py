@@ -238,16 +238,38 @@ def _build_lock(path: Path) -> threading.Lock:
   with _locks_lock: return _build_locks.setdefault(path, threading.Lock())
 
 
+# A compiler can crash on valid C: gcc 12.2 stops with an internal compiler error, in the pass that forms FMAs, on
+# some kernels of random graphs (NOTES 32). Such a kernel is built once more with FMA contraction off, which skips
+# that pass; the result is the same arithmetic, each multiply and add rounded on its own.
+CRASH_RETRY_FLAGS = ("-ffp-contract=off",)
+
+
+def compiler_crashed(stderr: str) -> bool:
+  """Whether a failed compile was the compiler's own crash (gcc's and clang's wording), not an error in the C."""
+  return "internal compiler error" in stderr or "PLEASE submit a bug report" in stderr
+
+
 def _build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
   """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers)."""
   so_path.parent.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
     c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
     c_file.write_text(src)
-    try: r = _run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-      raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
-                         f"{numbered(src)}") from None
+    def compile_with(flags: tuple[str, ...]) -> subprocess.CompletedProcess:
+      try: return _run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
+      except subprocess.TimeoutExpired:
+        raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
+                           f"{numbered(src)}") from None
+    r = compile_with(flags)
+    if r.returncode != 0 and compiler_crashed(r.stderr):
+      crash, r = r.stderr.strip(), compile_with(flags + CRASH_RETRY_FLAGS)
+      if r.returncode != 0:
+        raise CompileError(f"{cc} crashed on this kernel, and failed again with {' '.join(CRASH_RETRY_FLAGS)}:\n"
+                           f"{crash}\n\nthen:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
+      why = re.search(r"internal compiler error[^\n]*", crash)
+      warnings.warn(f"uopc: {cc} crashed compiling {so_path.stem.split('-')[0]} ({why.group(0) if why else 'a crash'});"
+                    f" built it again with {' '.join(CRASH_RETRY_FLAGS)}, so its multiplies and adds are not fused",
+                    RuntimeWarning)
     if r.returncode != 0:
       raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
