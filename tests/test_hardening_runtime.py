@@ -208,6 +208,13 @@ def test_a_compiler_that_crashes_again_is_an_error_with_both_messages(cache, tmp
     Program(SUM, "total")
 
 
+def test_what_counts_as_the_compilers_own_crash():
+  assert runtime.compiler_crashed("k.c:18:6: internal compiler error: in convert_mult_to_fma, at tree-ssa-math-opts")
+  assert runtime.compiler_crashed("PLEASE submit a bug report to https://github.com/llvm/llvm-project/issues/")
+  assert not runtime.compiler_crashed("gcc: internal compiler error: Killed signal terminated program cc1")
+  assert not runtime.compiler_crashed("k.c:1:30: error: expected expression before ';' token")
+
+
 def test_an_error_in_the_c_is_not_retried(cache, tmp_path, monkeypatch):
   monkeypatch.setenv("CC", fake_cc(tmp_path, 'echo "$*" >> "$(dirname "$0")/calls"\nexec cc "$@"\n'))
   with pytest.raises(runtime.CompileError, match="failed with exit code"):

@@ -245,7 +245,9 @@ CRASH_RETRY_FLAGS = ("-ffp-contract=off",)
 
 
 def compiler_crashed(stderr: str) -> bool:
-  """Whether a failed compile was the compiler's own crash (gcc's and clang's wording), not an error in the C."""
+  """Whether a failed compile was the compiler's own crash (gcc's and clang's wording), not an error in the C, nor a
+  compiler killed from outside (gcc says "internal compiler error: Killed" then too: a retry would only repeat it)."""
+  if "internal compiler error: Killed" in stderr: return False
   return "internal compiler error" in stderr or "PLEASE submit a bug report" in stderr
 
 
