@@ -516,8 +516,9 @@ for name, body in [("GEMM 1024x1024x1024", gemm_body(1024, 1024, 1024)), ("GEMM 
 #
 # How close does the whole thing (`Tensor(a) @ Tensor(b)`, default opts, copy included, plus the cost of a
 # cached plan and of copying the inputs into Tensors) come to NumPy's BLAS? `uopc.bench.gemm` times each in a
-# process of its own (so that neither runtime's idle threads slow the other), best of 5 after a warm-up, and prints
-# the ratio (its third row, `vector`, is section 10.9's optimizer):
+# process of its own (so that neither runtime's idle threads slow the other), best of at least 5 calls after a
+# warm-up (more, where a quarter of a second holds more), and prints the ratio (its third row, `vector`, is section
+# 10.9's optimizer):
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import gemm

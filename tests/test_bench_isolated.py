@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from uopc import bench
 from uopc.bench_cases import Case, PeerError, case_peers, check, inputs, peer_names, reference
-from uopc.bench_isolated import measure, run_isolated
+from uopc.bench_isolated import best_of, measure, run_isolated
 
 TINY = Case("attention", 64, 16)
 HERE = Path(__file__).resolve().parent
@@ -76,9 +76,30 @@ def test_rounds_keep_each_peers_best():
   with pytest.raises(ValueError, match="rounds"): bench.gemm([32], 1, rounds=0)
 
 
+def test_best_of_takes_at_least_reps_calls_and_at_least_min_seconds_of_them(monkeypatch):
+  import types
+  import uopc.bench_isolated as bi
+  now = [0.0]
+  monkeypatch.setattr(bi, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))   # a clock the calls move
+  def timed(durations):
+    it, calls = iter(durations * 1000), []
+    def f():
+      calls.append(1)
+      now[0] += next(it)
+    return f, calls
+  f, calls = timed([0.003, 0.001, 0.002])
+  assert best_of(f, 2, 0, min_seconds=0.0) == 0.001 and len(calls) == 2      # reps alone
+  f, calls = timed([0.003, 0.001, 0.002])
+  assert best_of(f, 2, 0, min_seconds=0.02) == 0.001 and len(calls) == 10    # until 21 ms of calls
+  f, calls = timed([0.0])
+  monkeypatch.setattr(bi, "MAX_REPS", 7)
+  assert best_of(f, 2, 1, min_seconds=1.0) == 0.0 and len(calls) == 1 + 7    # the warm-up, then the cap
+
+
 def test_the_header_names_the_method():
   text = bench.header("isolated", 5)
-  assert "# method            each peer in its own process, one at a time, best of 5 after a warm-up" in text
+  assert "# method            each peer in its own process, one at a time, best of 5 after a warm-up (more calls " \
+         "where 0.25 s holds more)" in text
   for key in ("cpu", "cpu family/model", "cores", "compiler", "date"): assert f"\n# {key} " in "\n" + text
   assert "all peers in one process, in turns, best of 3" in bench.header("interleaved", 3)
   assert "# method" not in bench.header()

@@ -20,11 +20,12 @@ import numpy as np
 import uopc
 from uopc.bench_cases import Case, case_peers, check, inputs, reference
 from uopc.bench_cases import attention_peers  # noqa: F401  (chapter 11b imports it from here)
-from uopc.bench_isolated import run_isolated, warm_allocator
+from uopc.bench_isolated import MIN_SECONDS, run_isolated, warm_allocator
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
 
-METHODS = {"isolated": "each peer in its own process, one at a time, best of {reps} after a warm-up",
+METHODS = {"isolated": "each peer in its own process, one at a time, best of {reps} after a warm-up (more calls where "
+                       f"{MIN_SECONDS:g} s holds more)",
            "interleaved": "all peers in one process, in turns, best of {reps} after a warm-up"}
 # the whole sweep runs this many times and each row keeps its best: a burst of load from outside (other machines'
 # work on shared cores lasts seconds here, NOTES 20) then hits a peer in one round, not in all of them

@@ -4,8 +4,9 @@ Two OpenMP runtimes in one process (PyTorch's and the libgomp of uopc's kernels,
 each other: a runtime's idle threads keep spinning after its call returns and steal the cores from the next peer.
 So the parent here builds and times nothing. For each peer it runs `python -m uopc.bench_isolated`, a worker that
 reads one request (JSON on stdin), builds the case's inputs from the same seed, builds only its own peer, times it
-(best of reps after a warm-up), checks its result against the float64 reference and prints one JSON line back; the
-parent waits for it to exit before it starts the next peer's worker, so no two runtimes are ever alive at once.
+(best_of: at least reps calls and MIN_SECONDS of them, after a warm-up), checks its result against the float64
+reference and prints one JSON line back; the parent waits for it to exit before it starts the next peer's worker, so
+no two runtimes are ever alive at once.
 """
 from __future__ import annotations
 import importlib, json, math, os, subprocess, sys, time, traceback
@@ -22,7 +23,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent   # on the worker's path f
 @dataclass(frozen=True)
 class Measurement:
   peer: str
-  seconds: float   # best of reps, after the warm-up
+  seconds: float   # best of reps or more (best_of), after the warm-up
   pid: int         # the worker's process id (never the parent's)
 
 
@@ -36,13 +37,19 @@ def warm_allocator() -> None:
   del block
 
 
-def best_of(f: Callable[[], object], reps: int, warmup: int) -> float:
-  """Best seconds of `reps` back-to-back calls after `warmup` untimed ones: alone in its process, a peer needs no
-  settling between calls, and each call finds its own threads awake from the one before."""
+MIN_SECONDS = 0.25   # a peer's timed calls fill at least this long: best of 5 calls of 1.4 ms is 7 ms of samples,
+MAX_REPS = 1000      # which one burst of outside load spoils (NOTES 33); and a call of microseconds stops at this many
+
+
+def best_of(f: Callable[[], object], reps: int, warmup: int, min_seconds: float = MIN_SECONDS) -> float:
+  """Best seconds of back-to-back calls after `warmup` untimed ones: at least `reps` calls, and more while the timed
+  calls have filled less than `min_seconds` (up to MAX_REPS). Alone in its process, a peer needs no settling between
+  calls, and each call finds its own threads awake from the one before."""
   for _ in range(warmup): f()
-  best = math.inf
-  for _ in range(reps):
-    t0 = time.perf_counter(); f(); best = min(best, time.perf_counter() - t0)
+  best, spent, n = math.inf, 0.0, 0
+  while n < reps or (spent < min_seconds and n < MAX_REPS):
+    t0 = time.perf_counter(); f(); dt = time.perf_counter() - t0
+    best, spent, n = min(best, dt), spent + dt, n + 1
   return best
 
 
