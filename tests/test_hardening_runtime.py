@@ -36,10 +36,10 @@ def cache(tmp_path, monkeypatch):
   return tmp_path / "cache"
 
 
-def python(code: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+def python(code: str, cwd: Path | None = None, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
   """Run code in a fresh process (a crash there, SIGBUS or SIGSEGV, is a return code here, not a dead test run)."""
   return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                        env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300)
+                        env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=timeout)
 
 
 # ---- the cache directory and damaged entries ----
@@ -292,6 +292,28 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
     except KeyboardInterrupt: print("interrupted")
   """
   assert_interrupted_and_child_dead(code, cc, pidfile, cache)
+
+
+def test_ctrl_c_that_lands_on_another_thread_still_stops_the_compile(cache, tmp_path):
+  """The kernel may hand a process's SIGINT to any thread that does not block it. Sent to a second thread here
+  (pthread_kill), while the main thread waits for the compiler: it must be raised in the main thread within moments,
+  not when the compile's 300 s run out (NOTES 34)."""
+  cc, pidfile = compiler_with_a_child(tmp_path)
+  code = f"""if 1:
+    import os, signal, threading, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from uopc.runtime import Program
+    def press_ctrl_c():
+      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)
+      time.sleep(0.2)   # the main thread is waiting for the compiler by now
+      signal.pthread_kill(threading.get_ident(), signal.SIGINT)   # to this thread, not the main one
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
+    except KeyboardInterrupt: print("interrupted")
+  """
+  r = python(code, timeout=60, UOPC_CACHE_DIR=str(cache), CC=cc)
+  assert (r.returncode, r.stdout.strip()) == (0, "interrupted"), r.stderr
+  assert_child_dies(pidfile)
 
 
 def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):

@@ -290,6 +290,9 @@ def _limit_compiler() -> None:
   except (ValueError, OSError): pass
 
 
+WAIT_SLICE_S = 0.1   # the longest the main thread waits on the compiler before it looks at its signals again
+
+
 def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
   """Run a compiler in a process group of its own: `cc` is a driver that starts cc1, as and ld, so on a timeout (or
   Ctrl-C) the whole group is killed, not only the driver (which left cc1 running)."""
@@ -298,7 +301,15 @@ def _run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess
     with _ctrl_c_held():   # a Ctrl-C while Popen starts the driver lands after `proc` is set, so the group is killed
       proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                               preexec_fn=_limit_compiler)
-    out, err = proc.communicate(timeout=timeout)
+    # in slices: a Ctrl-C that the kernel hands to another thread does not wake this one from its wait, and Python
+    # raises it here only when this thread runs Python again (NOTES 34)
+    deadline = time.monotonic() + timeout
+    while True:
+      try:
+        out, err = proc.communicate(timeout=max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic())))
+        break
+      except subprocess.TimeoutExpired:
+        if time.monotonic() >= deadline: raise
   except BaseException:   # TimeoutExpired, KeyboardInterrupt
     if proc is not None:
       try: os.killpg(proc.pid, signal.SIGKILL)
