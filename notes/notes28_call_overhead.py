@@ -33,6 +33,16 @@ def best_of(fns: dict, reps: int) -> dict:
   return best
 
 
+def planned_kernels(a: np.ndarray, b: np.ndarray) -> tuple:
+  """The plan of Tensor.from_numpy(a) @ Tensor.from_numpy(b) under Tensor.opt, and its kernels as (Program, arrays)
+  pairs on inputs, temporaries and an output prepared here, ready to call without the Python around a realize."""
+  norm, arrays = normalize([(Tensor.from_numpy(a) @ Tensor.from_numpy(b)).uop])
+  plan = plan_for(norm, Tensor.options())
+  temps = [np.empty(size, np.float32) for _, size in plan.temps]
+  pick = {"in": arrays, "temp": temps, "out": [np.empty(a.shape[0] * b.shape[1], np.float32)]}
+  return plan, [(k.prg, [pick[kind][i] for kind, i in k.args]) for k in plan.kernels]
+
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--n", type=int, default=512)
@@ -43,11 +53,7 @@ def main() -> None:
   rng = np.random.default_rng(0)
   a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
   Tensor.opt = VectorOpt
-  norm, arrays = normalize([(Tensor.from_numpy(a) @ Tensor.from_numpy(b)).uop])
-  plan = plan_for(norm, Tensor.options())
-  temps = [np.empty(size, np.float32) for _, size in plan.temps]
-  pick = {"in": arrays, "temp": temps, "out": [np.empty(n * n, np.float32)]}
-  calls = [(k.prg, [pick[kind][i] for kind, i in k.args]) for k in plan.kernels]
+  plan, calls = planned_kernels(a, b)
   jit = TinyJit(lambda x, y: x @ y)
   fns = {"kernels only": lambda: [prg(*bufs) for prg, bufs in calls],
          "Tensor(a)": lambda: (Tensor(a) @ Tensor(b)).numpy(),

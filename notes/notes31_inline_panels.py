@@ -19,10 +19,9 @@ import numpy as np
 from uopc import gemm_vec, runtime
 from uopc.bench import header
 from uopc.helpers import omp_threads
-from uopc.kernelize import normalize, plan_for
 from uopc.opt import VectorOpt
 from uopc.tensor import Tensor
-from notes28_call_overhead import best_of
+from notes28_call_overhead import best_of, planned_kernels
 
 
 @contextlib.contextmanager
@@ -57,12 +56,9 @@ def main() -> None:
   ways = {}
   for name, opt in (("copy kernel", CopyKernelOpt), ("inline", VectorOpt)):
     Tensor.opt = opt
-    norm, arrays = normalize([(Tensor.from_numpy(a) @ Tensor.from_numpy(b)).uop])
-    plan = plan_for(norm, Tensor.options())
+    plan, calls = planned_kernels(a, b)
     assert np.allclose(call(), a.astype(np.float64) @ b, atol=1e-3 * n ** 0.5)
-    temps = [np.empty(size, np.float32) for _, size in plan.temps]
-    pick = {"in": arrays, "temp": temps, "out": [np.empty(n * n, np.float32)]}
-    ways[name] = ([(k.prg, [pick[kind][i] for kind, i in k.args]) for k in plan.kernels], opt)
+    ways[name] = (calls, opt)
     print(f"# {name}: {len(plan.kernels)} kernel(s), {', '.join(k.name for k in plan.kernels)}")
 
   def kernels_of(name):
