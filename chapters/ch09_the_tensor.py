@@ -596,7 +596,7 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
 # 3. Why can no composition of the five movement ops reverse an axis? Add a FLIP movement op (rangeify maps
 #    index i to n-1-i; its derivative rule is FLIP again), make `Tensor.flip` use it, and compare the kernels of
 #    `x[::-1].sum()` with 9.8's one-hot select.
-# 4. `Tensor.layernorm` is five lines (`uopc/tensor_nn.py`). Check the gradient of `layernorm(x) @ w` against
+# 4. `Tensor.layernorm` is five lines (`uopc/mixin/functional.py`). Check the gradient of `layernorm(x) @ w` against
 #    finite differences, and count its kernels with and without `stage_broadcast_compute` (Chapter 7).
 # 5. Count the kernels of the gradient of attention at N = 64 with and without `fuse_reduce`. Which
 #    reductions of the backward pass could share a kernel?

@@ -48,7 +48,7 @@ print(header())
 # the left of the ridge can only go faster by moving fewer bytes; a kernel to the right, by doing its
 # arithmetic better.
 #
-# `uopc.bench.peak` measures both lines with two small generated C kernels (read them in `uopc/bench.py`):
+# `uopc.bench.peak` measures both lines with two small generated C kernels (read them in `uopc/bench/__init__.py`):
 # - `fma_peak`: per thread, ten independent chains of 16-wide vector fused multiply-adds (FMA, `x = x * b + c`),
 #   enough chains to hide the FMA's latency, so the FMA units never wait. 2 FLOPs per lane per FMA.
 # - `triad`: the STREAM triad `a[i] = b[i] + 3 * c[i]` over three 128 MB arrays, far larger than any cache, so
@@ -638,7 +638,7 @@ plt.show()
 #
 # Everything so far left the vectors to gcc: the C is scalar, and `-O3 -march=native` turns the inner loop of a
 # register tile into vector instructions where it can see how. For the GEMM of 10.3 it can. For Chapter 11's
-# attention kernel (`uopc.flash`) it mostly cannot: its tiles live in small arrays that gcc keeps in memory, and
+# attention kernel (`uopc.kernels.flash`) it mostly cannot: its tiles live in small arrays that gcc keeps in memory, and
 # the kernel reaches about a third of the FMA peak. The loop IR can say what each register holds instead: a dtype
 # with lanes. `dtypes.f32.vec(16)` is 16 floats in one 512-bit register; `index(i).load(16)` loads 16
 # consecutive floats as one vector, every ALU op works on all lanes, and a scalar that meets a vector is
@@ -666,19 +666,19 @@ assert np.allclose(ys, np.exp2(np.maximum(xs * 2 + 1, xs)), rtol=1e-6)
 # AVX-512, `vscalefps` does the 2^n). Always inline, because a call clobbers every vector register, and a register
 # tile is made of them.
 #
-# `uopc.flash_vec` rewrites the attention kernel this way. For a block of `rows` queries and a tile of
+# `uopc.kernels.flash_vec` rewrites the attention kernel this way. For a block of `rows` queries and a tile of
 # `kvec` vectors of keys, S = Q K^T is `rows x kvec` vector accumulators over the head dimension (a query value
 # broadcast against `kvec` vectors of the packed K^T); the softmax runs on those vectors (the tile's row max by a
 # butterfly of shuffles, P = 2^(S - m) by the vector exp2); O += P V updates `dchunk` vectors of each output row at a
-# time. Whether the tile fits in the registers is a question the compiler answers, in its assembly: `uopc.asm`
+# time. Whether the tile fits in the registers is a question the compiler answers, in its assembly: `uopc.runtime.asm`
 # finds the hot loops (innermost loops with FMAs) and the vector moves to and from the stack inside them. The
 # default tile, 6 x 4, has 24 score accumulators; 8 x 4 has 32, all of AVX-512's registers, with none left for
 # the K^T vectors:
 
 # %% tags=["nbval-ignore-output"]
 import platform
-from uopc.asm import assembly, hot_loops, stack_spills
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.runtime.asm import assembly, hot_loops, stack_spills
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir
 
 for opts in (FlashVecOpts(rows=6, kvec=4, dchunk=2), FlashVecOpts(rows=8, kvec=4, dchunk=2)):
   nq = 48 * opts.rows
@@ -691,8 +691,8 @@ for opts in (FlashVecOpts(rows=6, kvec=4, dchunk=2), FlashVecOpts(rows=8, kvec=4
 # %% [markdown]
 # Keys in the lanes cost two things outside the register tile. K has to be transposed before every call: a copy, made
 # on one core, which the other core's cache then has to fetch. And each row's max and sum are reductions across
-# lanes. `uopc.flash_vec_q` puts *queries* in the lanes instead. A block is `lanes` queries (one vector); key j's
-# scores against them are one vector accumulator, built from K's row j one scalar at a time, broadcast against a
+# lanes. `uopc.kernels.flash_vec_q` puts *queries* in the lanes instead. A block is `lanes` queries (one vector); key
+# j's scores against them are one vector accumulator, built from K's row j one scalar at a time, broadcast against a
 # vector of the block's queries, which the kernel transposes itself, once per block (a thousand floats, against
 # millions of FMAs). A query's max over a tile is then a max of whole vectors, its correction one exp2 per vector,
 # and the causal mask compares the lanes' query numbers with the key's. O is kept transposed too, dv rows of
@@ -701,13 +701,13 @@ for opts in (FlashVecOpts(rows=6, kvec=4, dchunk=2), FlashVecOpts(rows=8, kvec=4
 # nothing is padded or copied before the call. `scaled_dot_product_attention` starts from this layout, and the tuner
 # tries both (NOTES 29 measures what the copy costs).
 #
-# The kernel before and after, on this machine: uopc.flash's scalar kernel (what `scaled_dot_product_attention`
+# The kernel before and after, on this machine: uopc.kernels.flash's scalar kernel (what `scaled_dot_product_attention`
 # ran before this section) and the two vector kernels with their heuristic tiles, each timed through
 # `nn_flash.run` (the keys layout's copies included), at N = 1024, D = 64, one head:
 
 # %% tags=["nbval-ignore-output"]
-from uopc import nn_flash
-from uopc.flash import flash_attention_ir
+from uopc.nn import flash as nn_flash
+from uopc.kernels.flash import flash_attention_ir
 
 Nf, Df = 1024, 64
 qf, kf, vf = (rng.standard_normal((1, Nf, Df)).astype(np.float32) for _ in range(3))
@@ -721,8 +721,8 @@ heuristic = nn_flash.default_opts(nn_flash.lanes_here())
 queries = nn_flash.flash_vec_q.default_opts(nn_flash.lanes_here())
 flash_flops = 4 * Nf * Nf * Df
 flash_points = {}
-for name, run in [("scalar (uopc.flash)", lambda: scalar(qf, kt, vf, o_scalar) or o_scalar),
-                  (f"vector {heuristic.rows}x{heuristic.kvec} (uopc.flash_vec)",
+for name, run in [("scalar (uopc.kernels.flash)", lambda: scalar(qf, kt, vf, o_scalar) or o_scalar),
+                  (f"vector {heuristic.rows}x{heuristic.kvec} (uopc.kernels.flash_vec)",
                    lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), heuristic)),
                   (f"queries in lanes {queries.rows}x{queries.keys} (flash_vec_q)",
                    lambda: nn_flash.run(qf, kf, vf, False, 1 / np.sqrt(Df), queries))]:
@@ -739,14 +739,14 @@ plt.show()
 # Which tile is best depends on the problem and the machine: how many registers, how wide, how big the caches
 # (NOTES 24 has the measurements: on this project's Zen 4 a 16-row GEMM tile ties with 8 rows at K = 512 and runs at
 # half its speed from K = 1024, where A's 16 rows lie a multiple of 4 KB apart). So the tile is an opt, and
-# `uopc.tune` picks it by timing candidates on this machine, as tinygrad's BEAM does: every candidate is compiled
-# and timed, the fastest few are timed again in turns with the heuristic, and the winner is cached on disk per
+# `uopc.runtime.tune` picks it by timing candidates on this machine, as tinygrad's BEAM does: every candidate is
+# compiled and timed, the fastest few are timed again in turns with the heuristic, and the winner is cached on disk per
 # kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches; without it a kernel gets the cached
 # winner or its heuristic. A small search, three candidates:
 
 # %% tags=["nbval-ignore-output"]
 import sys
-from uopc import tune
+from uopc.runtime import tune
 
 small = [FlashVecOpts(rows=r, kvec=k, dchunk=1, lanes=heuristic.lanes) for r, k in ((4, 2), (6, 4), (8, 2))]
 q5, k5, v5 = (rng.standard_normal((1, 512, 64)).astype(np.float32) for _ in range(3))
@@ -793,7 +793,7 @@ for r in bench_gemm([1024], reps=3): print(r.line())
 # - **A flag can change vector code you wrote.** An early version of the vector kernel ran at half speed under
 #   `-mprefer-vector-width=256` (one run, NOTES 24); the current one, whose loads and stores are single vector moves
 #   through the `_u` pointer, runs the same with or without it. Flags are part of a kernel's opts
-#   (`uopc.compile_opts`) and of its cache key, so a kernel that needs others can say so.
+#   (`uopc.runtime.flags`) and of its cache key, so a kernel that needs others can say so.
 # - **A tile that fits the registers can still miss in L1.** 16 rows of A that lie a multiple of 4 KB apart map to
 #   the same L1 sets: the 16 x 1 GEMM tile that wins at K = 512 runs at half speed at K = 1024. Tune per problem.
 # - **Reading a non-contiguous reduce axis.** Without the layout pass, `a @ b` reads B with stride N in the
@@ -818,12 +818,12 @@ for r in bench_gemm([1024], reps=3): print(r.line())
 # 6. ★★★ Cache blocking. For N = 2048, B^T (16 MB) does not fit in any cache, and every row tile streams all of
 #    it. Write, in the loop IR of Chapter 4, a GEMM that splits the reduce axis into blocks of 256 and the
 #    column axis into blocks of 64 around the 4x4 tile, and measure it against the default at N = 1024 and 2048.
-# 7. ★★ A vector row max. Write, with `load(16)`, `maximum` and `uopc.vector.butterfly`, the loop program of
+# 7. ★★ A vector row max. Write, with `load(16)`, `maximum` and `uopc.codegen.vector.butterfly`, the loop program of
 #    `r_1024` (the row max of a (1024, 1024) matrix) whose inner loop keeps one vector accumulator per row. Check it
 #    against NumPy, with a NaN in a row too: does your kernel keep it where the scalar `r_1024` keeps it? Time both.
-# 8. ★★ Registers. For `uopc.flash_vec`, list the tiles (rows, kvec) whose hot loops have no stack spills on this
-#    machine (`uopc.asm`), time each at N = 2048, D = 64, and compare the fastest with what `Context(BEAM=4)` picks.
-#    Does the fastest tile use every register? Explain with the count of 10.2 (accumulators plus loaded values).
+# 8. ★★ Registers. For `uopc.kernels.flash_vec`, list the tiles (rows, kvec) whose hot loops have no stack spills on
+# this machine (`uopc.runtime.asm`), time each at N = 2048, D = 64, and compare the fastest with what `Context(BEAM=4)`
+# picks. Does the fastest tile use every register? Explain with the count of 10.2 (accumulators plus loaded values).
 # 9. ★★★ The exp2's degree. The vector exp2 uses a degree-7 polynomial on [-1/2, 1/2]. Fit degree 5 and 6 (least
 #    squares on Chebyshev nodes, in float64), measure the largest relative error against `np.exp2` in float64 over
 #    [-126, 0], and the flash kernel's speed with each (replace the coefficients in the source as NOTES 24's script

@@ -75,7 +75,7 @@ for label, fuse, opt, online in variants:
 # rescaled by the same correction factor.
 
 # %%
-from uopc.online import OnlineSoftmax
+from uopc.codegen.online import OnlineSoftmax
 from uopc.opt import layout_pass, online_opts
 from uopc.rangeify import lower, Ctx
 
@@ -108,7 +108,7 @@ print(make_plan([small], False, OneRowOneKey, True).kernels[-1].src)
 #
 # ## How the rewrite works, and when it refuses
 #
-# `uopc.online` works in two places:
+# `uopc.codegen.online` works in two places:
 #
 # 1. **The kernelizer** (`find_groups`) finds softmax's denominator: a REDUCE(ADD) over one axis of `exp2` of
 #    something minus a REDUCE(MAX) over an axis of the same length. With the switch on, those reductions, and the

@@ -26,12 +26,12 @@
 # There is no GPU on the machines this course runs on. The OpenCL device is **PoCL**, an OpenCL implementation for
 # CPUs (installed with `pip install "pyopencl[pocl]"`): it runs real GPU programs, with real work-groups, local
 # memory and barriers, on the CPU's cores. That is enough to check every kernel, and not enough to time one
-# (section 12.6). The finished pieces are `uopc.gpu` (the launch opt and traffic counts), `uopc.render_gpu` (the
-# dialects), `uopc.device_cl` and `uopc.device_cuda`.
+# (section 12.6). The finished pieces are `uopc.codegen.gpudims` (the launch opt and traffic counts), `uopc.render_gpu`
+# (the dialects), `uopc.runtime.cl` and `uopc.runtime.cuda`.
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import header
-from uopc.device_cl import device_name
+from uopc.runtime.cl import device_name
 print(header())
 print("OpenCL:", device_name())
 
@@ -125,7 +125,7 @@ for block, regs, shared in [(256, 32, 0), (256, 64, 0), (256, 128, 0), (128, 32,
 # %%
 import warnings
 import pyopencl as cl
-from uopc.device_cl import cl_queue
+from uopc.runtime.cl import cl_queue
 
 ctx, queue = cl_queue()
 
@@ -211,9 +211,9 @@ print("local stores ", (x.size + groups * sum(steps)) * 4, "bytes; local loads "
 # - an `ALLOC` whose arg is a `LocalArg`: one array per work-group, in local memory.
 # - `Ops.BARRIER`: a statement over the stores it orders; loads placed `.after(barrier)` come after it.
 #
-# The **launch opt**, `uopc.gpu.launch_axes`, takes the loops that enclose every statement of a kernel (its output
-# loops, whose iterations share nothing), splits each into GLOBAL x LOCAL (r = g*b + l) and gives dimension 0 to the
-# innermost one, so neighbouring work-items write neighbouring addresses. The default chooser gives each axis the
+# The **launch opt**, `uopc.codegen.gpudims.launch_axes`, takes the loops that enclose every statement of a kernel (its
+# output loops, whose iterations share nothing), splits each into GLOBAL x LOCAL (r = g*b + l) and gives dimension 0 to
+# the innermost one, so neighbouring work-items write neighbouring addresses. The default chooser gives each axis the
 # largest work-group that divides it and keeps the group within 256 work-items, and within a quarter of the launch,
 # so that there are at least four work-groups to spread over the compute units where the kernel has that much work.
 # A divisor, so no work-item needs a bounds check. Here is the loop program of a row sum, before and after, both
@@ -221,7 +221,7 @@ print("local stores ", (x.size + groups * sum(steps)) * 4, "bytes; local loads "
 
 # %%
 from uopc.dtype import dtypes
-from uopc.gpu import default_block, launch_axes
+from uopc.codegen.gpudims import default_block, launch_axes
 from uopc.rangeify import lower, Ctx
 from uopc.render_c import render_c
 from uopc.runtime import Program
@@ -365,12 +365,12 @@ print(f"... ({len(fused_src.splitlines())} lines)")
 # %% [markdown]
 # ## 12.5 Global and local memory traffic
 #
-# `uopc.gpu.traffic` counts, for one launch, the bytes every load and store executes, by memory: global (the
+# `uopc.codegen.gpudims.traffic` counts, for one launch, the bytes every load and store executes, by memory: global (the
 # kernel's buffers) and local (LocalArg arrays). It counts accesses, not distinct bytes: a value loaded twice
 # counts twice (on a GPU the second load may hit a cache; the count is what a kernel *asks* for).
 
 # %%
-from uopc.gpu import traffic
+from uopc.codegen.gpudims import traffic
 
 counts = {}
 for name, plan in plans.items():
@@ -439,7 +439,7 @@ print(f"unfused attention N={Nq}: CL on PoCL {t_cl * 1e3:.2f} ms, uopc's C {t_cp
 # and an H100 (`sm_90`), with no GPU in sight:
 
 # %%
-from uopc.device_cuda import CUDAProgram, gpu_present, no_gpu_reason
+from uopc.runtime.cuda import CUDAProgram, gpu_present, no_gpu_reason
 
 compiled = {arch: 0 for arch in ("sm_80", "sm_90")}
 for plan in plans.values():
@@ -470,7 +470,7 @@ else:
 # - **A missing barrier is silent on PoCL.** PoCL runs work-items in a fixed order, so a race either shows up every
 #   time or never; a GPU interleaves them differently on every run. Chapter 13 uses Oclgrind, which reports it.
 # - **Choose the OpenCL platform by name.** Platform indices change when another OpenCL driver is installed;
-#   `uopc.device_cl` asks for "Portable Computing Language" (or `UOPC_CL_PLATFORM`).
+#   `uopc.runtime.cl` asks for "Portable Computing Language" (or `UOPC_CL_PLATFORM`).
 # - **Fetch each kernel once** (`cl.Kernel(program, name)`): pyopencl warns when `program.name` is looked up twice,
 #   and a warning on stderr fails a notebook cell.
 # - **Every work-group size is a new compile.** PoCL specializes a kernel for its work-group size at the first
@@ -495,5 +495,5 @@ else:
 # `row_sum(x, out)` that sums each row of a (rows, width) matrix with one work-group of `width` work-items per
 # row, a tree in local memory and a barrier after every step. Run it with pyopencl and check it against NumPy.
 #
-# **12.4 (★★, not graded) Count it.** Use `uopc.gpu.traffic` on the kernels of the online-softmax plan
+# **12.4 (★★, not graded) Count it.** Use `uopc.codegen.gpudims.traffic` on the kernels of the online-softmax plan
 # (`Tensor.online_softmax = True`) and place them on the plot of 12.5.

@@ -20,13 +20,13 @@
 # - the **race** a missing barrier makes, found by Oclgrind;
 # - **FlashAttention-2** built from these pieces and checked against NumPy and Chapter 11's kernels.
 #
-# The modules: `uopc.localtile` (`lower_local_tile`, `TiledOpt`), `uopc.wmma` (the layouts), `uopc.tc` (`TC=1`),
-# `uopc.fa2` (`fa2_ir`).
+# The modules: `uopc.codegen.localtile` (`lower_local_tile`, `TiledOpt`), `uopc.codegen.wmma` (the layouts),
+# `uopc.codegen.tc` (`TC=1`), `uopc.kernels.fa2` (`fa2_ir`).
 
 # %% tags=["nbval-ignore-output"]
 import numpy as np
 from uopc.bench import header
-from uopc.device_cl import device_name
+from uopc.runtime.cl import device_name
 print(header())
 print("OpenCL:", device_name())
 
@@ -35,19 +35,19 @@ print("OpenCL:", device_name())
 #
 # Four lowerings of the same kernel body, `C = A @ B`: chapter 12's default (each work-item computes a 4 x 4
 # register tile straight from global memory), a local tile with one output per work-item, a local tile with a
-# 4 x 4 register tile per work-item, and tensor cores. Each is a loop program; `uopc.gpu.traffic` counts the bytes
-# one launch moves (every access executed, no cache), and each runs on CL against NumPy.
+# 4 x 4 register tile per work-item, and tensor cores. Each is a loop program; `uopc.codegen.gpudims.traffic` counts the
+# bytes one launch moves (every access executed, no cache), and each runs on CL against NumPy.
 
 # %%
-from uopc import wmma
+from uopc.codegen import wmma
 from uopc.device import get_device
 from uopc.dtype import dtypes
-from uopc.gpu import traffic
-from uopc.localtile import LocalTile, lower_local_tile
+from uopc.codegen.gpudims import traffic
+from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.opt import DefaultOpt
 from uopc.options import Options
 from uopc.render_gpu import CL, CUDA
-from uopc.tc import lower_tc
+from uopc.codegen.tc import lower_tc
 from uopc.tensor import Tensor
 from uopc.uop import UOp, Ops, ParamArg, substitute
 
@@ -136,7 +136,7 @@ print(f"A read with a padded row of 9 floats: {conflict((ly * 4) * 9)} cycles")
 #
 # `mma.sync.aligned.m16n8k16` multiplies a 16 x 16 tile of A by a 16 x 8 tile of B with the 32 lanes of a warp each
 # holding 8 elements of A, 4 of B and 4 of C in registers. Which lane holds which element is fixed by the
-# hardware; `uopc.wmma` writes it down as tables. The picture: each element coloured by the lane holding it.
+# hardware; `uopc.codegen.wmma` writes it down as tables. The picture: each element coloured by the lane holding it.
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.5))
@@ -193,7 +193,7 @@ import sys
 import numpy as np
 from uopc.device import get_device
 from uopc.dtype import dtypes
-from uopc.localtile import LocalTile, lower_local_tile
+from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.render_gpu import CL
 from uopc.tensor import Tensor
 from uopc.uop import UOp, Ops, ParamArg, substitute
@@ -223,8 +223,8 @@ with tempfile.TemporaryDirectory() as tmp:
 # ## 13.5 FlashAttention-2
 #
 # Chapter 11's fused kernel gives each thread a block of queries and walks the keys. On a GPU the keys are shared:
-# `uopc.fa2.fa2_ir` makes one work-group per (batch x head, block of 32 queries), one work-item per query row. Per
-# tile of 16 keys the work-group loads the K and V tiles into local memory together and waits; each work-item then
+# `uopc.kernels.fa2.fa2_ir` makes one work-group per (batch x head, block of 32 queries), one work-item per query row.
+# Per tile of 16 keys the work-group loads the K and V tiles into local memory together and waits; each work-item then
 # scores its row against the tile, takes the tile's max, rescales its output row once and adds P V, and the group
 # waits again. Causal attention never visits the tiles past the block's diagonal (the key loop's bound is an
 # expression of the work-group's block, the same for all its work-items, so the barriers stay uniform).
@@ -257,10 +257,10 @@ print("within 1e-5 of chapter 11's kernels:", np.abs(sdpa(*(Tensor(x[0, 0], devi
 # ## 13.6 On a GPU
 #
 # PoCL's timings say what a CPU does with a GPU program. Where a CUDA GPU is present, the same kernels launch
-# through `uopc.device_cuda`; the cell below times the tensor-core GEMM there and says so when there is none.
+# through `uopc.runtime.cuda`; the cell below times the tensor-core GEMM there and says so when there is none.
 
 # %% tags=["nbval-ignore-output"]
-from uopc.device_cuda import gpu_present, no_gpu_reason
+from uopc.runtime.cuda import gpu_present, no_gpu_reason
 if gpu_present():
   from uopc.helpers import Context, best_of
   x, y = (Tensor(rng.standard_normal((4096, 4096)).astype(np.float16), device="CUDA").cast(dtypes.f32)

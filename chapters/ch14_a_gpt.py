@@ -22,7 +22,7 @@
 # - reproduce **NOTES 15**, which chapter 11 cites: the same step with the LayerNorm outputs staged and unstaged.
 #
 # The finished pieces are `uopc.nn` (`Linear`, `Embedding`, `LayerNorm`, `Dropout`, `GPT`), `uopc.optim`
-# (`SGD`, `AdamW`), `uopc.data`, `examples/gpt.py` and `python -m uopc.bench gpt`. Timings were measured on the
+# (`SGD`, `AdamW`), `uopc.nn.data`, `examples/gpt.py` and `python -m uopc.bench gpt`. Timings were measured on the
 # machine below while other work shared its two cores: read them as "measured under load".
 
 # %% tags=["nbval-ignore-output"]
@@ -44,7 +44,7 @@ print(f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())}")
 # %%
 import math
 import numpy as np
-from uopc.data import CharTokenizer, get_batch, load_text, split
+from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 
 text = load_text()
 tok = CharTokenizer(text)
@@ -159,7 +159,7 @@ print("flash kernel = naive attention (float32):", np.allclose(fast, naive, rtol
 
 # %%
 from uopc.nn import GPT, GPTConfig
-from uopc.nn_gpt import cross_entropy_numpy, gpt_forward_numpy
+from uopc.nn.gpt import cross_entropy_numpy, gpt_forward_numpy
 
 cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=64)
 model = GPT(cfg, seed=0)
@@ -168,7 +168,7 @@ print(f"{model.num_parameters()} parameters in {len(model.parameters())} tensors
 for name, p in model.named_parameters().items(): print(f"  {name:24s} {p.shape}")
 
 # %% [markdown]
-# The whole model against its NumPy twin (`uopc.nn_gpt.gpt_forward_numpy`, written from the same state dict), in
+# The whole model against its NumPy twin (`uopc.nn.gpt.gpt_forward_numpy`, written from the same state dict), in
 # float64, on a tiny configuration with untied head: forward logits and loss, and two entries of every one of its
 # gradients against finite differences of the NumPy loss.
 
@@ -216,14 +216,14 @@ print("plans in the cache after steps 1, 2, 3:", counts, "-> the same plan every
 # %% [markdown]
 # What is in that plan, and where a step's time goes: building the graph in Python (forward, autograd's backward
 # graph, the optimizer's update graph), scheduling (normalize: the step's buffers replaced by numbered inputs;
-# then the plan-cache lookup), and the kernels. `uopc.bench_gpt.kernel_times` runs the plan's kernels with a timer
+# then the plan-cache lookup), and the kernels. `uopc.bench.gpt.kernel_times` runs the plan's kernels with a timer
 # each, in CPU time with one thread (the notebook runs under whatever OpenMP setting it was started with; other
 # processes do not inflate CPU time).
 
 # %%
 import gc
 import time
-from uopc.bench_gpt import kernel_times, step_roots
+from uopc.bench.gpt import kernel_times, step_roots
 
 xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
 gc.collect(); gc.disable()   # one build, without a pass of Python's cyclic garbage collector landing inside it
@@ -342,7 +342,7 @@ print(tok.decode(model.generate(tok.encode("HAMLET:\n").tolist(), 240, temperatu
 
 # %%
 import uopc.kernelize
-from uopc.bench_gpt import recording_layernorms, stage_except_layernorm
+from uopc.bench.gpt import recording_layernorms, stage_except_layernorm
 
 model = GPT(cfg, seed=0)
 xb, yb = get_batch(train_ids, 16, cfg.block_size, np.random.default_rng(0))

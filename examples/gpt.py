@@ -13,7 +13,7 @@ import argparse, json, math, pathlib, sys, time
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from uopc.data import load_text, CharTokenizer, split, get_batch   # noqa: E402
+from uopc.nn.data import load_text, CharTokenizer, split, get_batch   # noqa: E402
 from uopc.nn import GPT, GPTConfig, save_npz, load_npz             # noqa: E402
 from uopc.jit import TinyJit                                        # noqa: E402
 from uopc.opt import DefaultOpt, VectorOpt                         # noqa: E402

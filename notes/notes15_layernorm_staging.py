@@ -13,8 +13,8 @@ import os, sys
 import numpy as np
 import uopc.kernelize
 from uopc.bench import header
-from uopc.bench_gpt import kernel_times, recording_layernorms, stage_except_layernorm, step_roots
-from uopc.data import CharTokenizer, get_batch, load_text, split
+from uopc.bench.gpt import kernel_times, recording_layernorms, stage_except_layernorm, step_roots
+from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.nn import GPT, GPTConfig
 from uopc.optim import AdamW
 

@@ -12,11 +12,11 @@ both cores, one head.
 import re
 import time
 import numpy as np
-from uopc import gemm_vec
-from uopc.asm import assembly, hot_loops, stack_spills
+from uopc.codegen import gemm_vec
+from uopc.runtime.asm import assembly, hot_loops, stack_spills
 from uopc.bench import header
-from uopc.compile_opts import CompileOpts
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.runtime.flags import CompileOpts
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir
 from uopc.render_c import render_c
 from uopc.renderer import KernelSource
 from uopc.runtime import Program

@@ -11,8 +11,8 @@ import io
 import re
 import numpy as np
 from uopc.bench import header
-from uopc.bench_gpt import BATCH, MODEL, uopc_step
-from uopc.data import CharTokenizer, get_batch, load_text, split
+from uopc.bench.gpt import BATCH, MODEL, uopc_step
+from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.helpers import Context
 from uopc.nn import GPT, GPTConfig
 from uopc.opt import DefaultOpt, VectorOpt

@@ -22,7 +22,8 @@ FIXES = ("threads", "convert", "pad", "matmul")
 
 
 def switch_off(fix: str) -> None:
-  from uopc import gemm_vec, rangeify, runtime, symbolic
+  from uopc import rangeify, runtime, symbolic
+  from uopc.codegen import gemm_vec
   from uopc.uop import Ops, UOp
   if fix == "threads":
     from uopc.tensor import Tensor
@@ -51,8 +52,8 @@ def switch_off(fix: str) -> None:
 def child(setting: str) -> None:
   import time
   import numpy as np
-  from uopc.bench_gpt import BATCH, MODEL, _loss_step, torch_peer
-  from uopc.data import CharTokenizer, get_batch, load_text, split
+  from uopc.bench.gpt import BATCH, MODEL, _loss_step, torch_peer
+  from uopc.nn.data import CharTokenizer, get_batch, load_text, split
   from uopc.jit import TinyJit
   from uopc.nn import GPT, GPTConfig
   from uopc.opt import VectorOpt

@@ -4,13 +4,13 @@
 
 One process, one head, each way timed in turns, best of --reps after a warm-up (PyTorch is not among them: its
 OpenMP threads spin after a call and slow whatever runs next; `python -m uopc.bench attention --peers torch` times it
-in a process of its own). Keys in the lanes (uopc.flash_vec, with the tile the tuner would start from):
+in a process of its own). Keys in the lanes (uopc.kernels.flash_vec, with the tile the tuner would start from):
   kernel, K^T ready       the kernel alone, on a K^T and a padded q made once beforehand
   + K^T copied in         the same, after np.copyto writes the ready K^T again (the same bytes, written by this
                           thread: what the other core's cache then has to fetch)
   + K^T transposed        the same, after making K^T afresh from k (what nn_flash.run does every call)
   nn_flash.run            the whole call: q padded to whole blocks, K^T packed, the kernel, the output sliced
-Queries in the lanes (uopc.flash_vec_q, its heuristic tile):
+Queries in the lanes (uopc.kernels.flash_vec_q, its heuristic tile):
   kernel                  the kernel alone, on q, k, v as they are
   nn_flash.run            the whole call (nothing to prepare)
   sdpa                    nn.scaled_dot_product_attention(q, k, v): its checks, the call, the Tensor around the result
@@ -18,11 +18,11 @@ Queries in the lanes (uopc.flash_vec_q, its heuristic tile):
 import argparse
 import math
 import numpy as np
-from uopc import nn_flash
+from uopc.nn import flash as nn_flash
 from uopc.bench import header
-from uopc.bench_isolated import warm_allocator
-from uopc.flash_vec import FlashVecOpts
-from uopc.flash_vec_q import FlashQOpts
+from uopc.bench.isolated import warm_allocator
+from uopc.kernels.flash_vec import FlashVecOpts
+from uopc.kernels.flash_vec_q import FlashQOpts
 from uopc.nn import scaled_dot_product_attention
 from notes28_call_overhead import best_of   # the same timing in turns (notes/ is this script's path)
 

@@ -9,14 +9,15 @@ NOTES 28: OpenBLAS's threads spin after its calls; `python -m uopc.bench gemm` t
   inline, kernel         the one kernel of the plan that packs each panel inline, likewise
   copy kernel, call      (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy() with the first plan
   inline, call           the same with the second
-The copy kernel's plan comes from CopyKernelOpt, VectorOpt with uopc.gemm_vec deciding as if 1000 threads shared
+The copy kernel's plan comes from CopyKernelOpt, VectorOpt with uopc.codegen.gemm_vec deciding as if 1000 threads shared
 the panels (never enough of them, so a copy kernel packs them): another optimizer, so the two plans sit side by side
 in the plan cache. Then the Python alone: the inline call with its kernel replaced by a no-op.
 """
 import argparse
 import contextlib
 import numpy as np
-from uopc import gemm_vec, runtime
+from uopc import runtime
+from uopc.codegen import gemm_vec
 from uopc.bench import header
 from uopc.helpers import omp_threads
 from uopc.opt import VectorOpt
@@ -26,7 +27,7 @@ from notes28_call_overhead import best_of, planned_kernels
 
 @contextlib.contextmanager
 def gemm_vec_sees(threads: int):
-  """uopc.gemm_vec decides how to pack B as if `threads` OpenMP threads shared the panels."""
+  """uopc.codegen.gemm_vec decides how to pack B as if `threads` OpenMP threads shared the panels."""
   saved, gemm_vec.omp_threads = gemm_vec.omp_threads, (lambda: threads)
   try: yield
   finally: gemm_vec.omp_threads = saved

@@ -1128,8 +1128,8 @@ for _block in (16, 32):
 # %%
 import warnings
 import pyopencl as cl
-from uopc.device_cl import cl_queue
-from uopc.gpu import default_block
+from uopc.runtime.cl import cl_queue
+from uopc.codegen.gpudims import default_block
 
 cl_ctx, cl_q = cl_queue()   # the PoCL device uopc found by name
 

@@ -37,12 +37,12 @@
 # %% [markdown]
 # ## Setup
 #
-# `uopc.wmma` holds the hardware's fragment tables of `mma.sync.aligned.m16n8k16` (Chapter 13.3); `uopc.nn` and
+# `uopc.codegen.wmma` holds the hardware's fragment tables of `mma.sync.aligned.m16n8k16` (Chapter 13.3); `uopc.nn` and
 # `uopc.optim` the GPT and its optimizers (Chapter 14).
 
 # %%
 import numpy as np
-from uopc import wmma
+from uopc.codegen import wmma
 from uopc.nn import GPT, GPTConfig
 from uopc.optim import SGD, AdamW
 from uopc.tensor import Tensor

@@ -1,4 +1,4 @@
-"""The fair harness (uopc.bench_isolated): each peer timed in a process of its own, its result checked first.
+"""The fair harness (uopc.bench.isolated): each peer timed in a process of its own, its result checked first.
 
 Tiny cases only (N = 64): these tests check where and how peers run, never how fast.
 """
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from uopc import bench
-from uopc.bench_cases import Case, PeerError, case_peers, check, inputs, peer_names, reference
-from uopc.bench_isolated import best_of, measure, run_isolated
+from uopc.bench.cases import Case, PeerError, case_peers, check, inputs, peer_names, reference
+from uopc.bench.isolated import best_of, measure, run_isolated
 
 TINY = Case("attention", 64, 16)
 HERE = Path(__file__).resolve().parent
@@ -51,7 +51,7 @@ def test_a_wrong_result_is_an_error_in_the_interleaved_method_too(monkeypatch):
 
 def test_a_failing_worker_names_the_peer_and_the_error():
   with pytest.raises(PeerError, match=r"peer 'numpy' failed in its worker: AttributeError"):
-    measure(TINY, "numpy", 1, build="uopc.bench_cases:no_such_builder")
+    measure(TINY, "numpy", 1, build="uopc.bench.cases:no_such_builder")
 
 
 def test_check_catches_nan_and_wrong_shapes():
@@ -78,7 +78,7 @@ def test_rounds_keep_each_peers_best():
 
 def test_best_of_takes_at_least_reps_calls_and_at_least_min_seconds_of_them(monkeypatch):
   import types
-  import uopc.bench_isolated as bi
+  import uopc.bench.isolated as bi
   now = [0.0]
   monkeypatch.setattr(bi, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))   # a clock the calls move
   def timed(durations):

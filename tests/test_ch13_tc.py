@@ -1,5 +1,5 @@
 """Chapter 13, tensor cores in the compiler: TC=1 lowers matmul kernels on GPU devices to warp tiles around a WMMA
-op (uopc.tc); CL emulates the instruction lane by lane through local memory, CUDA prints mma.sync for NVRTC.
+op (uopc.codegen.tc); CL emulates the instruction lane by lane through local memory, CUDA prints mma.sync for NVRTC.
 
 Values are checked on CL (PoCL) for sizes that are not multiples of the tile, with TC=0 and TC=1; a fragment table
 with two elements swapped must give wrong numbers on CL (the emulation follows the hardware's table, not the
@@ -7,14 +7,14 @@ lowering's); NVRTC compiles the generated kernels for sm_80 and sm_90.
 """
 import numpy as np
 import pytest
-from uopc import wmma
+from uopc.codegen import wmma
 from uopc.device import get_device
 from uopc.dtype import dtypes
 from uopc.helpers import Context
 from uopc.kernelize import make_plan
 from uopc.options import Options
 from uopc.render_gpu import CL, CUDA
-from uopc.tc import lower_tc, tc_fit
+from uopc.codegen.tc import lower_tc, tc_fit
 from uopc.tensor import Tensor
 from uopc.uop import UOp, Ops, ParamArg, substitute
 from capabilities import compiler_has_float16   # tests/capabilities.py
@@ -124,7 +124,7 @@ def test_lane_mapping_is_checked_by_values_on_cl(layout):
 # ---- CUDA: the real instruction, compiled by NVRTC ----
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_the_generated_wmma_kernels(arch):
-  from uopc.device_cuda import nvrtc_compile
+  from uopc.runtime.cuda import nvrtc_compile
   cases = [(halves(100, 72), halves(72, 136), 1, "m16n8k16.row.col.f32.f16.f16.f32"),
            (rng.standard_normal((37, 29)).astype(np.float32), rng.standard_normal((29, 45)).astype(np.float32), 2,
             "m16n8k8.row.col.f32.tf32.tf32.f32")]
@@ -147,7 +147,7 @@ from uopc.device import get_device
 from uopc.dtype import dtypes
 from uopc.options import Options
 from uopc.render_gpu import CL
-from uopc.tc import lower_tc
+from uopc.codegen.tc import lower_tc
 from uopc.uop import UOp, Ops, ParamArg
 a, b = halves(20, 40), halves(40, 11)
 prog = lower_tc(_params(matmul(a, b, "CPU").uop), UOp(Ops.BUFFER, (), ParamArg(2, dtypes.f32, (220,))), Options(tc=1))
@@ -176,7 +176,7 @@ def test_oclgrind_finds_no_race_in_the_wmma_emulation(tmp_path):
 @pytest.mark.parametrize("lowering", ["tc", "local_tile"])
 def test_padded_lanes_write_nothing_outside_the_output(lowering):
   """A matrix smaller than the tile: the lanes outside it load zeros and store nothing (a canary past the end)."""
-  from uopc.localtile import lower_local_tile
+  from uopc.codegen.localtile import lower_local_tile
   a, b = halves(5, 3), halves(3, 7)
   body = _params(matmul(a, b, "CPU").uop)
   out = UOp(Ops.BUFFER, (), ParamArg(2, dtypes.f32, (35,)))

@@ -1,11 +1,11 @@
-"""Tensor-core fragments (uopc.wmma): the lane layouts are exact, the emulation equals NumPy, a wrong lane mapping
-gives wrong numbers, and the CUDA the layouts print is the layouts."""
+"""Tensor-core fragments (uopc.codegen.wmma): the lane layouts are exact, the emulation equals NumPy, a wrong lane
+mapping gives wrong numbers, and the CUDA the layouts print is the layouts."""
 import dataclasses
 import re
 import numpy as np
 import pytest
-from uopc.wmma import M16N8K16, M16N8K8_TF32, SHAPES, affine, check_layout, from_fragments, mma, mma_tile_kernel, \
-  ptx_mma, to_fragments
+from uopc.codegen.wmma import (M16N8K16, M16N8K8_TF32, SHAPES, affine, check_layout, from_fragments, mma,
+                               mma_tile_kernel, ptx_mma, to_fragments)
 
 pytestmark = pytest.mark.ch13
 rng = np.random.default_rng(0)

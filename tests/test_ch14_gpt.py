@@ -3,13 +3,13 @@ float64 forward and finite differences, one plan reused across training steps, a
 import math
 import numpy as np
 import pytest
-from uopc.data import CharTokenizer, get_batch, load_text, split
+from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.dtype import dtypes
 import uopc.kernelize
 from uopc.jit import TinyJit
 from uopc.kernelize import plan_cache_size
 from uopc.nn import GPT, GPTConfig, Dropout, Embedding, LayerNorm, Linear, Module, load_npz
-from uopc.nn_gpt import cross_entropy_numpy, gpt_forward_numpy
+from uopc.nn.gpt import cross_entropy_numpy, gpt_forward_numpy
 from uopc.optim import SGD, AdamW, adamw_step_numpy, realize, sgd_step_numpy
 from uopc.tensor import Tensor
 
@@ -246,7 +246,7 @@ def test_examples_gpt_trains_writes_a_checkpoint_and_loads_it(tmp_path):
 
 
 def test_bench_gpt_rows():
-  from uopc.bench_gpt import gpt
+  from uopc.bench.gpt import gpt
   rows = gpt(reps=2, warmup=1)
   assert any(r.startswith("uopc ") for r in rows) and any(r.startswith("uopc jit") for r in rows)
   assert any("graph building" in r for r in rows)

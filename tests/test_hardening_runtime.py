@@ -11,8 +11,8 @@ import warnings
 from pathlib import Path
 import pytest
 from uopc import runtime
-from uopc import objfile
-from uopc.objfile import complete_object
+from uopc.runtime import objfile
+from uopc.runtime.objfile import complete_object
 from uopc.runtime import Program
 
 pytestmark = pytest.mark.ch02

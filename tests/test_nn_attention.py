@@ -1,9 +1,9 @@
-"""uopc.nn.scaled_dot_product_attention and the uopc.flash kernels, against a float64 NumPy reference."""
+"""uopc.nn.scaled_dot_product_attention and the uopc.kernels.flash kernels, against a float64 NumPy reference."""
 import math
 import numpy as np
 import pytest
 from uopc.nn import scaled_dot_product_attention as sdpa
-from uopc.flash import flash_attention_ir
+from uopc.kernels.flash import flash_attention_ir
 from uopc.render_c import render_c
 
 pytestmark = pytest.mark.flash
@@ -100,9 +100,9 @@ def test_matches_pytorch_when_installed():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_cl_tensors_run_fa2_on_cl(causal):
-  """Tensors on CL: FlashAttention-2 (uopc.fa2) through the OpenCL renderer, a CL result."""
+  """Tensors on CL: FlashAttention-2 (uopc.kernels.fa2) through the OpenCL renderer, a CL result."""
   from uopc.tensor import Tensor
-  import uopc.nn as nn
+  import uopc.nn.attention as nn
   q, k, v = rand(2, 3, 200, 64), rand(2, 3, 200, 64), rand(2, 3, 200, 64)
   out = sdpa(*(Tensor(x, device="CL") for x in (q, k, v)), is_causal=causal)
   assert out.device == "CL" and any(key[0][0] == "fa2" and key[1] == "CL" for key in nn._programs)

@@ -1,4 +1,4 @@
-"""Online softmax as a rewrite (uopc.online): values, plan and loop structure, and where it must not fire."""
+"""Online softmax as a rewrite (uopc.codegen.online): values, plan and loop structure, and where it must not fire."""
 import math, re
 import numpy as np
 import pytest

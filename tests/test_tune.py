@@ -1,5 +1,6 @@
-"""The tuner (uopc.tune): BEAM=0 takes the cached winner or the heuristic, BEAM=n times real candidates and caches the
-winner in tuned.json, keyed by the kernel, the problem and the machine; a damaged or stale cache is never trusted.
+"""The tuner (uopc.runtime.tune): BEAM=0 takes the cached winner or the heuristic, BEAM=n times real candidates and
+caches the winner in tuned.json, keyed by the kernel, the problem and the machine; a damaged or stale cache is never
+trusted.
 
 Every test has a cache directory of its own (UOPC_CACHE_DIR), so compiled kernels and tuned.json start empty. The
 kernels timed are real ones (a tiny vector FlashAttention); no compiler is mocked.
@@ -9,15 +10,15 @@ import json
 import time
 import numpy as np
 import pytest
-from uopc import tune
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.runtime import tune
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir
 from uopc.helpers import Context
 from uopc.render_c import render_c
 from uopc.runtime import Program
 
 pytestmark = pytest.mark.ch10
 HEADS, N, D = 1, 32, 32
-PROBLEM = (HEADS, N, N, D, D, False)   # as uopc.nn_flash keys it: heads, nq, nk, d, dv, causal
+PROBLEM = (HEADS, N, N, D, D, False)   # as uopc.nn.flash keys it: heads, nq, nk, d, dv, causal
 CANDIDATES = [FlashVecOpts(rows=2, kvec=1, dchunk=1), FlashVecOpts(rows=4, kvec=2, dchunk=2),
               FlashVecOpts(rows=8, kvec=1, dchunk=2)]
 HEURISTIC = CANDIDATES[0]

@@ -1,4 +1,5 @@
-"""Chapter 10, vector code: loop programs whose nodes hold 16 lanes (uopc.vector), compiled and run on NumPy arrays.
+"""Chapter 10, vector code: loop programs whose nodes hold 16 lanes (uopc.codegen.vector), compiled and run on NumPy
+arrays.
 
 Each vector kernel is checked against NumPy and, where the scalar kernel defines the meaning (MAX with a NaN), against
 the same program built with one lane. Then the lane reductions, the generated code's shape (typedefs only where
@@ -10,13 +11,13 @@ import platform
 import numpy as np
 import pytest
 from uopc.dtype import dtypes, from_np, np_dtype
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir
-from uopc.flash_vec_q import FlashQOpts, flash_queries_ir
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir
+from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
 from uopc.runtime import FLAGS, Program, compiler, vector_bits
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
-from uopc.vector import butterfly, hmax, hsum
+from uopc.codegen.vector import butterfly, hmax, hsum
 
 pytestmark = pytest.mark.ch10
 W = 16
@@ -308,7 +309,7 @@ def test_flash_vector_refuses_tiles_that_do_not_divide():
   with pytest.raises(ValueError, match="rows=6"): flash_vector_ir(1, 64, 64, 32, FlashVecOpts(rows=6))
 
 
-# ---- the same attention with the queries in the lanes (uopc.flash_vec_q): q, k, v as they are ----
+# ---- the same attention with the queries in the lanes (uopc.kernels.flash_vec_q): q, k, v as they are ----
 FLASH_Q_CASES = {   # heads, nq, nk, d, dv, opts, causal
   "64x64 default": (1, 64, 64, 64, 64, FlashQOpts(), False),
   "64x64 default causal": (1, 64, 64, 64, 64, FlashQOpts(), True),
@@ -355,7 +356,7 @@ def test_flash_queries_refuses_what_it_cannot_tile():
 
 
 # ---- 7. no stack spills in the hot loops ----
-from uopc.asm import hot_loops, stack_spills, assembly  # noqa: E402
+from uopc.runtime.asm import hot_loops, stack_spills, assembly  # noqa: E402
 
 
 CLEAN_ASM = """\
@@ -398,7 +399,7 @@ def test_the_spill_checker_on_hand_written_loops():
 
 def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64) -> str:
   """The x86 assembly of the flash kernel, compiled as Program compiles it (PRELUDE first, the kernel's flags)."""
-  nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn_flash pads
+  nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn.flash pads
   return assembly(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), opts.compile.flags)
 
 
@@ -432,7 +433,7 @@ def compiler_is_clang() -> bool:
 def test_hot_loops_of_the_default_gemm_tile_do_not_spill(threads):
   """8 rows x 2 vectors: 16 accumulators; inline, B's vectors come from the thread's own panel on its stack (an
   indexed stack address, which is a load and not a spill)."""
-  from uopc import gemm_vec
+  from uopc.codegen import gemm_vec
   opts = gemm_vec.heuristic_opts(16, 512, 512, 512)
   loops = hot_loops(assembly(gemm_vec.source(512, 512, 512, opts, threads)))
   assert len(loops) == 1

@@ -1,9 +1,11 @@
-"""The vector kernels in use: VectorOpt's matmul (uopc.gemm_vec) and the vector attention (uopc.flash_vec via
-uopc.nn_flash), against NumPy in float64; which path a shape takes; what the plans and sources look like."""
+"""The vector kernels in use: VectorOpt's matmul (uopc.codegen.gemm_vec) and the vector attention
+(uopc.kernels.flash_vec via uopc.nn.flash), against NumPy in float64; which path a shape takes; what the plans and
+sources look like."""
 import math
 import numpy as np
 import pytest
-from uopc import gemm_vec, nn_flash
+from uopc.codegen import gemm_vec
+from uopc.nn import flash as nn_flash
 from uopc.dtype import dtypes
 from uopc.kernelize import make_plan, realize
 from uopc.nn import scaled_dot_product_attention
@@ -36,8 +38,8 @@ def close(out, ref, scale=1.0):
 # ---- the matmul ----
 @pytest.fixture(params=["inline", "kernel"])
 def pack(request, monkeypatch, fresh_plan_cache):
-  """Both ways of packing B (uopc.gemm_vec): with one OpenMP thread every panel that fits is packed inline; with a
-  thousand there are never enough panels to share out, so a copy kernel packs them. The decision is made when a plan
+  """Both ways of packing B (uopc.codegen.gemm_vec): with one OpenMP thread every panel that fits is packed inline; with
+  a thousand there are never enough panels to share out, so a copy kernel packs them. The decision is made when a plan
   is made: each test gets a plan cache of its own."""
   monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1 if request.param == "inline" else 1000)
   return request.param
@@ -145,8 +147,8 @@ def test_the_vector_kernel_is_compiled_once_per_problem_and_opts():
 def test_both_vector_layouts_give_the_same_attention():
   """The heuristic puts queries in the lanes (q, k, v passed as they are); the tuner may pick keys in the lanes (a
   padded q and a packed K^T made in nn_flash.run): both against float64."""
-  from uopc.flash_vec import FlashVecOpts
-  from uopc.flash_vec_q import FlashQOpts
+  from uopc.kernels.flash_vec import FlashVecOpts
+  from uopc.kernels.flash_vec_q import FlashQOpts
   lanes = nn_flash.lanes_here()
   heuristic = nn_flash.choose_opts(2, 70, 45, 32, 2 * lanes, True, 0.2)
   assert isinstance(heuristic, FlashQOpts)
@@ -165,7 +167,7 @@ def test_both_vector_layouts_give_the_same_attention():
 
 def test_the_thread_loop_schedule_is_a_dialect_choice():
   from uopc.render_c import c_renderer, render_c
-  from uopc.flash_vec import flash_vector_ir, FlashVecOpts
+  from uopc.kernels.flash_vec import flash_vector_ir, FlashVecOpts
   prog = flash_vector_ir(1, 64, 64, 32, FlashVecOpts(rows=4, kvec=2, dchunk=1))
   assert "#pragma omp parallel for schedule(dynamic, 4)\n" in c_renderer("dynamic").render(prog, "f").src
   assert c_renderer("static").render(prog, "f").src == render_c(prog, "f")   # the book's pragma, unchanged

@@ -7,7 +7,7 @@
 
 The kernelizer asks the options for the device's name and this registry for the device; it never imports a
 renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device. "CL"
-(OpenCL on PoCL, uopc.device_cl) and "CUDA" (NVRTC, launched where a GPU is: uopc.device_cuda) are two such entries.
+(OpenCL on PoCL, uopc.runtime.cl) and "CUDA" (NVRTC, launched where a GPU is: uopc.runtime.cuda) are two such entries.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -38,16 +38,16 @@ def _host_alloc(dtype: DType, n: int) -> np.ndarray: return np.empty(n, np_dtype
 
 
 def _cl() -> Device:
-  """OpenCL C on PoCL (uopc.device_cl); buffers stay host arrays, each program maps them for its launch."""
+  """OpenCL C on PoCL (uopc.runtime.cl); buffers stay host arrays, each program maps them for its launch."""
   from uopc.render_gpu import CL
-  from uopc.device_cl import CLProgram
+  from uopc.runtime.cl import CLProgram
   return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b)
 
 
 def _cuda() -> Device:
-  """CUDA C, compiled by NVRTC anywhere, launched where a GPU is (uopc.device_cuda)."""
+  """CUDA C, compiled by NVRTC anywhere, launched where a GPU is (uopc.runtime.cuda)."""
   from uopc.render_gpu import CUDA
-  from uopc.device_cuda import CUDAProgram
+  from uopc.runtime.cuda import CUDAProgram
   return Device("CUDA", CUDA, CUDAProgram, _host_alloc, lambda a: a, lambda b: b)
 
 

@@ -34,7 +34,11 @@ def omp_threads() -> int:
 
 
 class ContextVar:
-  """A switch read once from the environment, that a `with Context(NAME=value):` block can override."""
+  """A switch read once from the environment, that a `with Context(NAME=value):` block can override.
+
+  The name is tinygrad's; unlike Python's contextvars.ContextVar it is one value for the whole process: a Context
+  block in one thread changes it for every thread until the block ends. uopc's switches (DEBUG, DEVICE, TC, BEAM)
+  are read once per realize into a frozen Options value, so a plan never sees a switch change half-way."""
   _registry: dict[str, ContextVar] = {}
 
   def __init__(self, key: str, default: int):
@@ -53,7 +57,7 @@ class ContextVar:
 
 DEBUG = ContextVar("DEBUG", 0)
 DEVICE = ContextVar("DEVICE", "CPU")   # where Tensors are realized unless they say otherwise (uopc.device)
-TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.tc): 1 f16 inputs, 2 also f32 as tf32
+TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.codegen.tc): 1 f16 inputs, 2 f32 as tf32
 
 
 @contextlib.contextmanager
@@ -67,6 +71,23 @@ def Context(**kwargs):
     yield
   finally:
     for k, v in old.items(): ContextVar._registry[k].value = v
+
+
+CACHES: dict[str, Any] = {}   # name -> a module's memo (anything with .clear()), see cache()
+
+
+def cache(name: str, store: Any) -> Any:
+  """Register `store` as the memo its module owns under `name` (compiled programs, chosen tiles, opened devices) and
+  return it. A memo only saves work: clear_caches() may empty every one at any time and nothing changes but speed."""
+  if name in CACHES: raise ValueError(f"cache {name!r} is registered twice")
+  CACHES[name] = store
+  return store
+
+
+def clear_caches() -> None:
+  """Empty every registered memo: what a test or a notebook calls to start cold (the compiled-kernel disk cache is
+  uopc.runtime's and stays)."""
+  for store in CACHES.values(): store.clear()
 
 
 def prod(xs: Iterable[int]) -> int: return functools.reduce(operator.mul, xs, 1)

@@ -21,7 +21,7 @@ from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_al
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
 from uopc.helpers import DEBUG, DEVICE, TC, getenv, prod
-from uopc.online import find_groups, reachable
+from uopc.codegen.online import find_groups, reachable
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
 
@@ -418,7 +418,7 @@ def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
   if p in roots: return "root: an output of the graph"
   if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
   if p in asked: return "STAGE: asked for (contiguous())"
-  if p.arg == "panels": return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.gemm_vec)"
+  if p.arg == "panels": return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.codegen.gemm_vec)"
   base = p.src[0]
   while base.op in MOVEMENT: base = base.src[0]
   if base.op is Ops.BUFFER: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"

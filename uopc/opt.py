@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Callable
 from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
 from uopc.rangeify import lower, rangeify, Ctx, Opts
-from uopc.online import OnlineSoftmax, find_groups
+from uopc.codegen.online import OnlineSoftmax, find_groups
 from uopc.options import Options
-from uopc.tc import GPU_DEVICES, lower_tc
+from uopc.codegen.tc import GPU_DEVICES, lower_tc
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
-from uopc import gemm_vec
+from uopc.codegen import gemm_vec
 
 
 def last_axis_stride(view: UOp) -> int | None:
@@ -69,8 +69,8 @@ def default_opts(body: UOp) -> Opts:
 
 
 def online_opts(body: UOp, rows: int = 4, keys: int = 8) -> Opts | None:
-  """For a kernel holding an online softmax pass (uopc.online): unroll the whole last output axis (attention's head
-  dimension), so that one pass over the keys feeds every output column (a loop over column blocks would repeat the
+  """For a kernel holding an online softmax pass (uopc.codegen.online): unroll the whole last output axis (attention's
+  head dimension), so that one pass over the keys feeds every output column (a loop over column blocks would repeat the
   pass, section 11.4); take `rows` query rows per iteration of the threaded loop and `keys` keys per iteration of
   the pass (a rows x keys tile of dot products sharing one loop, one rescale per tile). None if body has no such
   pass. NOTES 16 measures the tile sizes."""
@@ -88,7 +88,7 @@ class DefaultOpt:
   @staticmethod
   def lower(body: UOp, out: UOp, options: Options | None = None) -> UOp:
     """A kernel body -> its loop program, with the default opts (or the online ones, where an online pass fits; or
-    warp tiles around a WMMA, uopc.tc, where TC= is on and a GPU matmul fits)."""
+    warp tiles around a WMMA, uopc.codegen.tc, where TC= is on and a GPU matmul fits)."""
     options = options or Options()
     if options.tc and options.device in GPU_DEVICES and (prog := lower_tc(body, out, options)) is not None: return prog
     ctx = Ctx(opts=default_opts(body), options=options)
@@ -99,7 +99,7 @@ class DefaultOpt:
 
 
 class VectorOpt(DefaultOpt):
-  """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.gemm_vec): B packed into panels (by the
+  """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec): B packed into panels (by the
   matmul kernel itself, each thread the panels it reads, or by a copy kernel before it), then a register tile of
   vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book
   prints."""

@@ -14,7 +14,7 @@ same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capt
 from __future__ import annotations
 import numpy as np
 from uopc.dtype import np_dtype
-from uopc.nn_layers import requires_grad_ids
+from uopc.nn.layers import requires_grad_ids
 from uopc.tensor import Tensor
 
 

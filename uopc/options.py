@@ -15,10 +15,10 @@ from typing import Any, Callable
 class Options:
   fuse_reduce: bool = False      # do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt: Any = None                # the optimizer: layout(roots) and lower(body, out), e.g. DefaultOpt or the book's
-  online_softmax: bool = False   # lower softmax groups in one online pass (uopc.online, chapter 11 appendix)
+  online_softmax: bool = False   # lower softmax groups in one online pass (uopc.codegen.online, chapter 11 appendix)
   device: str = "CPU"            # where the kernels run (uopc.device)
   debug: int = field(default=0, compare=False)   # how much realize prints; never changes a plan, so not in the key
-  tc: int = 0                    # tensor-core lowering of matmuls on GPU devices (uopc.tc; TC=): 0 off
+  tc: int = 0                    # tensor-core lowering of matmuls on GPU devices (uopc.codegen.tc; TC=): 0 off
   # a CPU kernel whose loads, stores and float ops together number fewer than this runs on one thread: waking
   # OpenMP's workers and joining them costs more than they would save (NOTES 27); 0: every kernel uses every thread
   one_thread_below: int = 1 << 20

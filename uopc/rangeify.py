@@ -34,7 +34,7 @@ class Opts:
 @dataclass
 class Ctx:
   """Everything one lowering shares: the opts, the options, the memo of (node, index) -> value, the reduce loops
-  made so far, the ids handed out, and the other reduce lowerings to try first (such as uopc.online's)."""
+  made so far, the ids handed out, and the other reduce lowerings to try first (such as uopc.codegen.online's)."""
   opts: Opts = field(default_factory=Opts)
   options: Options = field(default_factory=Options)
   memo: dict = field(default_factory=dict)
@@ -169,7 +169,7 @@ def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 
 
 def _lower_reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
-  """A REDUCE at idx: the context's other lowerings first (e.g. uopc.online's one pass for softmax), then _reduce."""
+  """A REDUCE at idx: the context's other lowerings first (e.g. uopc.codegen.online's one pass for softmax), then _reduce."""
   for special in ctx.lowerings:
     if (r := special.lower_reduce(u, idx, ctx)) is not None: return r
   return _reduce(u, idx, ctx)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from uopc.dtype import DType
 from uopc.uop import UOp, Ops
 from uopc.renderer import CStyleRenderer, KernelSource, Rendered
-from uopc.vector import c_vector_name, c_typedefs
+from uopc.codegen.vector import c_vector_name, c_typedefs
 
 
 class CRenderer(CStyleRenderer):
@@ -21,7 +21,7 @@ class CRenderer(CStyleRenderer):
   buffer_decl = "{type}* restrict {name}"
   thread_pragma = "#pragma omp parallel for"
 
-  # vectors: GCC's vector extensions (uopc.vector); an op missing here is written as on scalars
+  # vectors: GCC's vector extensions (uopc.codegen.vector); an op missing here is written as on scalars
   def vector_type(self, dtype: DType) -> str: return c_vector_name(dtype)
   def vector_preamble(self, used: set[DType]) -> list[str]: return c_typedefs(used, self.type) if used else []
   def vectorize(self, u: UOp, srcs: list[str]) -> str:

@@ -1,7 +1,7 @@
 """The GPU dialects: OpenCL C and CUDA C, each a table over the one C-style renderer (uopc.renderer).
 
-A GPU renderer first makes the loop program a launch (uopc.gpu): its parallel output loops become GLOBAL x LOCAL
-axes (unless an optimizer already chose them), and those become the group and local ids of each work-item. Then
+A GPU renderer first makes the loop program a launch (uopc.codegen.gpudims): its parallel output loops become GLOBAL x
+LOCAL axes (unless an optimizer already chose them), and those become the group and local ids of each work-item. Then
 the shared walk prints it with this dialect's words:
 
                  OpenCL C                        CUDA C
@@ -15,11 +15,11 @@ the shared walk prints it with this dialect's words:
 """
 from __future__ import annotations
 from typing import ClassVar
-from uopc import wmma
+from uopc.codegen import wmma
 from uopc.uop import UOp, Ops, LocalArg, substitute
 from uopc.dtype import dtypes
 from uopc.renderer import CStyleRenderer, Rendered
-from uopc.gpu import launch_axes, to_special, BLOCK_LIMIT
+from uopc.codegen.gpudims import launch_axes, to_special, BLOCK_LIMIT
 
 
 def _gpu_fn(name: str):
@@ -27,7 +27,7 @@ def _gpu_fn(name: str):
 
 
 def _tile_index(op: wmma.Operand, i: int, ld: int, g: str, t: str) -> str:
-  """The row-major offset in its tile of element i of a lane's fragment, printed from uopc.wmma's table."""
+  """The row-major offset in its tile of element i of a lane's fragment, printed from uopc.codegen.wmma's table."""
   (ra, rb, rc), (ca, cb, cc) = wmma.affine(op, i, 0), wmma.affine(op, i, 1)
   return f"({g}*{ra}+{t}*{rb}+{rc})*{ld}+({g}*{ca}+{t}*{cb}+{cc})"
 
@@ -49,7 +49,8 @@ class GPURenderer(CStyleRenderer):
     tile (local memory), the work-group waits, and each lane computes the C elements its registers hold."""
     arg, shape = u.arg, u.arg.layout
     a, b, c, lane, sa, sb = (names[s] for s in u.src)
-    lines = [f"/* WMMA {shape.name} {arg.dtype} -> f32, emulated: fragments through local memory (uopc.wmma) */",
+    emulated = "emulated: fragments through local memory (uopc.codegen.wmma)"
+    lines = [f"/* WMMA {shape.name} {arg.dtype} -> f32, {emulated} */",
              "{", f"  int wg = {lane}/4, wt = {lane}%4;"]
     rnd = (lambda x: self.tf32_round.format(x=x)) if arg.dtype == "tf32" else (lambda x: x)
     lines += [f"  {sa}[{_tile_index(shape.a, i, shape.k, 'wg', 'wt')}] = {rnd(f'{a}[{i}]')};"
@@ -119,7 +120,7 @@ class CUDARenderer(GPURenderer):
 
   def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:
     """The instruction: the lane's float registers packed into the 32-bit registers mma.sync takes (two halves, or
-    one tf32), then inline PTX from uopc.wmma.ptx_mma; C is updated in place."""
+    one tf32), then inline PTX from uopc.codegen.wmma.ptx_mma; C is updated in place."""
     arg, shape = u.arg, u.arg.layout
     a, b, c = (names[s] for s in u.src[:3])
     lines = [f"/* WMMA {shape.name} {arg.dtype} -> f32: mma.sync */", "{"]

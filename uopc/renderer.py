@@ -17,8 +17,8 @@ from typing import Callable, ClassVar
 from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc, is_local
 from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
-from uopc.gpu import Launch, launch_of
-from uopc.vector import vector_dtypes
+from uopc.codegen.gpudims import Launch, launch_of
+from uopc.codegen.vector import vector_dtypes
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class CStyleRenderer:
       raise TypeError(f"{type(self).__name__}: dtype {dtype} is not supported on device {self.device}")
     return self.types[dtype]
 
-  # ---- vectors (uopc.vector): a dialect without them says so ----
+  # ---- vectors (uopc.codegen.vector): a dialect without them says so ----
   def vector_type(self, dtype: DType) -> str:
     raise NotImplementedError(f"{type(self).__name__}: vector dtype {dtype!r} has no form on device {self.device}")
   def vector_preamble(self, used: set[DType]) -> list[str]:
@@ -302,7 +302,7 @@ class CStyleRenderer:
 
 
   def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:
-    """The lines of a WMMA (uopc.tc): a dialect with tensor cores or an emulation of them overrides this."""
+    """The lines of a WMMA (uopc.codegen.tc): a dialect with tensor cores or an emulation of them overrides this."""
     raise NotImplementedError(f"{type(self).__name__}: WMMA has no form on device {self.device}")
 
   def _check_load_only(self, topo: list[UOp], signature: Signature) -> None:

@@ -191,7 +191,7 @@ def simplify(u: UOp) -> UOp:
   return graph_rewrite(u, symbolic_rules)
 
 
-# ---- two rules more, for the index of a merged pair of axes (uopc.gemm_vec: dW sums over batch and time) ----
+# ---- two rules more, for the index of a merged pair of axes (uopc.codegen.gemm_vec: dW sums over batch and time) ----
 # Not in symbolic_rules: the book's simplify leaves (x//c)*c + x%c alone, and week 2's assignment has students write
 # that rule themselves. simplify_index is simplify plus these two.
 def recombine_div_mod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:

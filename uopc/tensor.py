@@ -17,10 +17,10 @@ from uopc.helpers import DEBUG, DEVICE, TC, prod
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
-from uopc.tensor_elementwise import ElementwiseMixin
-from uopc.tensor_movement import MovementMixin
-from uopc.tensor_nn import NNMixin
-from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
+from uopc.mixin.elementwise import ElementwiseMixin
+from uopc.mixin.movement import MovementMixin
+from uopc.mixin.functional import NNMixin
+from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.device import canonical
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
@@ -56,7 +56,7 @@ def _broadcast_to(u: UOp, shape: tuple[int, ...]) -> Tensor:
 class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
-  online_softmax: bool = False  # True: softmax groups become one online pass (uopc.online; chapter 11 appendix)
+  online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp): self.uop = data

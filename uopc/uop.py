@@ -31,7 +31,7 @@ class Ops(Enum):
   WHERE = auto()
   # loop level, GPU: a launch index (group id or local id) and a work-group barrier (chapter 12)
   SPECIAL = auto(); BARRIER = auto()
-  # loop level, GPU: a warp's tile multiply-accumulate on per-lane fragment registers (chapter 13, uopc.tc)
+  # loop level, GPU: a warp's tile multiply-accumulate on per-lane fragment registers (chapter 13, uopc.codegen.tc)
   WMMA = auto()
   # loop level, vectors (chapter 10): lanes gathered into a vector (a broadcast when all are one value), and one lane
   VECTORIZE = auto(); GEP = auto()

@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 import numpy as np
-from uopc import symbolic, tune
+from uopc import symbolic
+from uopc.runtime import tune
 from uopc.helpers import omp_threads
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
-from uopc.tc import matmul_operands
+from uopc.codegen.tc import matmul_operands
 from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, range_, sink, substitute
 
 MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
@@ -56,8 +57,8 @@ _chosen: dict[tuple, GemmOpts] = {}   # one choice per problem in a process: lay
 
 
 def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
-  """(body as REDUCE(ADD, A * B), (A, B)) if it is a matmul (uopc.tc.matmul_operands), else None. A backward pass
-  often reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both
+  """(body as REDUCE(ADD, A * B), (A, B)) if it is a matmul (uopc.codegen.tc.matmul_operands), else None. A backward
+  pass often reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both
   operands, which an elementwise product allows. A sum over several trailing axes (dW sums over batch and time) is
   a sum over one, their product."""
   if body.op is not Ops.REDUCE or body.dtype is not dtypes.f32: return None
@@ -86,7 +87,7 @@ def _fits(matmul: UOp, opts: GemmOpts) -> bool:
 
 
 def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
-  """The opts for this matmul (the tuner's, uopc.tune), or None where the vector matmul does not apply."""
+  """The opts for this matmul (the tuner's, uopc.runtime.tune), or None where the vector matmul does not apply."""
   if (m := _matmul(body)) is None: return None
   body = m[0]
   *batch, M, N = body.shape

@@ -1,6 +1,6 @@
 """FlashAttention on vectors with the queries in the lanes: no packed K, no lane reductions in the softmax.
 
-uopc.flash_vec puts keys in a vector's lanes, so it reads K transposed (a copy made before every call: NOTES 29
+uopc.kernels.flash_vec puts keys in a vector's lanes, so it reads K transposed (a copy made before every call: NOTES 29
 measures what that copy and its trip between the cores cost) and finds each row's max and sum across lanes. Here a
 vector holds `lanes` consecutive queries instead. For a block of R = qvec * lanes queries and a tile of `keys` keys:
 
@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
-from uopc.vector import tree
-from uopc.compile_opts import CompileOpts
-from uopc.flash_vec import LOG2E
+from uopc.codegen.vector import tree
+from uopc.runtime.flags import CompileOpts
+from uopc.kernels.flash_vec import LOG2E
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def flash_queries_ir(heads: int, nq: int, nk: int, d: int, opts: FlashQOpts = Fl
   blocks, tiles = -(-nq // R), -(-nk // J)
   b = range_(heads * blocks, 0, AxisType.THREAD)
   h, qb = b // blocks, b % blocks
-  if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (uopc.flash)
+  if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (kernels.flash)
   row0 = qb * R
 
   # Q^T, scaled: QT[e * R + x] = q[row0 + x][e] * sc

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING
 import numpy as np
 from uopc.dtype import dtypes
-from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
+from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor

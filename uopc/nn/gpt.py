@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, asdict
 import numpy as np
 from uopc.dtype import DType, dtypes
-from uopc.nn_layers import Module, Linear, Embedding, LayerNorm, Dropout, _rng
+from uopc.nn.layers import Module, Linear, Embedding, LayerNorm, Dropout, _rng
 from uopc.tensor import Tensor
 
 

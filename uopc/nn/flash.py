@@ -1,22 +1,23 @@
 """Attention on the CPU with a vector kernel: pick its opts, run it.
 
 nn.scaled_dot_product_attention comes here for the common case (no attn_mask, no flash-decoding, a head dim the
-vectors divide); everything else runs uopc.flash's scalar kernel. There are two vector kernels, and the opts say
-which: uopc.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic) and
-uopc.flash_vec (FlashVecOpts: keys in the lanes, after a padded copy of q and a packed K^T made here). The opts are
-the tuner's (uopc.tune): the winner cached for this problem on this machine, or the heuristic; BEAM=n searches.
+vectors divide); everything else runs uopc.kernels.flash's scalar kernel. There are two vector kernels, and the opts say
+which: uopc.kernels.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic) and
+uopc.kernels.flash_vec (FlashVecOpts: keys in the lanes, after a padded copy of q and a packed K^T made here). The opts
+are the tuner's (uopc.runtime.tune): the winner cached for this problem on this machine, or the heuristic; BEAM=n
+searches.
 """
 from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
-from uopc.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts
-from uopc.flash_vec import default_opts  # noqa: F401  (chapter 10 reads the keys layout's heuristic here)
-from uopc import flash_vec_q
-from uopc.flash_vec_q import FlashQOpts, flash_queries_ir
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts
+from uopc.kernels.flash_vec import default_opts  # noqa: F401  (chapter 10 reads the keys layout's heuristic here)
+from uopc.kernels import flash_vec_q
+from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import c_renderer
 from uopc.runtime import Program, native_lanes
-from uopc import tune
+from uopc.runtime import tune
 
 _programs: dict[tuple, Program] = {}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib, pathlib
 import numpy as np
 
-DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "shakespeare.txt"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "shakespeare.txt"
 
 
 def load_text(path=DATA, verify: bool = True) -> str:

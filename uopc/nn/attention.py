@@ -3,19 +3,19 @@
   out = scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale=None)
 
 q (..., Nq, D), k (..., Nk, D), v (..., Nk, Dv): Tensors or NumPy arrays; the leading (batch, head) dims
-broadcast. It runs uopc.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
+broadcast. It runs uopc.kernels.flash's tiled online-softmax kernel (no N x N buffer), or, for a few queries against
 many keys, flash-decoding: the keys split into chunks processed in parallel, then a second kernel that merges the
-partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run FlashAttention-2 (uopc.fa2: K and V
-tiles in local memory, a work-group per query block) or, with a mask or flash-decoding, the same kernels as on the
-CPU through the GPU renderers; the result is a Tensor on that device.
+partial (m, l, o) states (section 11.6's merge rule). Tensors on CL or CUDA run FlashAttention-2
+(uopc.kernels.fa2: K and V tiles in local memory, a work-group per query block) or, with a mask or flash-decoding,
+the same kernels as on the CPU through the GPU renderers; the result is a Tensor on that device.
 """
 from __future__ import annotations
 import math
 import numpy as np
 from uopc.helpers import omp_threads
-from uopc.flash import flash_attention_ir, merge_partials_ir
-from uopc.fa2 import fa2_ir
-from uopc import nn_flash
+from uopc.kernels.flash import flash_attention_ir, merge_partials_ir
+from uopc.kernels.fa2 import fa2_ir
+from uopc.nn import flash as nn_flash
 from uopc.render_c import render_c
 from uopc.runtime import Program
 
@@ -40,7 +40,8 @@ def _fa2_bq(nq: int) -> int: return min(FA2_BQ, 1 << (nq - 1).bit_length())
 
 
 def _fa2(q: np.ndarray, k: np.ndarray, v: np.ndarray, batch: tuple, causal: bool, scale: float, device: str):
-  """FlashAttention-2 on a GPU device (uopc.fa2): queries padded to whole blocks, keys to whole tiles (masked)."""
+  """FlashAttention-2 on a GPU device (uopc.kernels.fa2): queries padded to whole blocks, keys to whole tiles
+  (masked)."""
   from uopc.tensor import Tensor
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
   heads, bq = math.prod(batch), _fa2_bq(nq)
@@ -121,7 +122,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   if device != "CPU" and mask is None and splits == 1 and (FA2_BK * d) % _fa2_bq(nq) == 0 \
      and (FA2_BK * dv) % _fa2_bq(nq) == 0:
     return _fa2(q, k, v, batch, is_causal, scale, device)
-  if device == "CPU" and mask is None and splits == 1 and nn_flash.fits(d, dv):   # the vector kernel (uopc.flash_vec)
+  if device == "CPU" and mask is None and splits == 1 and nn_flash.fits(d, dv):   # the vector kernels
     # (heads, n, x) views; broadcast_to only where a batch dim broadcasts (it costs more than the rest of the call)
     flat = lambda a, n, x: np.ascontiguousarray((a if a.shape[:-2] == batch else np.broadcast_to(a, batch + (n, x)))
                                                 .reshape(heads, n, x))
@@ -159,11 +160,3 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     merge(po, pm, pl, out)
   return Tensor(np.ascontiguousarray(out[:, :nq]).reshape(batch + (nq, dv)), device=device)
 
-
-# the layers and the GPT live in their own modules; `from uopc.nn import Linear` is the name other code uses
-from uopc.nn_layers import (Module, Linear, Embedding, LayerNorm, Dropout, parameter, named_parameters,   # noqa: E402
-                            save_npz, load_npz)
-from uopc.nn_gpt import GPT, GPTConfig, causal_self_attention, causal_mask   # noqa: E402
-
-__all__ = ["scaled_dot_product_attention", "Module", "Linear", "Embedding", "LayerNorm", "Dropout", "parameter",
-           "named_parameters", "save_npz", "load_npz", "GPT", "GPTConfig", "causal_self_attention", "causal_mask"]

@@ -1,6 +1,7 @@
 """Local-memory tiles (chapter 13): a GPU matmul kernel -> work-groups that stage tiles of A and B in LOCAL memory.
 
-  lower_local_tile(body, out, tile)  matmul kernel body (uopc.tc.matmul_operands) -> loop program with launch axes.
+  lower_local_tile(body, out, tile)  matmul kernel body (uopc.codegen.tc.matmul_operands) -> loop program with launch
+      axes.
       Each work-group owns a bm x bn block of the output and has (bm/rm) x (bn/rn) work-items, each holding an
       rm x rn register tile of accumulators. Per step of bk along K the work-group
         1. loads a bm x bk tile of A and a bk x bn tile of B into local memory, every work-item a few elements
@@ -14,7 +15,8 @@
                                     to fill one block, and lowers everything else as DefaultOpt does.
 
 Global loads per output element fall from 2K (a row of A and a column of B) to K/bn + K/bm: each element of A
-loaded into local memory serves the bn columns of the block, each of B its bm rows (uopc.gpu.traffic counts it).
+loaded into local memory serves the bn columns of the block, each of B its bm rows (uopc.codegen.gpudims.traffic counts
+it).
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from uopc import symbolic
 from uopc.opt import DefaultOpt
 from uopc.options import Options
 from uopc.rangeify import Ctx, rangeify
-from uopc.tc import GPU_DEVICES, matmul_operands
+from uopc.codegen.tc import GPU_DEVICES, matmul_operands
 from uopc.uop import UOp, Ops, AxisType, LocalArg, sink
 
 
@@ -43,7 +45,7 @@ def _cdiv(a: int, b: int) -> int: return -(-a // b)
 
 
 def lower_local_tile(body: UOp, out: UOp, tile: LocalTile = LocalTile(), options: Options | None = None) -> UOp | None:
-  """The local-tile loop program of body (None if body is not a matmul, uopc.tc.matmul_operands)."""
+  """The local-tile loop program of body (None if body is not a matmul, uopc.codegen.tc.matmul_operands)."""
   if (xy := matmul_operands(body)) is None: return None
   if tile.bm % tile.rm or tile.bn % tile.rn or (tile.bm * tile.bk) % tile.items or (tile.bk * tile.bn) % tile.items:
     raise ValueError(f"{tile}: the register tile must divide the block, and the work-items the local tiles")

@@ -1,26 +1,26 @@
-"""FlashAttention on vectors: uopc.flash's tiled kernel with its two products as register tiles (chapter 10).
+"""FlashAttention on vectors: uopc.kernels.flash's tiled kernel with its two products as register tiles (chapter 10).
 
-uopc.flash leaves the inner loops to gcc's auto-vectorizer, which keeps a tile in memory and reaches about a third of
-the FMA peak. Here the loop IR says what each register holds. For a block of `rows` queries and a tile of
+uopc.kernels.flash leaves the inner loops to gcc's auto-vectorizer, which keeps a tile in memory and reaches about a
+third of the FMA peak. Here the loop IR says what each register holds. For a block of `rows` queries and a tile of
 keys = kvec * lanes keys:
 
   S[r][j]   rows x kvec vector accumulators: S = Q_blk K_tile^T over the head dim, q[r][e] broadcast against
             kvec vectors of K^T (keys contiguous: the packed K panel)
   softmax   on those vectors: scale, the causal mask as a lane comparison, the tile's max and sum by lane
-            reductions, P = 2^(S - m) by the vector exp2 (uopc.vector); P goes to a small array
+            reductions, P = 2^(S - m) by the vector exp2 (uopc.codegen.vector); P goes to a small array
   O         rows x dv in a local array, updated a chunk of `dchunk` vectors at a time: rows x dchunk vector
             accumulators, rescaled once per tile, then P[r][c] broadcast against dchunk vectors of V's row c
 
-The tile sizes and the flags the kernel is compiled with are its opts (FlashVecOpts): the tuner (uopc.tune) times
-candidates on this machine, and the defaults hold a 32-register machine's tile.
+The tile sizes and the flags the kernel is compiled with are its opts (FlashVecOpts): the tuner (uopc.runtime.tune)
+times candidates on this machine, and the defaults hold a 32-register machine's tile.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass
 from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
-from uopc.vector import butterfly, tree
-from uopc.compile_opts import CompileOpts
+from uopc.codegen.vector import butterfly, tree
+from uopc.runtime.flags import CompileOpts
 
 LOG2E = 1 / math.log(2)
 
@@ -63,9 +63,9 @@ def candidate_opts(lanes: int, dv: int) -> list[FlashVecOpts]:
 
 def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = FlashVecOpts(), causal: bool = False,
                     scale: float | None = None, dv: int | None = None, total_keys: int | None = None) -> UOp:
-  """Loop program for out = softmax(q k^T * scale) v over `heads` (batch, head) pairs; the buffers are uopc.flash's:
-  data0 q (heads, nq, d), data1 kt (heads, d, nk), data2 v (heads, nk, dv), data3 out (heads, nq, dv).
-  total_keys: the real number of keys (the rest is padding, masked)."""
+  """Loop program for out = softmax(q k^T * scale) v over `heads` (batch, head) pairs; the buffers are
+  uopc.kernels.flash's: data0 q (heads, nq, d), data1 kt (heads, d, nk), data2 v (heads, nk, dv), data3 out (heads, nq,
+  dv). total_keys: the real number of keys (the rest is padding, masked)."""
   dv = d if dv is None else dv
   R, KV, DC, W = opts.rows, opts.kvec, opts.dchunk, opts.lanes
   keys = opts.keys
@@ -82,7 +82,7 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   blocks = nq // R
   b = range_(heads * blocks, 0, AxisType.THREAD)
   h, qb = b // blocks, b % blocks
-  if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (uopc.flash)
+  if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (kernels.flash)
   q0, o0 = h * (nq * d) + qb * (R * d), h * (nq * dv) + qb * (R * dv)
   # each row's running max (the same in every lane) and its sum (lane by lane: added across lanes at the end)
   M = [alloc(vec).after(b) for _ in range(R)]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
-from uopc.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
+from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import UOp, Ops
 
 if TYPE_CHECKING: from uopc.tensor import Tensor

@@ -2,7 +2,7 @@
 
 Two OpenMP runtimes in one process (PyTorch's and the libgomp of uopc's kernels, beside OpenBLAS's threads) disturb
 each other: a runtime's idle threads keep spinning after its call returns and steal the cores from the next peer.
-So the parent here builds and times nothing. For each peer it runs `python -m uopc.bench_isolated`, a worker that
+So the parent here builds and times nothing. For each peer it runs `python -m uopc.bench.isolated`, a worker that
 reads one request (JSON on stdin), builds the case's inputs from the same seed, builds only its own peer, times it
 (best_of: at least reps calls and MIN_SECONDS of them, after a warm-up), checks its result against the float64
 reference and prints one JSON line back; the parent waits for it to exit before it starts the next peer's worker, so
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 import numpy as np
-from uopc.bench_cases import Case, PeerError, check, inputs, peer_names, reference
+from uopc.bench.cases import Case, PeerError, check, inputs, peer_names, reference
 
-DEFAULT_BUILD = "uopc.bench_cases:case_peers"   # "module:function" with case_peers' signature (case, arrays, only)
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent   # on the worker's path first: it runs this same uopc
+DEFAULT_BUILD = "uopc.bench.cases:case_peers"   # "module:function" with case_peers' signature (case, arrays, only)
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]   # on the worker's path first: it runs this same uopc
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def measure(case: Case, peer: str, reps: int, warmup: int = 1, build: str = DEFA
   split_builder(build)   # a malformed spec fails here, not in the worker
   request = json.dumps({"case": case.to_json(), "peer": peer, "reps": reps, "warmup": warmup, "build": build})
   path = os.pathsep.join([str(PACKAGE_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-  r = subprocess.run([sys.executable, "-m", "uopc.bench_isolated"], input=request, capture_output=True, text=True,
+  r = subprocess.run([sys.executable, "-m", "uopc.bench.isolated"], input=request, capture_output=True, text=True,
                      env=dict(os.environ, PYTHONPATH=path), timeout=timeout)
   sys.stderr.write(r.stderr)   # the worker's warnings, if any, are the caller's to see
   lines = r.stdout.strip().splitlines()
@@ -113,7 +113,7 @@ def run_isolated(case: Case, reps: int, warmup: int = 1, build: str = DEFAULT_BU
 
 
 def worker() -> None:
-  """`python -m uopc.bench_isolated`: one request on stdin, one JSON line on stdout (a result or an error)."""
+  """`python -m uopc.bench.isolated`: one request on stdin, one JSON line on stdout (a result or an error)."""
   request = json.loads(sys.stdin.read())
   try:
     m = measure_here(Case.from_json(request["case"]), request["peer"], request["reps"], request["warmup"],

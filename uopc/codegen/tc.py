@@ -4,19 +4,20 @@
                             inputs the instruction takes (f16; with TC=2 also f32 as tf32), else None.
   lower_tc(body, out, ...)  kernel body -> loop program with launch axes: one 32-wide work-group (a warp) per M x N
                             output tile (16 x 8), a loop over K in steps of the instruction's k. Each lane loads the
-                            elements of A and B its fragment registers hold (uopc.wmma's tables), one WMMA updates
-                            the lane's accumulators, and each lane stores the outputs it holds. Sizes that are not
-                            multiples of the tile are padded: loads outside the matrix read 0 (from a clamped
+                            elements of A and B its fragment registers hold (uopc.codegen.wmma's tables), one WMMA
+                            updates the lane's accumulators, and each lane stores the outputs it holds. Sizes that are
+                            not multiples of the tile are padded: loads outside the matrix read 0 (from a clamped
                             address), stores outside it are gated off.
 
 WMMA(a, b, c, lane) is a statement: c's registers become A @ B + C of the tile the warp's registers hold. The CUDA
-renderer prints the real instruction (uopc.wmma.ptx_mma); every other GPU dialect emulates it lane by lane through
-local memory from the hardware's table (uopc.render_gpu), so a load that puts the wrong element in a register gives
-wrong numbers there too.
+renderer prints the real instruction (uopc.codegen.wmma.ptx_mma); every other GPU dialect emulates it lane by lane
+through local memory from the hardware's table (uopc.render_gpu), so a load that puts the wrong element in a register
+gives wrong numbers there too.
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from uopc import wmma, symbolic
+from uopc import symbolic
+from uopc.codegen import wmma
 from uopc.dtype import dtypes
 from uopc.options import Options
 from uopc.rangeify import Ctx, rangeify
@@ -28,7 +29,7 @@ TC_SHAPES = {"f16": wmma.M16N8K16, "tf32": wmma.M16N8K8_TF32}   # the input kind
 
 @dataclass(frozen=True)
 class WMMAArg:
-  """The arg of a WMMA: which instruction (uopc.wmma.SHAPES) and which input type, as PTX spells them."""
+  """The arg of a WMMA: which instruction (uopc.codegen.wmma.SHAPES) and which input type, as PTX spells them."""
   shape: str
   dtype: str
 

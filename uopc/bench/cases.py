@@ -1,7 +1,7 @@
 """What one benchmark case is: its inputs (the same seed in every process), its float64 reference, and its peers.
 
 Every peer is built on its own (`case_peers(case, arrays, only={"flash"})` compiles flash's kernel and nothing
-else), so that a worker process of uopc.bench_isolated builds, and loads the runtime of, only the peer it times.
+else), so that a worker process of uopc.bench.isolated builds, and loads the runtime of, only the peer it times.
 """
 from __future__ import annotations
 import importlib.util, math
@@ -115,7 +115,7 @@ def gemm_builders(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], Callab
   # uopc reads the arrays in place (Tensor.from_numpy), as NumPy's @ does; Tensor(a) would copy each operand first
   def numpy_mm(): return a @ b
   def uopc_mm(): return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()
-  def vector_mm():   # the same matmul with the vector optimizer (uopc.gemm_vec)
+  def vector_mm():   # the same matmul with the vector optimizer (uopc.codegen.gemm_vec)
     from uopc.opt import VectorOpt
     old, Tensor.opt = Tensor.opt, VectorOpt
     try: return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).numpy()

@@ -3,7 +3,7 @@
 runtime.FLAGS is what CompileOpts() gives: -O3 -march=native, OpenMP, and the float reassociation that lets gcc
 vectorize a reduction while infinities and NaNs keep their meaning (NOTES 2). Two flags are the ones most likely to
 differ by kernel and machine (the issue measured both on hand-written C; NOTES 24 on uopc's vector kernel):
-- `-mprefer-vector-width`: the width gcc's auto-vectorizer uses (x86). Explicit vectors (uopc.vector) keep their
+- `-mprefer-vector-width`: the width gcc's auto-vectorizer uses (x86). Explicit vectors (uopc.codegen.vector) keep their
   own width whatever it says.
 - `-ffinite-math-only` lets gcc assume no infinity or NaN exists. The online softmax's running max starts at -inf and
   masks are -inf, so no kernel here gets it: the vector kernels get its speed from code that needs no assumption.

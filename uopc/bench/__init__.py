@@ -6,7 +6,7 @@
   python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
 
 gemm and attention time each peer in a process of its own, one process at a time (--method isolated, the default:
-uopc.bench_isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
+uopc.bench.isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
 them all in this process, in turns (uopc.bench.interleaved). The header's method line says which.
 
 On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slower kernel: unset both for the
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 import uopc
-from uopc.bench_cases import Case, case_peers, check, inputs, reference
-from uopc.bench_cases import attention_peers  # noqa: F401  (chapter 11b imports it from here)
-from uopc.bench_isolated import MIN_SECONDS, run_isolated, warm_allocator
+from uopc.bench.cases import Case, case_peers, check, inputs, reference
+from uopc.bench.cases import attention_peers  # noqa: F401  (chapter 11b imports it from here)
+from uopc.bench.isolated import MIN_SECONDS, run_isolated, warm_allocator
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
 
@@ -113,7 +113,7 @@ class Row:
 
 # ---- one case, either way ----
 def time_case(case: Case, reps: int, method: str = "isolated") -> dict[str, float]:
-  """Best seconds of each of the case's peers (uopc.bench_cases), each result checked against float64 first."""
+  """Best seconds of each of the case's peers (uopc.bench.cases), each result checked against float64 first."""
   describe_method(method, reps)   # an unknown method fails before anything runs
   if reps < 1: raise ValueError(f"reps must be >= 1, got {reps}")
   if method == "isolated": return {name: m.seconds for name, m in run_isolated(case, reps).items()}
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
   args = ap.parse_args(argv)
   print(header(args.method, args.reps, args.rounds) if args.what in ("gemm", "attention") else header())
   if args.what == "gpt":
-    from uopc.bench_gpt import gpt
+    from uopc.bench.gpt import gpt
     from uopc.opt import DefaultOpt, VectorOpt
     opt = VectorOpt if args.opt == "vector" else DefaultOpt
     print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt)))
@@ -233,7 +233,3 @@ def main(argv: list[str] | None = None) -> None:
               args.method, args.rounds)
   print(f"{'case':<20s} {'impl':<10s} {'time':>13s} {'rate':>17s} speedup over numpy")
   for r in rows: print(r.line(peak_gflops))
-
-
-if __name__ == "__main__":
-  main()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib, math, os, time
 import numpy as np
 import uopc.kernelize
-from uopc.data import CharTokenizer, get_batch, load_text, split
+from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.nn import GPT, GPTConfig, LayerNorm
 from uopc.jit import TinyJit
 from uopc.optim import AdamW

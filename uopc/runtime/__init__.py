@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 import cffi
 from uopc.dtype import np_dtype
-from uopc.objfile import complete_object
-from uopc.compile_opts import CompileOpts
+from uopc.runtime.objfile import complete_object
+from uopc.runtime.flags import CompileOpts
 from uopc.renderer import Signature, check_identifier
 
 # Reassociating float sums lets the compiler vectorize reductions. Unlike -ffast-math this keeps infinities and NaNs
 # meaningful, which the online softmax needs (its running max starts at -INFINITY). See NOTES 2. 256-bit vectors on
 # x86: a register tile's 16 accumulators then reduce across fewer lanes (NOTES 2). A kernel may choose others
-# (uopc.compile_opts; NOTES 24).
+# (uopc.runtime.flags; NOTES 24).
 FLAGS = CompileOpts().flags
 
 # What every rendered kernel may use (INFINITY, bool, exp2f); the renderer prints only the function. glibc's exp2f
@@ -180,7 +180,7 @@ def native_target(cc: str) -> str:
 @functools.cache
 def vector_bits(cc: str) -> int:
   """The widest vector register -march=native gives this compiler: 512 (AVX-512), 256 (AVX2), else 128 (SSE, NEON).
-  A register tile is sized by it (uopc.flash_vec, uopc.gemm_vec)."""
+  A register tile is sized by it (uopc.kernels.flash_vec, uopc.codegen.gemm_vec)."""
   r = _run_quietly([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull])
   macros = r.stdout if r else ""
   return 512 if "__AVX512F__" in macros else 256 if "__AVX2__" in macros else 128

@@ -1,0 +1,10 @@
+"""Lowerings beyond the book's spine: each turns a kernel's tensor body into loops of another shape.
+
+  online.py     the online softmax as one pass (chapter 11 appendix)
+  gemm_vec.py   VectorOpt's packed, vector-tiled matmul
+  vector.py     vector dtypes in C (GCC vector extensions): butterflies, trees, typedefs
+  tc.py         TC=1: matmuls as warp tiles around a WMMA op
+  wmma.py       tensor-core fragment layouts (mma.sync m16n8k16), emulated lane by lane off a GPU
+  localtile.py  matmuls from local-memory tiles and register tiles (TiledOpt)
+  gpudims.py    launch axes of GPU kernels (grid, block) and their traffic counts
+"""
