@@ -8,9 +8,14 @@ like any other.
 from __future__ import annotations
 import math
 import weakref
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
+from uopc.mixin.indexing import IndexingMixin
 from uopc.uop import UOp, Ops
-if TYPE_CHECKING: from uopc.tensor import Tensor   # autograd works on Tensors but never imports them at run time
+
+# what the rules compute with: a value with the Tensor ops of uopc.mixin (the STACK rule indexes, so up to
+# IndexingMixin's). gradient() and backward() also need its graph node .uop, .lazy (the graph that computed it, once
+# realized), .grad, and the class made from a UOp: cls(uop). uopc.tensor's Tensor is one; autograd never imports it
+TensorLike = IndexingMixin
 
 LN2 = math.log(2)
 class Leaves:
@@ -27,13 +32,13 @@ class Leaves:
 requires_grad_leaves = Leaves()
 
 
-def _unexpand(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+def _unexpand(g: TensorLike, shape: tuple[int, ...]) -> TensorLike:
   """The gradient of an EXPAND: sum over the axes that were broadcast."""
   axes = tuple(k for k, (a, b) in enumerate(zip(shape, g.shape)) if a != b)
   return g.sum(axes, keepdim=True).reshape(shape) if axes else g
 
 
-def _prod_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+def _prod_grad(x: TensorLike, out: TensorLike, g: TensorLike, axes: tuple[int, ...]) -> TensorLike:
   """The product of the others: out / x, except at a zero, where it is the product of the nonzero rest (if that
   zero is the only one; with two zeros every gradient is 0)."""
   zero = x.eq(0)
@@ -42,7 +47,7 @@ def _prod_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tens
   return g * zero.where(lone.where(rest, 0.0), out / zero.where(1.0, x))
 
 
-def _max_reduce_grad(x: Tensor, out: Tensor, g: Tensor, axes: tuple[int, ...]) -> Tensor:
+def _max_reduce_grad(x: TensorLike, out: TensorLike, g: TensorLike, axes: tuple[int, ...]) -> TensorLike:
   """The gradient goes to the maxima, shared equally between ties."""
   hit = x.eq(out).cast(x.dtype)
   count = hit.sum(axes, keepdim=True).expand(x.shape)
@@ -57,13 +62,13 @@ REDUCE_DERIVATIVES: dict[Ops, Callable] = {
 }
 
 
-def _reduce_grad(out: Tensor, x: Tensor, g: Tensor, rop: Ops, n: int) -> Tensor:
+def _reduce_grad(out: TensorLike, x: TensorLike, g: TensorLike, rop: Ops, n: int) -> TensorLike:
   kept = x.shape[:x.ndim - n]
-  def back(t: Tensor) -> Tensor: return t.reshape(kept + (1,) * n).expand(x.shape)   # reduced, broadcast back
+  def back(t: TensorLike) -> TensorLike: return t.reshape(kept + (1,) * n).expand(x.shape)   # reduced, broadcast back
   return REDUCE_DERIVATIVES[rop](x, back(out), back(g), tuple(range(x.ndim - n, x.ndim)))
 
 
-def _max_grad(a: Tensor, b: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+def _max_grad(a: TensorLike, b: TensorLike, g: TensorLike) -> tuple[TensorLike, TensorLike]:
   tie = a.eq(b).where(g * 0.5, 0.0)
   return (b < a).where(g, tie), (a < b).where(g, tie)
 
@@ -75,7 +80,7 @@ def _inverse(order: tuple[int, ...]) -> list[int]:
 
 
 # op -> rule(out, srcs, g, arg) -> one gradient per source
-Rule = Callable[..., tuple]   # (out: Tensor, srcs: list[Tensor], g: Tensor, arg) -> one gradient per source
+Rule = Callable[..., tuple]   # (out: TensorLike, srcs: list[TensorLike], g: TensorLike, arg) -> one gradient per source
 DERIVATIVES: dict[Ops, Rule] = {
   Ops.ADD: lambda out, s, g, arg: (g, g),                                   # d(a+b) = da + db
   Ops.MUL: lambda out, s, g, arg: (g * s[1], g * s[0]),                     # d(ab) = b da + a db
@@ -100,31 +105,31 @@ DERIVATIVES: dict[Ops, Rule] = {
 NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD, Ops.CONST, Ops.BUFFER}
 
 
-def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[Tensor]:
+def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = None) -> list[TensorLike]:
   """d f / d w for each w in wrt (f a scalar, or give seed: the gradient flowing into f)."""
   if seed is None:
     if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
-  Tensor = type(f)   # the class of the tensors given: this module does not import uopc.tensor
-  if f.lazy is not None: f = Tensor(f.lazy)   # f was realized: differentiate the graph that computed it
+  T = type(f)   # the class of the tensors given: this module does not import uopc.tensor
+  if f.lazy is not None: f = T(f.lazy)   # f was realized: differentiate the graph that computed it
   targets = {w.uop for w in wrt}
   topo = f.uop.toposort()
   # only nodes on a path to a target need a gradient
   needed: set[UOp] = set()
   for u in topo:
     if u in targets or any(s in needed for s in u.src): needed.add(u)
-  grads: dict[UOp, Tensor] = {f.uop: seed}
+  grads: dict[UOp, TensorLike] = {f.uop: seed}
   for u in reversed(topo):
     if u not in grads or u in targets or u.op in NO_GRADIENT or not any(s in needed for s in u.src): continue
     if u.op not in DERIVATIVES: raise NotImplementedError(f"gradient: no derivative rule for {u.op}")
-    srcs = [Tensor(s) for s in u.src]
-    for s, gs in zip(u.src, DERIVATIVES[u.op](Tensor(u), srcs, grads[u], u.arg)):
+    srcs = [T(s) for s in u.src]
+    for s, gs in zip(u.src, DERIVATIVES[u.op](T(u), srcs, grads[u], u.arg)):
       if gs is None or s not in needed: continue
       grads[s] = grads[s] + gs if s in grads else gs
   return [grads[w.uop] if w.uop in grads else w.const_like(0.0) for w in wrt]
 
 
-def backward(loss: Tensor) -> None:
+def backward(loss: TensorLike) -> None:
   """loss.backward(): set .grad on every tensor with requires_grad that loss depends on."""
   graph = set((loss.lazy or loss.uop).toposort())
   leaves = [t for t in list(requires_grad_leaves) if t.uop in graph]

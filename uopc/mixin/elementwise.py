@@ -1,15 +1,140 @@
-"""Elementwise Tensor methods beyond the book's core: operators (//, %, **, &, |, ^, ~), PyTorch's function forms
-(add, sub, mul, div...), rounding, pow and clip, written with the core's ALU ops and promotion rules."""
+"""Elementwise Tensor methods: the book's core (promotion and broadcasting, + * - / < ==, where, exp2/log2/sqrt
+/recip/sin and what chapter 9 builds from them) and the rest PyTorch has: operators (//, %, **, &, |, ^, ~),
+function forms (add, sub, mul, div...), rounding, pow and clip. All are ALU nodes and the promotion rules."""
 from __future__ import annotations
 import math
-from typing import TYPE_CHECKING
-from uopc.dtype import dtypes
+import sys
+from typing import Sequence, TypeVar
+from uopc.dtype import DType, dtypes, least_upper_dtype, scalar_dtype
+from uopc.mixin.shapes import broadcast_shape
 from uopc.uop import Ops
 
-if TYPE_CHECKING: from uopc.tensor import Tensor
+if sys.version_info >= (3, 11): from typing import Self   # the composing class (Tensor), which no mixin names
+else: Self = TypeVar("Self", bound="ElementwiseMixin")       # Python 3.10 has no typing.Self: the root mixin stands in
+
+LOG2E, LN2 = 1 / math.log(2), math.log(2)
 
 
 class ElementwiseMixin:
+  """The root of the Tensor's mixins. The composing class is made from an array, cls(array, dtype=None), and
+  provides the primitives below; every other method here and in the mixins built on this one is written with them."""
+  # ---- the composing class provides ----
+  @property
+  def shape(self) -> tuple[int, ...]: raise NotImplementedError
+  @property
+  def dtype(self) -> DType: raise NotImplementedError
+  def _alu(self, op: Ops, *srcs: Self) -> Self:
+    """The node op over self and srcs, all of one shape: an ALU op on one dtype (a WHERE's condition is bool), or a
+    STACK."""
+    raise NotImplementedError
+  def cast(self, dtype: DType) -> Self: raise NotImplementedError
+  @classmethod
+  def full(cls, shape: Sequence[int], value, dtype: DType | None = None) -> Self: raise NotImplementedError
+  def _broadcast(self, shape: tuple[int, ...]) -> Self:
+    """self expanded to shape, a shape known to broadcast self's (MovementMixin gives it)."""
+    raise NotImplementedError
+
+  # ---- the core: promotion, broadcasting and the ALU ops ----
+  def const_like(self, value) -> Self:
+    return type(self).full(self.shape, value, self.dtype if not isinstance(value, bool) else dtypes.bool)
+  def _operand(self, x) -> Self:
+    """x as a Tensor: a Python scalar becomes a constant of self's shape, in the dtype `self op x` computes in."""
+    return x if isinstance(x, ElementwiseMixin) else type(self).full(self.shape, x, scalar_dtype(self.dtype, x))
+
+  def _pair(self, other) -> tuple[Self, Self]:
+    """self and other promoted to one dtype (NumPy/PyTorch: float beats int, wide beats narrow) and one shape."""
+    other = self._operand(other)
+    dt = self.dtype if other.dtype is self.dtype else least_upper_dtype(self.dtype, other.dtype)
+    shape = self.shape if other.shape == self.shape else broadcast_shape(self.shape, other.shape)
+    # broadcast_shape checked that both expand to shape: the nodes expand() builds, without its checks
+    return self.cast(dt)._broadcast(shape), other.cast(dt)._broadcast(shape)
+
+  def _binary(self, op: Ops, other, reverse: bool = False) -> Self:
+    same = isinstance(other, ElementwiseMixin) and other.dtype is self.dtype and other.shape == self.shape
+    a, b = (self, other) if same else self._pair(other)   # nothing to promote or broadcast: the common case, fast
+    if reverse: a, b = b, a
+    return a._alu(op, b)
+  def __add__(self, x): return self._binary(Ops.ADD, x)
+  def __radd__(self, x): return self._binary(Ops.ADD, x, True)
+  def __mul__(self, x): return self._binary(Ops.MUL, x)
+  def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
+  def __neg__(self):
+    if self.dtype is dtypes.bool: raise TypeError("negating a bool tensor: use logical_not() or ~")
+    return self * -1
+  def __sub__(self, x): return self + (-self._operand(x))
+  def __rsub__(self, x): return (-self) + x
+  def __truediv__(self, x):
+    x = self._operand(x)
+    if not self.dtype.is_float and not x.dtype.is_float:   # true division of integers gives floats, as in NumPy
+      return self.cast(dtypes.default_float) / x.cast(dtypes.default_float)
+    return self * x.recip()
+  def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
+  def __lt__(self, x): return self._binary(Ops.CMPLT, x)
+  def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
+  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self > x).logical_not()
+  def __eq__(self, x): return self.eq(x)   # elementwise, as in NumPy, PyTorch and tinygrad
+  def __ne__(self, x): return self.ne(x)
+  __hash__ = object.__hash__   # == is elementwise, so a Tensor hashes by identity
+  def isnan(self) -> Self: return self.ne(self) if self.dtype.is_float else type(self).full(self.shape, False)
+  def eq(self, x) -> Self: return self.ne(x).logical_not()
+  def ne(self, x) -> Self: return self._binary(Ops.CMPNE, x)
+  def logical_not(self) -> Self: return self.ne(True) if self.dtype is dtypes.bool else self.eq(0)
+  def maximum(self, x) -> Self:
+    out = self._binary(Ops.MAX, x)
+    if not out.dtype.is_float: return out
+    # C's (a>b)?a:b drops a NaN in a; NumPy's maximum propagates it from either side
+    a = self.cast(out.dtype)._broadcast(out.shape)
+    return a.isnan().where(a, out)
+  def minimum(self, x) -> Self:
+    x_float = isinstance(x, float) or (isinstance(x, ElementwiseMixin) and x.dtype.is_float)
+    if not self.dtype.is_float and not x_float:
+      return ~((~self).maximum(~self._operand(x)))   # -x overflows at an integer's minimum; ~x never does
+    return -((-self).maximum(-x if isinstance(x, ElementwiseMixin) else -x))
+  def where(self, a, b) -> Self:
+    """self ? a : b, broadcast together; a and b are Tensors or scalars, promoted to one dtype."""
+    if self.dtype is not dtypes.bool: raise TypeError(f"where: the condition must be bool, got {self.dtype}")
+    ts = [x for x in (a, b) if isinstance(x, ElementwiseMixin)]
+    dt = least_upper_dtype(*(t.dtype for t in ts)) if ts else dtypes.from_py(a)
+    for x in (a, b):
+      if isinstance(x, ElementwiseMixin): continue
+      dt = scalar_dtype(dt, x) if ts else least_upper_dtype(dt, dtypes.from_py(x))
+    a = a.cast(dt) if isinstance(a, ElementwiseMixin) else type(self).full((), a, dt)
+    b = b.cast(dt) if isinstance(b, ElementwiseMixin) else type(self).full((), b, dt)
+    shape = broadcast_shape(self.shape, a.shape, b.shape)
+    return self._broadcast(shape)._alu(Ops.WHERE, a._broadcast(shape), b._broadcast(shape))
+  def _unary(self, op: Ops) -> Self:
+    x = self if self.dtype.is_float else self.cast(dtypes.default_float)   # exp of an int is a float, as in PyTorch
+    return x._alu(op)
+  def exp2(self) -> Self: return self._unary(Ops.EXP2)
+  def log2(self) -> Self: return self._unary(Ops.LOG2)
+  def sqrt(self) -> Self: return self._unary(Ops.SQRT)
+  def recip(self) -> Self: return self._unary(Ops.RECIP)
+  reciprocal = recip
+  def sin(self) -> Self: return self._unary(Ops.SIN)
+  def exp(self) -> Self: return (self * LOG2E).exp2()     # one hardware-friendly exponential: exp(x) = 2^(x log2 e)
+  def log(self) -> Self: return self.log2() * LN2
+  def relu(self) -> Self:
+    """max(x, 0), written so that its gradient at exactly 0 is 0 (as in PyTorch) and relu(nan) is nan."""
+    if not self.dtype.is_float: return (self > 0).where(self, 0)
+    return self.isnan().where(self, (self > 0).where(self, 0.0))
+  def sigmoid(self) -> Self:
+    """1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below: e = e^-|x| <= 1 never overflows, so no branch holds an inf
+    (an inf in the branch not taken would still make its gradient 0 * inf = nan)."""
+    neg = self < 0
+    e = neg.where(self, -self).exp()
+    return neg.where(e, 1.0) / (1 + e)
+  def tanh(self) -> Self:
+    """sign(x) (1 - e) / (1 + e) with e = e^(-2|x|) <= 1: finite for every x, and so is its gradient."""
+    neg = self < 0
+    e = (neg.where(self, -self) * 2).exp()
+    t = (1 - e) / (1 + e)
+    return neg.where(-t, t)
+  def abs(self) -> Self: return self.maximum(-self) if self.dtype.is_float else (self < 0).where(-self, self)
+  def square(self) -> Self: return self * self
+  def float(self) -> Self: return self.cast(dtypes.f32)
+
+  # ---- beyond the core ----
   def __floordiv__(self, x): return self._floordiv(self._operand(x))
   def __rfloordiv__(self, x): return self._operand(x)._floordiv(self)
   def __mod__(self, x):
@@ -28,31 +153,31 @@ class ElementwiseMixin:
     if self.dtype is dtypes.bool: return self.logical_not()
     if not self.dtype.is_int: raise TypeError(f"~ needs a bool or integer tensor, got {self.dtype}")
     return self ^ (self.dtype.max if self.dtype.is_unsigned else -1)
-  def _bitwise(self, op: Ops, x) -> Tensor:
+  def _bitwise(self, op: Ops, x) -> Self:
     x = self._operand(x)
     for t in (self, x):
       if t.dtype.is_float: raise TypeError(f"{op.name.lower()}: bitwise ops need bool or integer tensors: {t.dtype}")
     return self._binary(op, x)
-  def _floordiv(self, x: Tensor) -> Tensor:
+  def _floordiv(self, x: Self) -> Self:
     """Python's and NumPy's floor division; IDIV (C's /) truncates toward zero."""
     if self.dtype.is_float or x.dtype.is_float: return (self / x).floor()
     a, b = self._int_pair(x)
     q = a._truncdiv(b)
     inexact = (q * b).ne(a) & ((a < 0) ^ (b < 0)) & b.ne(0)
     return inexact.where(q - 1, q)
-  def _int_pair(self, x: Tensor) -> tuple[Tensor, Tensor]:
+  def _int_pair(self, x: Self) -> tuple[Self, Self]:
     a, b = self._pair(x)
     return (a.int(), b.int()) if a.dtype is dtypes.bool else (a, b)
-  def _truncdiv(self, b: Tensor) -> Tensor:
+  def _truncdiv(self, b: Self) -> Self:
     """C's integer division (toward zero); x / 0 traps in C, so it gives 0 here, as NumPy does."""
     zero = b.eq(0)
     return zero.where(0, self._binary(Ops.IDIV, zero.where(1, b)))
 
   # function forms, as in PyTorch and tinygrad
-  def add(self, x) -> Tensor: return self + x
-  def sub(self, x) -> Tensor: return self - x
-  def mul(self, x) -> Tensor: return self * x
-  def div(self, x, rounding_mode: str | None = None) -> Tensor:
+  def add(self, x) -> Self: return self + x
+  def sub(self, x) -> Self: return self - x
+  def mul(self, x) -> Self: return self * x
+  def div(self, x, rounding_mode: str | None = None) -> Self:
     if rounding_mode is None: return self / x
     if rounding_mode == "floor": return self // x
     if rounding_mode != "trunc":
@@ -61,34 +186,34 @@ class ElementwiseMixin:
     if self.dtype.is_float or x.dtype.is_float: return (self / x).trunc()
     a, b = self._int_pair(x)
     return a._truncdiv(b)
-  def neg(self) -> Tensor: return -self
-  def logical_and(self, x) -> Tensor: return self.bool() & self._operand(x).bool()
-  def logical_or(self, x) -> Tensor: return self.bool() | self._operand(x).bool()
-  def isinf(self) -> Tensor:
+  def neg(self) -> Self: return -self
+  def logical_and(self, x) -> Self: return self.bool() & self._operand(x).bool()
+  def logical_or(self, x) -> Self: return self.bool() | self._operand(x).bool()
+  def isinf(self) -> Self:
     return self.abs().eq(math.inf) if self.dtype.is_float else type(self).full(self.shape, False)
-  def rsqrt(self) -> Tensor: return self.sqrt().recip()
-  def cos(self) -> Tensor: return (self + math.pi / 2).sin() if self.dtype.is_float else self.float().cos()
-  def sign(self) -> Tensor:
+  def rsqrt(self) -> Self: return self.sqrt().recip()
+  def cos(self) -> Self: return (self + math.pi / 2).sin() if self.dtype.is_float else self.float().cos()
+  def sign(self) -> Self:
     s = (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
     return self.isnan().where(self, s) if self.dtype.is_float else s
-  def floor(self) -> Tensor:
+  def floor(self) -> Self:
     if not self.dtype.is_float: return self
     t = self.trunc()
     return (t > self).where(t - 1, t)
-  def ceil(self) -> Tensor: return -((-self).floor())
-  def trunc(self) -> Tensor:
+  def ceil(self) -> Self: return -((-self).floor())
+  def trunc(self) -> Self:
     if not self.dtype.is_float: return self
     t = self.cast(dtypes.i64).cast(self.dtype)             # C's cast truncates; |x| >= 2^52 is already whole
     return (self.abs() < 2.0 ** 52).where(t, self)
-  def round(self) -> Tensor:
+  def round(self) -> Self:
     """Half to even, as NumPy and PyTorch round."""
     f = (self + 0.5).floor()
     tie = (f - self).eq(0.5) & (f % 2).ne(0)
     return tie.where(f - 1, f)
-  def pow(self, x) -> Tensor:
+  def pow(self, x) -> Self:
     """self ** x. A whole-number scalar exponent is repeated multiplication (exact, and its gradient is right at 0);
     otherwise exp2(x log2|self|) with the sign of a negative base for whole exponents (nan for fractional ones)."""
-    if not isinstance(x, type(self)) and float(x).is_integer() and abs(x) <= 16:
+    if not isinstance(x, ElementwiseMixin) and float(x).is_integer() and abs(x) <= 16:
       n, base, out = abs(int(x)), self, None
       while n:                                             # square and multiply
         if n & 1: out = base if out is None else out * base
@@ -96,7 +221,7 @@ class ElementwiseMixin:
         if n: base = base * base
       if out is None: return type(self).full(self.shape, 1, self.dtype)
       return out if x > 0 else 1 / out
-    if not isinstance(x, type(self)) and x == 0.5: return self.sqrt()
+    if not isinstance(x, ElementwiseMixin) and x == 0.5: return self.sqrt()
     b = self if self.dtype.is_float else self.float()
     e = b._operand(x)
     if not e.dtype.is_float: e = e.cast(b.dtype)
@@ -104,7 +229,7 @@ class ElementwiseMixin:
     whole, odd = e.eq(e.floor()), (e % 2).abs().eq(1)
     sign = (b < 0).where(whole.where(odd.where(-1.0, 1.0), math.nan), 1.0)
     return e.eq(0).where(1.0, mag * sign)
-  def clip(self, min_=None, max_=None) -> Tensor:
+  def clip(self, min_=None, max_=None) -> Self:
     """min_ <= x <= max_ (either may be None); the gradient passes at the bounds, as PyTorch's clamp; nan stays nan."""
     if min_ is None and max_ is None: raise ValueError("clip: give min_, max_ or both")
     out = self
@@ -112,7 +237,7 @@ class ElementwiseMixin:
     if max_ is not None: out = (out > max_).where(max_, out)
     return out
   clamp = clip
-  def double(self) -> Tensor: return self.cast(dtypes.f64)
-  def int(self) -> Tensor: return self.cast(dtypes.i32)
-  def long(self) -> Tensor: return self.cast(dtypes.i64)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool) if self.dtype is dtypes.bool else self.ne(0)
+  def double(self) -> Self: return self.cast(dtypes.f64)
+  def int(self) -> Self: return self.cast(dtypes.i32)
+  def long(self) -> Self: return self.cast(dtypes.i64)
+  def bool(self) -> Self: return self.cast(dtypes.bool) if self.dtype is dtypes.bool else self.ne(0)

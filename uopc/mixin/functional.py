@@ -1,4 +1,4 @@
-"""Tensor methods for training: more reductions, activations, losses, layernorm and seeded random numbers.
+"""Tensor methods for training: activations, losses, layernorm and seeded random numbers.
 
 Each is a few Tensor operations, so each gradient comes from autograd's table with no rule of its own. Where a
 textbook formula would put an inf or a nan in a branch that a where() discards, it is rewritten so that no branch
@@ -7,13 +7,11 @@ entropy use e^-|x| <= 1, elu clamps its input before the exponential.
 """
 from __future__ import annotations
 import math
-from typing import TYPE_CHECKING
 import numpy as np
 from uopc.dtype import dtypes
-from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
-from uopc.uop import Ops
-
-if TYPE_CHECKING: from uopc.tensor import Tensor
+from uopc.mixin.elementwise import Self
+from uopc.mixin.indexing import IndexingMixin
+from uopc.mixin.shapes import shape_arg as _shape_arg
 
 
 def _np_rng(cls, seed):
@@ -23,7 +21,7 @@ def _np_rng(cls, seed):
   return cls._rng
 
 
-class NNMixin:
+class NNMixin(IndexingMixin):
   _rng: np.random.Generator | None = None
 
   # ---- creation ----
@@ -32,18 +30,18 @@ class NNMixin:
     """Reset the generator that rand, randint, randn(seed=None), multinomial and dropout draw from."""
     cls._rng = np.random.default_rng(seed)
   @classmethod
-  def rand(cls, *shape, seed: int | None = None, dtype=dtypes.f32) -> Tensor:
+  def rand(cls, *shape, seed: int | None = None, dtype=dtypes.f32) -> Self:
     return cls(_np_rng(cls, seed).random(_shape_arg(shape, "rand")), dtype)
   @classmethod
-  def randint(cls, *shape, low: int = 0, high: int = 10, seed: int | None = None, dtype=dtypes.i32) -> Tensor:
+  def randint(cls, *shape, low: int = 0, high: int = 10, seed: int | None = None, dtype=dtypes.i32) -> Self:
     """Integers low <= x < high (tinygrad's signature)."""
     if high <= low: raise ValueError(f"randint: need low < high, got {low} and {high}")
     return cls(_np_rng(cls, seed).integers(low, high, _shape_arg(shape, "randint")), dtype)
-  def full_like(self, value, dtype=None) -> Tensor: return type(self).full(self.shape, value, dtype or self.dtype)
-  def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
-  def ones_like(self, dtype=None) -> Tensor: return self.full_like(1, dtype)
+  def full_like(self, value, dtype=None) -> Self: return type(self).full(self.shape, value, dtype or self.dtype)
+  def zeros_like(self, dtype=None) -> Self: return self.full_like(0, dtype)
+  def ones_like(self, dtype=None) -> Self: return self.full_like(1, dtype)
 
-  def multinomial(self, num_samples: int = 1, replacement: bool = False, seed: int | None = None) -> Tensor:
+  def multinomial(self, num_samples: int = 1, replacement: bool = False, seed: int | None = None) -> Self:
     """Class indices drawn with probability proportional to self's last axis ((C,) or (B, C)), by inverting the
     cumulative sum at uniform draws from the seeded generator. int32, shape (num_samples,) or (B, num_samples)."""
     if self.ndim not in (1, 2): raise ValueError(f"multinomial: needs (C,) or (B, C) weights, got shape {self.shape}")
@@ -58,89 +56,48 @@ class NNMixin:
     idx = idx.minimum(w.shape[1] - 1)                                               # u rounding up to cdf[-1]
     return idx.reshape(num_samples) if self.ndim == 1 else idx
 
-  # ---- reductions ----
-  def prod(self, axis=None, keepdim: bool = False) -> Tensor:
-    x = self if self.dtype.is_float else self.cast(dtypes.i64)
-    return x._reduce(Ops.MUL, axis, keepdim)
-  def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    """sum((x - mean)^2) / (n - correction): PyTorch's default (correction=1) is the unbiased estimate."""
-    x = self if self.dtype.is_float else self.float()
-    sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-    n = x.numel() // max(sq.numel(), 1) if x.numel() else 0
-    return sq / max(n - correction, 0)
-  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    return self.var(axis, keepdim, correction).sqrt()
-  def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    """log(sum(exp(x))), computed as m + log(sum(exp(x - m))) with m the max (0 where the max is infinite)."""
-    m = self.max(axis, keepdim=True).detach()
-    m = m.isinf().where(0.0, m)
-    out = (self - m).exp().sum(axis, keepdim=True).log() + m
-    return out if keepdim else out.squeeze(axis if axis is not None else tuple(range(self.ndim)))
-  def _arg(self, axis, keepdim: bool, smallest: bool) -> Tensor:
-    """The first index of the max (min): max over (x == max) ? n - i : 0 is n - (first i)."""
-    T = type(self)
-    if axis is None: return self.reshape(-1)._arg(0, False, smallest).reshape((1,) * self.ndim if keepdim else ())
-    axis = _axis(axis, self.ndim)
-    if self.ndim == 0: return T.full((), 0, dtypes.int)
-    n = self.shape[axis]
-    if n == 0: raise ValueError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
-    best = (self.min if smallest else self.max)(axis, keepdim=True)
-    hit = self.eq(best) | (self.isnan() & best.isnan())                             # a nan is the max, as in NumPy
-    count_down = T.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - axis - 1))
-    return (n - hit.where(count_down, 0).max(axis, keepdim)).cast(dtypes.int)
-  def argmax(self, axis=None, keepdim: bool = False) -> Tensor: return self._arg(axis, keepdim, False)
-  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._arg(axis, keepdim, True)
-  def cumsum(self, axis: int = 0) -> Tensor:
-    """out[i] = sum_{j <= i} x[j]: a lower-triangular mask times x, summed (n^2 work along the axis)."""
-    if self.ndim == 0: return self.sum()
-    axis = _axis(axis, self.ndim)
-    n = self.shape[axis]
-    x = self.transpose(axis, -1)
-    mask = type(self).ones(n, n, dtype=dtypes.bool).tril()                        # (i, j): j <= i
-    return mask.where(x.unsqueeze(-2), 0).sum(-1).transpose(axis, -1)   # integers widen to int64, as in NumPy
-
   # ---- activations ----
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
-  def elu(self, alpha: float = 1.0) -> Tensor:
+  def leaky_relu(self, neg_slope: float = 0.01) -> Self: return (self > 0).where(self, self * neg_slope)
+  def elu(self, alpha: float = 1.0) -> Self:
     neg = (self > 0).where(0.0, self)                                               # never overflows exp
     return (self > 0).where(self, (neg.exp() - 1) * alpha)
-  def celu(self, alpha: float = 1.0) -> Tensor: return (self / alpha).elu() * alpha
-  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+  def celu(self, alpha: float = 1.0) -> Self: return (self / alpha).elu() * alpha
+  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
     """Clamped to [min_val, max_val] with gradient 0 at and outside the bounds, as PyTorch's; nan stays nan."""
     low, high = (self < min_val) | self.eq(min_val), (self > max_val) | self.eq(max_val)
     return low.where(min_val, high.where(max_val, self))
-  def relu6(self) -> Tensor: return self.hardtanh(0.0, 6.0)
-  def hardsigmoid(self) -> Tensor: return (self + 3).relu6() / 6
-  def hardswish(self) -> Tensor: return self * (self + 3).relu6() * (1 / 6)
-  def silu(self) -> Tensor: return self * self.sigmoid()
+  def relu6(self) -> Self: return self.hardtanh(0.0, 6.0)
+  def hardsigmoid(self) -> Self: return (self + 3).relu6() / 6
+  def hardswish(self) -> Self: return self * (self + 3).relu6() * (1 / 6)
+  def silu(self) -> Self: return self * self.sigmoid()
   swish = silu
-  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
-  def gelu(self) -> Tensor:
+  def quick_gelu(self) -> Self: return self * (self * 1.702).sigmoid()
+  def gelu(self) -> Self:
     """The tanh approximation (GPT-2's and tinygrad's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
-  def softplus(self, beta: float = 1.0) -> Tensor:
+  def softplus(self, beta: float = 1.0) -> Self:
     """log(1 + e^(beta x)) / beta as relu(bx) + log(1 + e^-|bx|): nothing overflows."""
     bx = self * beta
     return (bx.relu() + (1 + (bx > 0).where(-bx, bx).exp()).log()) * (1 / beta)
-  def mish(self) -> Tensor: return self * self.softplus().tanh()
-  def logsigmoid(self) -> Tensor: return -((-self).softplus())
-  def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
+  def mish(self) -> Self: return self * self.softplus().tanh()
+  def logsigmoid(self) -> Self: return -((-self).softplus())
+  def layernorm(self, axis=-1, eps: float = 1e-5) -> Self:
     """(x - mean) / sqrt(var + eps) over axis (biased variance, as LayerNorm), without weight and bias."""
     x = self - self.mean(axis, keepdim=True)
     return x * (x.square().mean(axis, keepdim=True) + eps).rsqrt()
-  def dropout(self, p: float = 0.5, seed: int | None = None) -> Tensor:
+  def dropout(self, p: float = 0.5, seed: int | None = None) -> Self:
     if not 0 <= p < 1: raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if p == 0: return self
     keep = type(self).rand(*self.shape, seed=seed) >= p
     return keep.where(self * (1 / (1 - p)), 0.0)
 
   # ---- losses ----
-  def _reduction(self, reduction: str) -> Tensor:
+  def _reduction(self, reduction: str) -> Self:
     if reduction == "mean": return self.mean()
     if reduction == "sum": return self.sum()
     if reduction == "none": return self
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-  def _class_targets(self, Y, what: str) -> Tensor:
+  def _class_targets(self, Y, what: str) -> Self:
     """Y (integer class indices of self's shape without the class axis) checked and as a Tensor."""
     T = type(self)
     Y = Y if isinstance(Y, T) else T(np.asarray(Y))
@@ -148,7 +105,7 @@ class NNMixin:
     if Y.shape != self.shape[:-1]:
       raise ValueError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
     return Y
-  def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+  def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:
     """self: logits (..., C); Y: integer class indices (...) or probabilities (..., C). PyTorch's cross_entropy
     with the class axis last."""
     T = type(self)
@@ -160,7 +117,7 @@ class NNMixin:
     else: probs = self._class_targets(Yt, "cross_entropy").one_hot(self.shape[-1]).cast(self.dtype)
     probs = probs * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return (-(self.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
-  def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
+  def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Self:
     """self: log-probabilities (..., C); Y: class indices. Mean over the counted (weighted) targets, as PyTorch."""
     Y = self._class_targets(Y, "nll_loss")
     hot = Y.one_hot(self.shape[-1]).cast(self.dtype)
@@ -170,7 +127,7 @@ class NNMixin:
     if reduction == "mean": return loss.sum() / w.sum()
     return loss._reduction(reduction)
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                      reduction: str = "mean") -> Tensor:
+                                      reduction: str = "mean") -> Self:
     """tinygrad's: cross entropy of logits with class indices; targets equal to ignore_index do not count."""
     Y = self._class_targets(Y, "sparse_categorical_crossentropy")
     counted = Y.ne(ignore_index)
@@ -179,12 +136,12 @@ class NNMixin:
     loss = -(logp * hot).sum(-1) * (1 - label_smoothing) - logp.mean(-1) * label_smoothing * counted
     if reduction == "mean": return loss.sum() / counted.sum()
     return loss._reduction(reduction)
-  def binary_crossentropy(self, Y, reduction: str = "mean") -> Tensor:
+  def binary_crossentropy(self, Y, reduction: str = "mean") -> Self:
     """self: probabilities; log clamped at -100, as PyTorch's BCELoss."""
     Y = Y if isinstance(Y, type(self)) else type(self)(np.asarray(Y, np.float32))
     lp, lq = self.log().maximum(-100.0), (1 - self).log().maximum(-100.0)
     return (-(Y * lp + (1 - Y) * lq))._reduction(reduction)
-  def binary_crossentropy_logits(self, Y, reduction: str = "mean") -> Tensor:
+  def binary_crossentropy_logits(self, Y, reduction: str = "mean") -> Self:
     """relu(x) - x y + log(1 + e^-|x|): stable for any logit."""
     Y = Y if isinstance(Y, type(self)) else type(self)(np.asarray(Y, np.float32))
     return (self.relu() - self * Y + (1 + (self > 0).where(-self, self).exp()).log())._reduction(reduction)

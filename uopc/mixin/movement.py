@@ -1,33 +1,107 @@
-"""Tensor methods built from the five movement ops and a one-hot select: NumPy indexing, gather, flip, split...
-
-Every method here is a composition of RESHAPE/EXPAND/PERMUTE/SHRINK/PAD and elementwise ops, so none of them needs
-a derivative rule of its own. Two ideas carry most of it:
-- a step slice x[::k] is a PAD to a multiple of k, a RESHAPE to (n/k, k) and a SHRINK of the k axis to its first
-  element (tinygrad's trick): element i of the result is element i*k of x;
-- an integer-tensor index is a one-hot select, out[b] = sum_j (idx[b] == j) * x[j]: (idx[..., None] == arange(n))
-  .where(x, 0).sum(). It costs n times the output's size, and its gradient is a scatter-add for free (the sum's
-  gradient broadcasts, the where routes it to the chosen rows, the broadcast's gradient sums them).
-"""
+"""Tensor methods built from the five movement ops (RESHAPE, EXPAND, PERMUTE, SHRINK, PAD): the ops themselves,
+squeeze/flatten/repeat and the rest of the shape changes, cat/stack/split, and the masks arange builds (eye, tril,
+triu). None needs a derivative rule of its own: each is a composition of movement and elementwise ops."""
 from __future__ import annotations
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 import numpy as np
 from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
-from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
-from uopc.uop import UOp, Ops
-
-if TYPE_CHECKING: from uopc.tensor import Tensor
+from uopc.mixin.elementwise import ElementwiseMixin, Self
+from uopc.mixin.shapes import axis_index as _axis, shape_arg as _shape_arg
+from uopc.uop import Ops
 
 
 def _norm_axis(axis: int, ndim: int) -> int:
   return _axis(axis, ndim)
 
 
-class MovementMixin:
+class MovementMixin(ElementwiseMixin):
+  # ---- the composing class provides ----
+  def _mv(self, op: Ops, arg) -> Self:
+    """The movement node op (RESHAPE, EXPAND, PERMUTE, SHRINK, PAD) with arg over self; arg is checked already."""
+    raise NotImplementedError
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+
+  # ---- the five movement ops ----
+  def reshape(self, *shape) -> Self:
+    """Sizes are integers; one may be -1 (inferred), None keeps that axis' size."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = [self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)]
+    shape = list(_shape_arg(shape, "reshape"))
+    if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {tuple(shape)}")
+    if -1 in shape:
+      rest = prod(s for s in shape if s != -1)
+      if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: cannot reshape {self.shape} into {tuple(shape)}")
+      shape[shape.index(-1)] = self.numel() // rest
+    if any(s < 0 for s in shape) or prod(shape) != self.numel():
+      raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {tuple(shape)}")
+    return self if tuple(shape) == self.shape else self._mv(Ops.RESHAPE, tuple(shape))
+
+  def expand(self, *shape) -> Self:
+    shape = _shape_arg(shape, "expand")
+    if any(n < -1 for n in shape): raise ValueError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
+    shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
+    if len(shape) < self.ndim: raise ValueError(f"expand: {self.shape} has more dimensions than {shape}")
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+    for a, b in zip(x.shape, shape):
+      if a != b and a != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
+    return x if shape == x.shape else x._mv(Ops.EXPAND, shape)
+
+  def _broadcast(self, shape: tuple[int, ...]) -> Self:
+    """expand(shape) for a shape known to broadcast self's: the same nodes, without expand's checks."""
+    x = self if len(shape) == self.ndim else self._mv(Ops.RESHAPE, (1,) * (len(shape) - self.ndim) + self.shape)
+    return x if x.shape == shape else x._mv(Ops.EXPAND, shape)
+
+  def permute(self, *order) -> Self:
+    order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
+    if sorted(order) != list(range(self.ndim)):
+      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+    return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
+
+  def transpose(self, a: int = -2, b: int = -1) -> Self:
+    order = list(range(self.ndim))
+    a, b = _axis(a, self.ndim), _axis(b, self.ndim)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+
+  @property
+  def T(self) -> Self: return self.permute(tuple(range(self.ndim))[::-1])
+
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Self:
+    arg = tuple((0, s) if a is None else _shape_arg(tuple(a), "shrink") for a, s in zip(arg, self.shape))
+    if len(arg) != self.ndim: raise ValueError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
+    for (b, e), s in zip(arg, self.shape):
+      if not 0 <= b <= e <= s:
+        raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
+    return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._mv(Ops.SHRINK, arg)
+
+  def pad(self, arg: Sequence, value=0.0) -> Self:
+    """One (before, after) pair (or None) per axis, or PyTorch's flat form (last axis first: left, right, top, ...).
+    A negative size cuts (a SHRINK); value fills the padding (PAD fills zeros; another value is a where)."""
+    if all(isinstance(a, (int, np.integer)) for a in arg):   # the flat form
+      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise ValueError(f"pad: flat padding {tuple(arg)} for {self.shape}")
+      pairs = [tuple(arg[k:k + 2]) for k in range(0, len(arg), 2)][::-1]
+      arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs
+    arg = tuple((0, 0) if a is None else _shape_arg(tuple(a), "pad") for a in arg)
+    if len(arg) != self.ndim or any(len(a) != 2 for a in arg):
+      raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
+    if any(lo < 0 or hi < 0 for lo, hi in arg):     # cut first, then pad what is left
+      cut = [(max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(arg, self.shape)]
+      if any(b > e for b, e in cut): raise ValueError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
+      return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value)
+    if all(a == (0, 0) for a in arg): return self
+    out = self._mv(Ops.PAD, arg)
+    if value == 0: return out
+    inside = type(self).full(self.shape, True).pad(arg)
+    return inside.where(out, value)
+
   # ---- creation ----
   @classmethod
-  def arange(cls, start, stop=None, step=1, dtype=None) -> Tensor:
+  def arange(cls, start, stop=None, step=1, dtype=None) -> Self:
     """start, start + step, ... below stop (NumPy's arange): int32 for integer arguments, float32 otherwise."""
     if stop is None: start, stop = 0, start
     for v in (start, stop, step):
@@ -38,49 +112,49 @@ class MovementMixin:
     return cls(np.arange(start, stop, step), dtype or (dtypes.int if whole else dtypes.default_float))
 
   @classmethod
-  def eye(cls, n: int, m: int | None = None, dtype=dtypes.f32) -> Tensor:
+  def eye(cls, n: int, m: int | None = None, dtype=dtypes.f32) -> Self:
     m = n if m is None else m
     return (cls.arange(n).reshape(n, 1) == cls.arange(m).reshape(1, m)).cast(dtype)
 
-  def _tri(self, k: int, lower: bool) -> Tensor:
+  def _tri(self, k: int, lower: bool) -> Self:
     if self.ndim < 2: raise ValueError(f"tril/triu need a tensor with at least 2 dimensions, got shape {self.shape}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)): raise TypeError(f"tril/triu: k must be an int: {k}")
     r, c = self.shape[-2:]
     rows, cols = type(self).arange(r).reshape(r, 1) + int(k), type(self).arange(c).reshape(1, c)
     keep = (cols <= rows) if lower else (cols >= rows)
     return keep.where(self, False if self.dtype is dtypes.bool else 0)
-  def tril(self, k: int = 0) -> Tensor:
+  def tril(self, k: int = 0) -> Self:
     """Entries on and below the k-th diagonal (of the last two axes); the rest 0."""
     return self._tri(k, True)
-  def triu(self, k: int = 0) -> Tensor:
+  def triu(self, k: int = 0) -> Self:
     """Entries on and above the k-th diagonal (of the last two axes); the rest 0."""
     return self._tri(k, False)
 
-  def masked_fill(self, mask, value) -> Tensor:
+  def masked_fill(self, mask, value) -> Self:
     """value where mask (a bool tensor broadcastable to self) is True, self elsewhere."""
     mask = mask if isinstance(mask, type(self)) else type(self)(np.asarray(mask))
     if mask.dtype is not dtypes.bool: raise TypeError(f"masked_fill: the mask must be bool, got {mask.dtype}")
     return mask.where(value, self)
 
   # ---- shapes ----
-  def unsqueeze(self, dim: int) -> Tensor:
+  def unsqueeze(self, dim: int) -> Self:
     dim = _norm_axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
-  def squeeze(self, dim=None) -> Tensor:
+  def squeeze(self, dim=None) -> Self:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     dims = {_norm_axis(d, self.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
     return self.reshape(tuple(s for k, s in enumerate(self.shape) if not (k in dims and s == 1)))
-  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
     if self.ndim == 0: return self.reshape(1)
     a, b = _norm_axis(start_dim, self.ndim), _norm_axis(end_dim, self.ndim)
     if a > b: raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
     return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
-  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
     dim = _norm_axis(dim, self.ndim)
     return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
-  def view(self, *shape) -> Tensor: return self.reshape(*shape)
-  def expand_as(self, other) -> Tensor: return self.expand(other.shape)
-  def repeat(self, *repeats) -> Tensor:
+  def view(self, *shape) -> Self: return self.reshape(*shape)
+  def expand_as(self, other) -> Self: return self.expand(other.shape)
+  def repeat(self, *repeats) -> Self:
     """Tile: repeat(2, 3) of a (4, 5) tensor is (8, 15). A RESHAPE, an EXPAND and a RESHAPE, no copies."""
     reps = _shape_arg(repeats, "repeat")
     if len(reps) < self.ndim: raise ValueError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
@@ -89,24 +163,16 @@ class MovementMixin:
     x = self.reshape(tuple(d for s in base for d in (1, s)))
     x = x.expand(tuple(d for r, s in zip(reps, base) for d in (r, s)))
     return x.reshape(tuple(r * s for r, s in zip(reps, base)))
-  def clone(self) -> Tensor: return type(self)(self.uop)   # a new Tensor on the same (immutable) graph
-  def flip(self, axis) -> Tensor:
-    """Reverse the given axes. No movement op reverses, so each axis is a one-hot select of arange(n-1, -1, -1)."""
-    out = self
-    for a in sorted({_norm_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}):
-      if out.shape[a] > 1: out = out._take(a, type(self)(np.arange(out.shape[a] - 1, -1, -1, dtype=np.int32)))
-    return out
-
-  def stack(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
+  def stack(self, *args, dim: int | None = None, axis: int | None = None) -> Self:
     """Tensor.stack([a, b], axis) or tinygrad's a.stack(b, dim=) and Tensor.stack(a, b, dim=)."""
     tensors, axis = _tensor_list("stack", self, args, dim, axis)
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
     dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
-    out = type(tensors[0])(UOp(Ops.STACK, tuple(t.cast(dt).uop for t in tensors)))
+    out = tensors[0].cast(dt)._alu(Ops.STACK, *(t.cast(dt) for t in tensors[1:]))
     axis = _norm_axis(axis, out.ndim)
     return out.permute(list(range(1, axis + 1)) + [0] + list(range(axis + 1, out.ndim)))
-  def cat(self, *args, dim: int | None = None, axis: int | None = None) -> Tensor:
+  def cat(self, *args, dim: int | None = None, axis: int | None = None) -> Self:
     """Each piece padded with zeros to the full length along axis, then added.
     Tensor.cat([a, b], axis) or tinygrad's a.cat(b, c, dim=)."""
     tensors, axis = _tensor_list("cat", self, args, dim, axis)
@@ -124,7 +190,7 @@ class MovementMixin:
       at += t.shape[axis]
     return out
 
-  def split(self, sizes, dim: int = 0) -> list[Tensor]:
+  def split(self, sizes, dim: int = 0) -> list[Self]:
     """PyTorch's split: pieces of `sizes` elements along dim (the last one shorter), or of the listed sizes."""
     dim = _norm_axis(dim, self.ndim)
     n = self.shape[dim]
@@ -139,166 +205,14 @@ class MovementMixin:
       out.append(self.shrink([(at, at + s) if k == dim else None for k in range(self.ndim)]))
       at += s
     return out
-  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+  def chunk(self, chunks: int, dim: int = 0) -> list[Self]:
     """chunks pieces (fewer if the axis is short), each of ceil(n / chunks) elements but the last."""
     if chunks <= 0: raise ValueError(f"chunk: the number of chunks must be positive, got {chunks}")
     n = self.shape[_norm_axis(dim, self.ndim)]
     return self.split(max(1, math.ceil(n / chunks)), dim)
 
-  # ---- selecting with integer tensors ----
-  def _select(self, axes: list[int], idxs: list[Tensor]) -> Tensor:
-    """out[b..., rest...] = x[idxs[0][b], idxs[1][b], ..., rest...] with the idxs broadcast to b: a one-hot select of
-    the chosen entries, (idx[b] == arange(n)).where(x, 0), summed over the n axes. Shape (*b, *rest)."""
-    T = type(self)
-    b = broadcast_shape(*(i.shape for i in idxs))
-    rest = [k for k in range(self.ndim) if k not in axes]
-    if not all(self.shape[a] for a in axes): return T.full(b + tuple(self.shape[k] for k in rest), 0, self.dtype)
-    x = self.permute(axes + rest)                                                       # (*n_sel, *rest)
-    hit = None
-    for j, (i, a) in enumerate(zip(idxs, axes)):
-      n = self.shape[a]
-      h = i.reshape(i.shape + (1,)).expand(b + (1,)) == T.arange(n)                    # (*b, n)
-      h = h.reshape(b + tuple(n if q == j else 1 for q in range(len(axes))))
-      hit = h if hit is None else hit & h                                               # (*b, *n_sel)
-    hit = hit.reshape(hit.shape + (1,) * len(rest))
-    picked = hit.where(x.reshape((1,) * len(b) + x.shape), False if x.dtype is dtypes.bool else 0)
-    return picked._reduce(Ops.ADD, tuple(range(len(b), len(b) + len(axes))), False)
 
-  def _take(self, axis: int, idx: Tensor) -> Tensor:
-    """x with axis replaced by idx's axes: out[..., b, ...] = x[..., idx[b], ...]."""
-    return self._select([axis], [idx])._move_front(idx.ndim, axis)
-
-  def _move_front(self, n: int, at: int) -> Tensor:
-    """The first n axes moved to sit at position `at` among the others."""
-    order = list(range(n, n + at)) + list(range(n)) + list(range(n + at, self.ndim))
-    return self.permute(order)
-
-  def gather(self, dim: int, index) -> Tensor:
-    """PyTorch's gather: out[i][j] = self[i][index[i][j]] for dim=1 (index has self's rank; other axes up to
-    self's sizes)."""
-    T = type(self)
-    index = _index_tensor(T, index, self.shape[_norm_axis(dim, self.ndim)], "gather")
-    dim = _norm_axis(dim, self.ndim)
-    if index.ndim != self.ndim: raise ValueError(f"gather: index {index.shape} needs as many axes as {self.shape}")
-    for k, (a, b) in enumerate(zip(index.shape, self.shape)):
-      if k != dim and a > b: raise ValueError(f"gather: index {index.shape} is larger than {self.shape} on axis {k}")
-    x = self.shrink([(0, s) if k != dim else None for k, s in enumerate(index.shape)])
-    n = x.shape[dim]
-    xl, il = x.transpose(dim, -1), index.transpose(dim, -1)                              # dim last
-    hit = il.unsqueeze(-1) == T.arange(n)                                               # (..., m, n)
-    out = hit.where(xl.unsqueeze(-2), False if x.dtype is dtypes.bool else 0)
-    return out._reduce(Ops.ADD, -1, False).transpose(dim, -1)
-
-  def one_hot(self, num_classes: int = -1) -> Tensor:
-    """int32 (..., num_classes) with a 1 at each entry's class (num_classes -1: max + 1, realized to find it)."""
-    if not self.dtype.is_int: raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1
-    return (self.unsqueeze(-1) == type(self).arange(num_classes)).cast(dtypes.int)
-
-  def __getitem__(self, key) -> Tensor:
-    """NumPy's indexing: ints, slices with any step, None, ..., and integer or (static) boolean arrays/Tensors."""
-    T = type(self)
-    key = list(key) if isinstance(key, tuple) else [key]
-    # boolean masks: their positions are fixed by the data, so the mask must be known (it is realized here)
-    expanded = []
-    for k in key:
-      arr = _bool_mask(T, k)
-      if arr is None: expanded.append(k)
-      else: expanded.extend(T(np.asarray(ix, np.int64).astype(np.int32)) for ix in np.nonzero(arr))
-    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, (list, np.ndarray)) else k for k in expanded]
-    for k in key:
-      if isinstance(k, T) and (k.dtype.is_float or k.dtype is dtypes.bool and k.ndim == 0):
-        raise TypeError(f"cannot index a Tensor with a {k.dtype} Tensor (indices are integers or boolean masks)")
-    if sum(k is Ellipsis for k in key) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if used > self.ndim: raise IndexError(f"too many indices ({used}) for a tensor of shape {self.shape}")
-    e = next((i for i, k in enumerate(key) if k is Ellipsis), len(key))   # ... (or the end) stands for the rest
-    key = key[:e] + [slice(None)] * (self.ndim - used) + key[e + 1:]
-    advanced = any(isinstance(k, T) for k in key)
-    # pass 1: ints and step-1 slices are one SHRINK; steps, dropped and new axes follow
-    arg, drop, steps, out_axes = [], [], {}, []    # out_axes: source axis or None (a new axis), in output order
-    adv: list[tuple[int, Tensor]] = []             # (output axis, index tensor)
-    axis = 0
-    for ix in key:
-      if ix is None: out_axes.append(None); continue
-      s = self.shape[axis]
-      if isinstance(ix, (int, np.integer)) and not isinstance(ix, bool) and not advanced:
-        i = int(ix) + s if ix < 0 else int(ix)
-        if not 0 <= i < s: raise IndexError(f"index {ix} is out of bounds for axis {axis} with size {s}")
-        arg.append((i, i + 1)); drop.append(axis)
-      elif isinstance(ix, (int, np.integer)) and not isinstance(ix, bool):      # with arrays: a 0-d array index
-        adv.append((len(out_axes), T(np.array(int(ix), np.int32)))); arg.append((0, s)); out_axes.append(axis)
-      elif isinstance(ix, slice):
-        b, e, step = ix.indices(s)
-        m = len(range(b, e, step))
-        # the window the step walks, up to a whole number of steps where the axis has them (no pad needed then)
-        if step > 0: arg.append((b, min(s, b + m * step)) if m else (b, b))
-        else: arg.append((max(0, b + 1 + m * step), b + 1) if m else (0, 0))
-        if abs(step) != 1 or step < 0: steps[axis] = step
-        out_axes.append(axis)
-      elif isinstance(ix, T): adv.append((len(out_axes), ix)); arg.append((0, s)); out_axes.append(axis)
-      else: raise TypeError(f"cannot index a Tensor with {type(ix).__name__}")
-      axis += 1
-    out = self.shrink(arg)
-    for a, step in steps.items():
-      if step < 0: out = out.flip(a)
-      out = out._stride(a, abs(step))
-    new_shape = [out.shape[a] if a is not None else 1 for a in out_axes]
-    if drop or None in out_axes: out = out.reshape(tuple(new_shape))
-    if not advanced: return out
-    # pass 2: the integer tensors, broadcast together, select along their axes. NumPy's placement: the broadcast
-    # axes replace the indexed ones where those are adjacent, else they go first
-    pos = [p for p, _ in adv]
-    res = out._select(pos, [_index_tensor(T, i, out.shape[p], "index") for p, i in adv])
-    adjacent = pos == list(range(pos[0], pos[0] + len(pos)))
-    return res._move_front(res.ndim - out.ndim + len(pos), pos[0]) if adjacent else res
-
-  def _stride(self, axis: int, step: int) -> Tensor:
-    """Every step-th element along axis: PAD to a multiple of step, RESHAPE to (n/step, step), keep column 0."""
-    n = self.shape[axis]
-    if step == 1 or n == 0: return self
-    m = -(-n // step)
-    x = self.pad([(0, m * step - n) if k == axis else (0, 0) for k in range(self.ndim)])
-    x = x.reshape(x.shape[:axis] + (m, step) + x.shape[axis + 1:])
-    x = x.shrink([(0, 1) if k == axis + 1 else None for k in range(x.ndim)])
-    return x.reshape(x.shape[:axis] + (m,) + x.shape[axis + 2:])
-
-
-def _int_array(k) -> np.ndarray:
-  a = np.asarray(k)
-  return a.astype(np.int32) if a.size == 0 else a   # [] is an empty list of indices, not of floats
-
-
-def _is_scalar(k) -> bool: return isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu"
-
-
-def _bool_mask(T, k):
-  """k as a NumPy bool array if it is a boolean mask (a bool array, list or Tensor), else None."""
-  if isinstance(k, T):
-    return k.numpy() if k.dtype is dtypes.bool and k.ndim else None
-  if isinstance(k, (list, np.ndarray)):
-    a = np.asarray(k)
-    return a if a.dtype == np.bool_ and a.ndim else None
-  return None
-
-
-def _index_tensor(T, idx, n: int, what: str):
-  """An integer index tensor for an axis of size n, negatives counted from the end. Indices known here (lists,
-  arrays, realized Tensors) are checked against n; a computed index out of range selects nothing (gives 0)."""
-  from uopc.kernelize import is_contiguous_buffer
-  if not isinstance(idx, T): idx = T(np.asarray(idx))
-  if not idx.dtype.is_int: raise TypeError(f"{what}: indices must be integers, got {idx.dtype}")
-  if is_contiguous_buffer(idx.uop):
-    a = idx.numpy()
-    if a.size and (a.min() < -n or a.max() >= n):
-      bad = a[(a < -n) | (a >= n)].reshape(-1)[0]
-      raise IndexError(f"{what}: index {bad} is out of bounds for an axis of size {n}")
-    if a.size and a.min() < 0: return T(np.where(a < 0, a + n, a).astype(a.dtype))
-    return idx
-  return (idx < 0).where(idx + n, idx)
-
-
-def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Tensor], int]:
+def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[MovementMixin], int]:
   """cat/stack arguments in either form: ([a, b], axis) or (a, b, c, dim=)."""
   if dim is not None and axis is not None: raise TypeError(f"{what}: give dim= or axis=, not both")
   ax = dim if dim is not None else axis

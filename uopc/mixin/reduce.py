@@ -1,0 +1,124 @@
+"""Tensor reductions (sum, max, min, mean, prod, var, argmax, cumsum...), softmax and matmul: each a REDUCE of the
+last axes after a PERMUTE that puts the reduced axes there, or a few of them with elementwise and movement ops."""
+from __future__ import annotations
+import math
+import numpy as np
+from uopc.dtype import dtypes, sum_dtype
+from uopc.helpers import prod
+from uopc.mixin.elementwise import Self
+from uopc.mixin.movement import MovementMixin
+from uopc.mixin.shapes import axis_index as _axis, broadcast_shape
+from uopc.uop import Ops
+
+
+class ReduceMixin(MovementMixin):
+  # ---- the composing class provides ----
+  def _rop(self, op: Ops, n: int) -> Self:
+    """The REDUCE node: op over the last n axes of self."""
+    raise NotImplementedError
+  def detach(self) -> Self: raise NotImplementedError
+
+  # ---- reductions ----
+  def _reduce(self, op: Ops, axis, keepdim: bool) -> Self:
+    given = tuple(range(self.ndim)) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(sorted({_axis(a, self.ndim) for a in given}))
+    if not axes or self.ndim == 0: return self
+    out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
+    if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
+      if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
+        raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+      out = type(self).full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
+      return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
+    keep = [k for k in range(self.ndim) if k not in axes]
+    x = self.permute(keep + list(axes))                      # reduced axes last: REDUCE reduces the last n
+    out = x._rop(op, len(axes))
+    return out.reshape(out_shape) if keepdim else out
+  def sum(self, axis=None, keepdim: bool = False) -> Self:
+    """Integers and bools sum in int64 (NumPy's and PyTorch's result dtype), so a count never wraps."""
+    return self.cast(sum_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
+  def max(self, axis=None, keepdim: bool = False) -> Self: return self._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis=None, keepdim: bool = False) -> Self:
+    if self.dtype.is_float: return -((-self).max(axis, keepdim))
+    return ~((~self).max(axis, keepdim))          # bools and integers: ~ reverses the order and never overflows
+  def any(self, axis=None, keepdim: bool = False) -> Self: return self.bool().max(axis, keepdim)
+  def all(self, axis=None, keepdim: bool = False) -> Self: return self.bool().min(axis, keepdim)
+  def mean(self, axis=None, keepdim: bool = False) -> Self:
+    x = self if self.dtype.is_float else self.cast(dtypes.default_float)
+    out = x.sum(axis, keepdim)
+    return out * (out.numel() / x.numel()) if x.numel() else out * math.nan
+
+  def softmax(self, axis: int = -1) -> Self:
+    if not self.numel(): return self   # nothing to normalize (and an empty axis has no max)
+    m = self - self.max(axis, keepdim=True)
+    e = m.exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1) -> Self:
+    if not self.numel(): return self
+    m = self - self.max(axis, keepdim=True)
+    return m - m.exp().sum(axis, keepdim=True).log()
+
+  # ---- more reductions ----
+  def prod(self, axis=None, keepdim: bool = False) -> Self:
+    x = self if self.dtype.is_float else self.cast(dtypes.i64)
+    return x._reduce(Ops.MUL, axis, keepdim)
+  def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Self:
+    """sum((x - mean)^2) / (n - correction): PyTorch's default (correction=1) is the unbiased estimate."""
+    x = self if self.dtype.is_float else self.float()
+    sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    n = x.numel() // max(sq.numel(), 1) if x.numel() else 0
+    return sq / max(n - correction, 0)
+  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Self:
+    return self.var(axis, keepdim, correction).sqrt()
+  def logsumexp(self, axis=None, keepdim: bool = False) -> Self:
+    """log(sum(exp(x))), computed as m + log(sum(exp(x - m))) with m the max (0 where the max is infinite)."""
+    m = self.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0.0, m)
+    out = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(axis if axis is not None else tuple(range(self.ndim)))
+  def _arg(self, axis, keepdim: bool, smallest: bool) -> Self:
+    """The first index of the max (min): max over (x == max) ? n - i : 0 is n - (first i)."""
+    T = type(self)
+    if axis is None: return self.reshape(-1)._arg(0, False, smallest).reshape((1,) * self.ndim if keepdim else ())
+    axis = _axis(axis, self.ndim)
+    if self.ndim == 0: return T.full((), 0, dtypes.int)
+    n = self.shape[axis]
+    if n == 0: raise ValueError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
+    best = (self.min if smallest else self.max)(axis, keepdim=True)
+    hit = self.eq(best) | (self.isnan() & best.isnan())                             # a nan is the max, as in NumPy
+    count_down = T.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - axis - 1))
+    return (n - hit.where(count_down, 0).max(axis, keepdim)).cast(dtypes.int)
+  def argmax(self, axis=None, keepdim: bool = False) -> Self: return self._arg(axis, keepdim, False)
+  def argmin(self, axis=None, keepdim: bool = False) -> Self: return self._arg(axis, keepdim, True)
+  def cumsum(self, axis: int = 0) -> Self:
+    """out[i] = sum_{j <= i} x[j]: a lower-triangular mask times x, summed (n^2 work along the axis)."""
+    if self.ndim == 0: return self.sum()
+    axis = _axis(axis, self.ndim)
+    n = self.shape[axis]
+    x = self.transpose(axis, -1)
+    mask = type(self).full((n, n), True, dtypes.bool).tril()                      # (i, j): j <= i
+    return mask.where(x.unsqueeze(-2), 0).sum(-1).transpose(axis, -1)   # integers widen to int64, as in NumPy
+
+  # ---- matmul ----
+  def matmul(self, w: Self) -> Self:
+    """(..., n, k) @ (..., k, m): broadcast to (..., n, m, k) and sum the last axis."""
+    if self.ndim == 0 or w.ndim == 0:
+      raise ValueError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
+    x = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
+    y = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
+    if x.shape[-1] != y.shape[-2]:
+      raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
+    batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+    n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
+    # the nodes x.reshape(..., n, 1, k).expand(*batch, n, m, k) and y.transpose(-1, -2).reshape(..., 1, m, k).expand(
+    # ...) build, built directly: the shapes are checked above, and every matmul would pay for the checks again
+    ysh = y.shape[:-2]
+    xs = x._mv(Ops.RESHAPE, (*x.shape[:-1], 1, k))._broadcast((*batch, n, m, k))
+    yt = y._mv(Ops.PERMUTE, (*range(len(ysh)), len(ysh) + 1, len(ysh)))
+    ys = yt._mv(Ops.RESHAPE, (*ysh, 1, m, k))._broadcast((*batch, n, m, k))
+    out = (xs * ys).sum(-1)
+    if self.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
+    if w.ndim == 1: out = out.reshape(out.shape[:-1])
+    return out
+  __matmul__ = dot = matmul
+  def __rmatmul__(self, x): return type(self)(np.asarray(x)).matmul(self)
