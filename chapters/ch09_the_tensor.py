@@ -453,7 +453,7 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
 #   where routes it to the chosen rows, the broadcast's gradient adds up repeated rows). No movement op reverses an
 #   axis, so `flip` (and a negative step) is the same select with `arange(n-1, -1, -1)`.
 #
-# The table is read from the code: each entry and the method that implements it (`uopc/tensor*.py`).
+# The table is read from the code: each entry and the method that implements it (`uopc/tensor.py` and `uopc/mixin/`).
 
 # %%
 API = {
