@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uopc
-import uopc.runtime
+import uopc.runtime.program
 from uopc.device import DEVICES, get_device
 from uopc.dtype import dtypes
 from uopc.helpers import Context
@@ -148,7 +148,7 @@ def copy_program(n: int) -> UOp:
 def test_rendered_kernels_carry_their_signature_and_are_never_parsed(monkeypatch):
   src = render_c(copy_program(8), "twice")
   assert [(p.name, p.size, p.writes) for p in src.signature.params] == [("data0", 8, False), ("data1", 8, True)]
-  monkeypatch.setattr(uopc.runtime, "signature_from_c", lambda *a: pytest.fail("a rendered kernel was parsed"))
+  monkeypatch.setattr(uopc.runtime.program, "signature_from_c", lambda *a: pytest.fail("a rendered kernel was parsed"))
   a, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
   Program(src, "twice")(a, out)
   np.testing.assert_array_equal(out, 2 * a)
