@@ -95,6 +95,15 @@ def test_the_kernelizer_imports_no_renderer_or_runtime():
   assert not uopc_imports(PACKAGE / "kernelize.py") & {"render_c", "renderer", "runtime"}
 
 
+def test_no_lowering_pass_compiles_or_times_code():
+  """uopc.codegen builds loop programs; rendering, compiling and timing them belong to the optimizer that hands a
+  lowering its tuner (uopc.opt) and to the runtime."""
+  for m, path in MODULES.items():
+    if m.startswith("codegen."):
+      found = {i for i in uopc_imports(path) if i == "render_c" or i.split(".")[0] == "runtime"}
+      assert not found, f"uopc.{m} imports {sorted(found)}"
+
+
 # names of the global switches and read-backs issue 12 removed (spelled in pieces so this file does not match itself)
 GONE = ["ONLINE_" + "SOFTMAX", r"Ctx\." + "latest", "_get" + "frame", r"_" + r"plans\b"]
 
