@@ -20,8 +20,8 @@
 # - the **race** a missing barrier makes, found by Oclgrind;
 # - **FlashAttention-2** built from these pieces and checked against NumPy and Chapter 11's kernels.
 #
-# The modules: `uopc.codegen.localtile` (`lower_local_tile`, `TiledOpt`), `uopc.codegen.wmma` (the layouts),
-# `uopc.codegen.tc` (`TC=1`), `uopc.kernels.fa2` (`fa2_ir`).
+# The modules: `uopc.codegen.localtile` (`lower_local_tile`; its optimizer is `uopc.opt.TiledOpt`), `uopc.codegen.wmma`
+# (the layouts), `uopc.codegen.tc` (`TC=1`), `uopc.kernels.fa2` (`fa2_ir`).
 
 # %% tags=["nbval-ignore-output"]
 import numpy as np

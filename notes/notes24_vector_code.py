@@ -13,6 +13,7 @@ import re
 import time
 import numpy as np
 from uopc.codegen import gemm_vec
+from uopc.opt import kernel_timer
 from uopc.runtime.asm import assembly, hot_loops, stack_spills
 from uopc.bench import header
 from uopc.runtime.flags import CompileOpts
@@ -80,7 +81,7 @@ for label, (opts, _, text) in built.items():
 print("\n3. GEMM kernel (B packed), M = N = 1024")
 for K in (512, 1024):
   tiles = (gemm_vec.GemmOpts(rows=16, nvec=1), gemm_vec.GemmOpts(rows=8, nvec=2))
-  times = in_turns({o: gemm_vec._timer(1024, 1024, K, o) for o in tiles})
+  times = in_turns({o: kernel_timer(gemm_vec.program(1024, 1024, K, o), "gemm_tune") for o in tiles})
   for o, t in times.items():
     rate = 2 * 1024 * 1024 * K / t / 1e9
     print(f"  K={K:5d} rows={o.rows:2d} nvec={o.nvec}  {t * 1e3:7.3f} ms {rate:7.1f} GFLOP/s")

@@ -16,7 +16,7 @@ import argparse
 import math
 import time
 import numpy as np
-from uopc import runtime
+from uopc.runtime import calls as runtime_calls
 from uopc.bench import header
 from uopc.jit import TinyJit
 from uopc.kernelize import normalize, plan_for
@@ -65,12 +65,12 @@ def main() -> None:
         f"best of {args.reps}, in turns")
   for k, s in best.items():
     print(f"{k:<14s} {s * 1e3:8.3f} ms   {(s - best['kernels only']) * 1e3:+7.3f} ms beside the kernels")
-  invoke = runtime._invoke
-  runtime._invoke = lambda prg, args: None   # the Python around the kernels, alone
+  invoke = runtime_calls._invoke
+  runtime_calls._invoke = lambda prg, args: None   # the Python around the kernels, alone
   try:
     build = lambda: Tensor.from_numpy(a) @ Tensor.from_numpy(b)
     py = best_of({"build": build, "build + realize": lambda: build().numpy(), "jit": fns["jit"]}, args.reps * 5)
-  finally: runtime._invoke = invoke
+  finally: runtime_calls._invoke = invoke
   print(f"Python per call, kernels skipped: building the graph {py['build'] * 1e6:.0f} us, building and realizing "
         f"{py['build + realize'] * 1e6:.0f} us; a replay {py['jit'] * 1e6:.0f} us")
 

@@ -16,7 +16,7 @@ in the plan cache. Then the Python alone: the inline call with its kernel replac
 import argparse
 import contextlib
 import numpy as np
-from uopc import runtime
+from uopc.runtime import calls as runtime_calls
 from uopc.codegen import gemm_vec
 from uopc.bench import header
 from uopc.helpers import omp_threads
@@ -81,12 +81,12 @@ def main() -> None:
   print(f"inline saves {(best['copy kernel, kernels'] - best['inline, kernel']) * 1e3:.3f} ms of kernel time and "
         f"{(best['copy kernel, call'] - best['inline, call']) * 1e3:.3f} ms a call; the inline call is "
         f"{(best['inline, call'] - best['inline, kernel']) * 1e3:+.3f} ms beside its kernel")
-  invoke = runtime._invoke
-  runtime._invoke = lambda prg, args: None   # the Python around the kernel, alone
+  invoke = runtime_calls._invoke
+  runtime_calls._invoke = lambda prg, args: None   # the Python around the kernel, alone
   try:
     build = lambda: Tensor.from_numpy(a) @ Tensor.from_numpy(b)
     py = best_of({"build": build, "build + realize": call_with("inline")}, args.reps * 5)
-  finally: runtime._invoke = invoke
+  finally: runtime_calls._invoke = invoke
   print(f"Python per call, kernel skipped: building the graph {py['build'] * 1e6:.0f} us, building and realizing "
         f"{py['build + realize'] * 1e6:.0f} us")
 

@@ -23,8 +23,9 @@ CHILD = """if 1:
   import os, signal, threading, time
   signal.signal(signal.SIGINT, signal.default_int_handler)
   from uopc import runtime
-  runtime.COMPILE_TIMEOUT_S = 5
-  runtime.WAIT_SLICE_S = {slice_s}
+  from uopc.runtime import build
+  build.COMPILE_TIMEOUT_S = 5
+  build.WAIT_SLICE_S = {slice_s}
   def press_ctrl_c():
     while not os.path.exists({pidfile!r}): time.sleep(0.01)
     time.sleep(0.2)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uopc
-import uopc.runtime
+import uopc.runtime.program
 from uopc.device import DEVICES, get_device
 from uopc.dtype import dtypes
 from uopc.helpers import Context
@@ -95,6 +95,15 @@ def test_the_kernelizer_imports_no_renderer_or_runtime():
   assert not uopc_imports(PACKAGE / "kernelize.py") & {"render_c", "renderer", "runtime"}
 
 
+def test_no_lowering_pass_compiles_or_times_code():
+  """uopc.codegen builds loop programs; rendering, compiling and timing them belong to the optimizer that hands a
+  lowering its tuner (uopc.opt) and to the runtime."""
+  for m, path in MODULES.items():
+    if m.startswith("codegen."):
+      found = {i for i in uopc_imports(path) if i == "render_c" or i.split(".")[0] == "runtime"}
+      assert not found, f"uopc.{m} imports {sorted(found)}"
+
+
 # names of the global switches and read-backs issue 12 removed (spelled in pieces so this file does not match itself)
 GONE = ["ONLINE_" + "SOFTMAX", r"Ctx\." + "latest", "_get" + "frame", r"_" + r"plans\b"]
 
@@ -148,7 +157,7 @@ def copy_program(n: int) -> UOp:
 def test_rendered_kernels_carry_their_signature_and_are_never_parsed(monkeypatch):
   src = render_c(copy_program(8), "twice")
   assert [(p.name, p.size, p.writes) for p in src.signature.params] == [("data0", 8, False), ("data1", 8, True)]
-  monkeypatch.setattr(uopc.runtime, "signature_from_c", lambda *a: pytest.fail("a rendered kernel was parsed"))
+  monkeypatch.setattr(uopc.runtime.program, "signature_from_c", lambda *a: pytest.fail("a rendered kernel was parsed"))
   a, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
   Program(src, "twice")(a, out)
   np.testing.assert_array_equal(out, 2 * a)

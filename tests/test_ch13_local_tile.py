@@ -14,7 +14,8 @@ import pytest
 from uopc.dtype import dtypes
 from uopc.codegen.gpudims import traffic
 from uopc.kernelize import make_plan
-from uopc.codegen.localtile import LocalTile, TiledOpt, lower_local_tile
+from uopc.codegen.localtile import LocalTile, lower_local_tile
+from uopc.opt import TiledOpt
 from uopc.options import Options
 from uopc.render_gpu import CL, CUDA
 from uopc.tensor import Tensor

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 import pytest
 from uopc import runtime
+from uopc.runtime import build, process, toolchain
 from uopc.runtime import objfile
 from uopc.runtime.objfile import complete_object
 from uopc.runtime import Program
@@ -100,15 +101,15 @@ CPU revision\t: 1
 
 
 def test_aarch64_cpuinfo_names_the_cpu():
-  ident = runtime.cpu_identity(AARCH64_CPUINFO)
+  ident = toolchain.cpu_identity(AARCH64_CPUINFO)
   assert "CPU part\t: 0xd0c" in ident and "asimddp" in ident and "0x41" in ident and "BogoMIPS" not in ident
   assert ident.count("CPU part") == 1                                  # one line per distinct kind of core
   older = AARCH64_CPUINFO.replace("0xd0c", "0xd08").replace(" asimddp", "")
-  assert runtime.cpu_identity(older) != ident
+  assert toolchain.cpu_identity(older) != ident
 
 
 def test_compiler_says_what_native_means():
-  native = runtime.native_target(runtime.compiler())
+  native = toolchain.native_target(runtime.compiler())
   assert "-march=" in native or "-target-cpu" in native, native
 
 
@@ -162,14 +163,14 @@ def probes(tmp_path: Path) -> int:
 
 
 def test_a_compiler_with_openmp_is_asked_only_on_a_cache_miss(cache, tmp_path):
-  if not runtime.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
+  if not build.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
   cc = fake_cc(tmp_path, f'echo "$*" >> "$(dirname "$0")/calls"\nexec {runtime.compiler()} "$@"\n')
   runs = [python(RUN_ADD, UOPC_CACHE_DIR=str(cache), CC=cc) for _ in range(2)]
   assert [r.stdout.split()[0] for r in runs] == ["False", "True"] and probes(tmp_path) == 1
 
 
 def test_with_openmp_nothing_is_printed(cache):
-  if not runtime.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
+  if not build.openmp_works(runtime.compiler()): pytest.skip(f"{runtime.compiler()} has no OpenMP here")
   r = python(RUN_ADD.replace("prg.cached,", "prg.cached, prg.flags.count('-fopenmp'),"), UOPC_CACHE_DIR=str(cache))
   assert (r.stdout.split()[:2], r.stderr) == (["False", "1"], "")   # strict nbval compares stderr
 
@@ -272,7 +273,7 @@ def test_compile_timeout_kills_the_whole_compiler(cache, tmp_path, monkeypatch):
   # the driver starts a long-lived child, as cc starts cc1; before, only the driver was killed
   cc, pidfile = compiler_with_a_child(tmp_path)
   monkeypatch.setenv("CC", cc)
-  monkeypatch.setattr(runtime, "COMPILE_TIMEOUT_S", 3)   # time for the script to start its child on a busy machine
+  monkeypatch.setattr(build, "COMPILE_TIMEOUT_S", 3)   # time for the script to start its child on a busy machine
   with pytest.raises(runtime.CompileError, match="did not finish within 3 s"):
     Program(ADD, "add", flags=("-shared", "-fPIC"))
   assert_child_dies(pidfile)
@@ -379,8 +380,30 @@ def test_after_ctrl_c_the_next_kernel_waits_for_the_interrupted_one(cache):
                                           ({"GOMP_SPINCOUNT": "1000"}, {"GOMP_SPINCOUNT": "1000"})])
 def test_wait_policy_is_passive_unless_the_user_chose_one(user, expect):
   env = dict(user)
-  runtime.set_wait_policy(env)
+  process.set_wait_policy(env)
   assert env == expect
+
+
+def test_configure_process_twice_changes_nothing_and_keeps_the_users_policy():
+  pinned = list(process._pinned)
+  for user, expect in [({}, {"OMP_WAIT_POLICY": "PASSIVE"}),
+                       ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active"})]:
+    env = dict(user)
+    process.configure_process(env)
+    assert env == expect
+    process.configure_process(env)
+    assert env == expect
+  assert process._pinned == pinned and len(pinned) <= 1   # libgomp was pinned once, at import, and never again
+
+
+def test_importing_the_runtime_keeps_the_users_wait_policy():
+  code = "import os; from uopc.runtime import calls; print(os.environ['OMP_WAIT_POLICY'], calls.QUICK_DIRECT)"
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                     env={**os.environ, "OMP_WAIT_POLICY": "active"})
+  assert (r.returncode, r.stdout.split()) == (0, ["active", "False"]), r.stderr
+  env = {k: v for k, v in os.environ.items() if k not in process.WAIT_KEYS}
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+  assert (r.returncode, r.stdout.split()) == (0, ["PASSIVE", "True"]), r.stderr
 
 
 def test_libgomp_reads_the_wait_policy():

@@ -5,7 +5,7 @@ import platform
 import weakref
 import numpy as np
 import pytest
-from uopc import runtime
+from uopc.runtime import process
 from uopc.opt import DefaultOpt, VectorOpt
 from uopc.tensor import Tensor, _flat
 
@@ -28,9 +28,9 @@ def test_inputs_and_outputs_are_freed_without_the_garbage_collector(monkeypatch,
 
 def test_the_malloc_policy_leaves_a_users_settings_alone():
   for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
-    assert runtime.set_malloc_policy({key: "65536"}) is False
+    assert process.set_malloc_policy({key: "65536"}) is False
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_the_malloc_policy_applies_on_glibc():
-  assert runtime.set_malloc_policy({}) is True
+  assert process.set_malloc_policy({}) is True

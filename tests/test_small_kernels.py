@@ -3,7 +3,7 @@ gradient) whose index simplifies as if there were no pad."""
 import re
 import numpy as np
 import pytest
-from uopc import runtime
+from uopc.runtime import calls
 from uopc.kernelize import make_plan
 from uopc.options import Options
 from uopc.tensor import Tensor
@@ -32,9 +32,9 @@ def test_the_threshold_is_an_option():
   assert only_kernel(Tensor(f32(1024, 1024)) * 2 + 1, Options(one_thread_below=1 << 30)).threads == 1
 
 
-@pytest.mark.skipif(runtime._omp is None, reason="no OpenMP runtime loaded in this process")
+@pytest.mark.skipif(calls._omp is None, reason="no OpenMP runtime loaded in this process")
 def test_a_one_thread_call_leaves_the_callers_thread_count_alone():
-  get, _ = runtime._omp
+  get, _ = calls._omp
   before = get()
   x = f32(1000)
   out = (Tensor(x) * 3 - 1).numpy()

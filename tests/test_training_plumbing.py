@@ -3,7 +3,7 @@ and a captured step replayed without its graph (uopc.jit.TinyJit). Values are ch
 import numpy as np
 import pytest
 import uopc.kernelize
-import uopc.runtime
+import uopc.runtime.build
 import uopc.tensor
 from uopc.jit import JitError, TinyJit
 from uopc.kernelize import plan_cache_size
@@ -62,11 +62,11 @@ def test_a_cold_plan_compiles_its_kernels_in_parallel(fresh_plan_cache, monkeypa
   import threading
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))       # a cold cache: every kernel is compiled
   threads = set()
-  real = uopc.runtime._build
+  real = uopc.runtime.build.build
   def build(*a, **kw):
     threads.add(threading.get_ident())
     return real(*a, **kw)
-  monkeypatch.setattr(uopc.runtime, "_build", build)
+  monkeypatch.setattr(uopc.runtime.build, "build", build)
   x = Tensor(rng.standard_normal((6, 7)).astype(np.float32))
   out = (x - x.max(1, keepdim=True)).exp().sum(1)           # four kernels
   np.testing.assert_allclose(out.numpy(), np.exp(x.numpy() - x.numpy().max(1, keepdims=True)).sum(1), rtol=1e-5)

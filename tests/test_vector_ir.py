@@ -435,7 +435,7 @@ def test_hot_loops_of_the_default_gemm_tile_do_not_spill(threads):
   indexed stack address, which is a load and not a spill)."""
   from uopc.codegen import gemm_vec
   opts = gemm_vec.heuristic_opts(16, 512, 512, 512)
-  loops = hot_loops(assembly(gemm_vec.source(512, 512, 512, opts, threads)))
+  loops = hot_loops(assembly(render_c(gemm_vec.program(512, 512, 512, opts, threads), "gemm_tune")))
   assert len(loops) == 1
   assert [s for loop in loops for s in stack_spills(loop)] == []
 

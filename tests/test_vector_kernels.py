@@ -84,6 +84,41 @@ def test_the_plan_packs_b_then_runs_a_vector_tile(pack):
     assert src.count("for (") == 2   # every other axis is registers
 
 
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_the_lane_count_is_an_option_and_part_of_the_plan_key(lanes, fresh_plan_cache):
+  """Options.lanes sets the vector width whatever this CPU's is: another width is another plan, with vectors that wide,
+  and the same product."""
+  a, b = f32(256, 256), f32(256, 256)
+  mm = Tensor(a) @ Tensor(b)
+  plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=lanes))
+  other = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=24 - 2 * lanes))   # 4 <-> 16, 8 <-> 8
+  assert (plan is other) == (lanes == 8)
+  widths = {u.dtype.count for k in plan.kernels for u in k.ast.toposort() if u.dtype is not None and u.dtype.count > 1}
+  assert widths == {lanes}
+  close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=lanes))[0].reshape(256, 256), a.astype(np.float64) @ b,
+        16)
+
+
+def test_the_tile_is_the_tuners_and_its_choice_a_registered_memo(fresh_plan_cache, monkeypatch):
+  """VectorOpt hands gemm_vec its tuner, which gets loop programs (gemm_vec compiles nothing); the choice is kept per
+  problem until uopc.helpers.clear_caches()."""
+  from uopc.helpers import CACHES, clear_caches
+  monkeypatch.setattr(gemm_vec, "_chosen", CACHES["gemm_vec.chosen"])   # the registered memo, not the fixture's
+  clear_caches()
+  asked = []
+  class Rows4(VectorOpt):
+    @staticmethod
+    def tuner(kernel, problem, candidates, heuristic, program):
+      asked.append((kernel, problem, program(heuristic).op))
+      return next(c for c in candidates if c.rows == 4)
+  a, b = f32(256, 256), f32(256, 256)
+  plan = make_plan([(Tensor(a) @ Tensor(b)).uop], options=Options(opt=Rows4, lanes=8))
+  assert asked == [("gemm_vec", ((), 256, 256, 256, 8), Ops.SINK)]
+  assert plan.kernels[-1].src.count("f32x8 acc") == 4 * gemm_vec._chosen[(), 256, 256, 256, 8].nvec
+  clear_caches()
+  assert gemm_vec._chosen == {}
+
+
 def test_when_a_panel_is_packed_inline():
   o = gemm_vec.GemmOpts(rows=8, nvec=2, lanes=16)   # panels of 32 columns
   assert gemm_vec.packs_inline(o, 1, 512, 512, threads=2)          # 16 panels of 64 KB for 2 threads

@@ -3,9 +3,20 @@
 An optimizer is any object with two functions, `layout(roots) -> roots` and `lower(body, out) -> loop
 program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11) is another one. Either function may
 also take `options=` (uopc.options.Options): the kernelizer passes the realize's options to those that declare it.
+
+  DefaultOpt   the layout pass, then default_opts (or online_opts, or tensor-core warp tiles) per kernel
+  VectorOpt    DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec), its tile tuned
+  TiledOpt     DefaultOpt, plus local-memory tiles for GPU matmuls (uopc.codegen.localtile)
+
+The lowerings in uopc.codegen only build loop programs. What needs the machine is handed to them from here: the vector
+width (Options.lanes, or the runtime's for this CPU) and a tuner that compiles and times candidates (tuner, built on
+uopc.runtime.tune and the device's table).
 """
 from __future__ import annotations
 from typing import Callable
+import numpy as np
+from uopc.dtype import np_dtype
+from uopc.device import get_device
 from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
 from uopc.rangeify import lower, rangeify, Ctx, Opts
 from uopc.codegen.online import OnlineSoftmax, find_groups
@@ -14,6 +25,9 @@ from uopc.codegen.tc import GPU_DEVICES, lower_tc
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
 from uopc.codegen import gemm_vec
+from uopc.codegen.localtile import LocalTile, lower_local_tile
+from uopc.runtime import tune
+from uopc.runtime.toolchain import native_lanes
 
 
 def last_axis_stride(view: UOp) -> int | None:
@@ -98,30 +112,65 @@ class DefaultOpt:
     return lower(body, out, ctx)
 
 
+def kernel_timer(prog: UOp, name: str, device: str = "CPU") -> Callable[[], object]:
+  """A function that runs the loop program `prog` once on `device`, on random inputs: rendered and compiled by the
+  device's table (uopc.device), each parameter a buffer of its size. What the tuner times."""
+  dev = get_device(device)
+  src = dev.renderer.render(prog, name).src
+  prg = dev.compile(src)
+  rng = np.random.default_rng(0)
+  bufs = [dev.copyin(rng.standard_normal(p.size).astype(np_dtype(p.dtype))) for p in src.signature.params]
+  return lambda: prg(*bufs)
+
+
+def tuner(kernel: str, problem: tuple, candidates: list, heuristic, program: Callable[[object], UOp]):
+  """The opts `kernel` runs `problem` with (uopc.runtime.tune.choose: the cached winner or the heuristic, a search
+  under BEAM=n), each candidate timed as the CPU kernel program(opts) (kernel_timer)."""
+  return tune.choose(kernel, problem, candidates, heuristic, lambda opts: kernel_timer(program(opts), kernel))
+
+
 class VectorOpt(DefaultOpt):
   """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec): B packed into panels (by the
   matmul kernel itself, each thread the panels it reads, or by a copy kernel before it), then a register tile of
-  vector accumulators. Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book
-  prints."""
+  vector accumulators, its size chosen by `tuner`. Opt in with `Tensor.opt = VectorOpt`: the default stays the
+  optimizer whose kernels the book prints."""
+  tuner = staticmethod(tuner)
+
   @staticmethod
-  def lanes() -> int:
-    from uopc.runtime import native_lanes   # the optimizer itself does not depend on the runtime
-    return native_lanes()
+  def lanes(options: Options | None = None) -> int:
+    """Floats per vector register: options.lanes where given (it is part of the plan's key), else this CPU's."""
+    return options.lanes if options is not None and options.lanes is not None else native_lanes()
 
   @classmethod
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
     if options is None or options.device == "CPU":
-      chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort() if (o := gemm_vec.choose_opts(u, cls.lanes()))}
+      lanes = cls.lanes(options)
+      chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort()
+                if (o := gemm_vec.choose_opts(u, lanes, cls.tuner))}
       if chosen: roots = UOp.wrap(roots, set(chosen), lambda u: gemm_vec.pack_b(u, chosen[u]) or u)
       # a matmul that packs B inline reads B as it is: no transposed copy of it first
-      return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, cls.lanes()))
+      return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, lanes, cls.tuner))
     return layout_pass(roots, options)
 
   @classmethod
   def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
     options = options or Options()
     if options.device == "CPU":
-      opts = gemm_vec.choose_opts(body, cls.lanes())
+      opts = gemm_vec.choose_opts(body, cls.lanes(options), cls.tuner)
       prog = opts and gemm_vec.lower_gemm(body, out, Ctx(options=options), opts)
       if prog is not None: return prog
+    return DefaultOpt.lower(body, out, options)
+
+
+class TiledOpt(DefaultOpt):
+  """DefaultOpt, except that a matmul on a GPU device whose output fills at least one block is lowered with local
+  tiles (uopc.codegen.localtile.lower_local_tile). Asked for explicitly: Tensor.opt = TiledOpt."""
+  tile = LocalTile()
+
+  @classmethod
+  def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
+    options = options or Options()
+    if options.device in GPU_DEVICES and not options.tc and len(body.shape) >= 2 \
+       and body.shape[-2] >= cls.tile.bm and body.shape[-1] >= cls.tile.bn:
+      if (prog := lower_local_tile(body, out, cls.tile, options)) is not None: return prog
     return DefaultOpt.lower(body, out, options)

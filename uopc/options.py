@@ -22,6 +22,11 @@ class Options:
   # a CPU kernel whose loads, stores and float ops together number fewer than this runs on one thread: waking
   # OpenMP's workers and joining them costs more than they would save (NOTES 27); 0: every kernel uses every thread
   one_thread_below: int = 1 << 20
+  lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: this CPU's
+
+  def __post_init__(self):
+    if self.lanes is not None and self.lanes not in (4, 8, 16):
+      raise ValueError(f"Options: lanes must be None, 4, 8 or 16 (floats per vector register), got {self.lanes!r}")
 
   def replace(self, **changes) -> Options: return replace(self, **changes)
 

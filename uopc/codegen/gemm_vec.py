@@ -13,14 +13,16 @@ Operands may be any elementwise expression over buffers: expand_lanes turns the 
 one vector expression, a vector load where the lanes are consecutive in memory and a gather where they are not (still
 right, only slower). A kernel that does not fit (not a matmul, not float32, N not a whole number of panels) is left to
 the default lowering.
+
+The tile is chosen by a tuner the optimizer hands in (uopc.opt.VectorOpt gives uopc.runtime.tune's, which times
+candidates on this machine): this module builds loop programs and never compiles or runs one.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-import numpy as np
+from typing import Callable
 from uopc import symbolic
-from uopc.runtime import tune
-from uopc.helpers import omp_threads
+from uopc.helpers import cache, omp_threads
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
 from uopc.codegen.tc import matmul_operands
@@ -53,7 +55,12 @@ def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
           if M % r == 0 and N % (v * lanes) == 0 and r * v <= regs // 2 + 8]
 
 
-_chosen: dict[tuple, GemmOpts] = {}   # one choice per problem in a process: layout (packing) and lower must agree
+# one choice per problem in a process: layout (packing) and lower must agree
+_chosen: dict[tuple, GemmOpts] = cache("gemm_vec.chosen", {})
+
+# tuner(kernel, problem, candidates, heuristic, program) -> the opts to use, where program(opts) is the loop program of
+# the kernel with those opts (uopc.runtime.tune.choose's arguments, with a loop program where it takes a timer)
+Tuner = Callable[[str, tuple, list, GemmOpts, Callable[[GemmOpts], UOp]], GemmOpts]
 
 
 def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
@@ -86,8 +93,9 @@ def _fits(matmul: UOp, opts: GemmOpts) -> bool:
   return not (M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS)
 
 
-def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
-  """The opts for this matmul (the tuner's, uopc.runtime.tune), or None where the vector matmul does not apply."""
+def choose_opts(body: UOp, lanes: int, tuner: Tuner) -> GemmOpts | None:
+  """The opts for this matmul (the tuner's choice among the candidates that fit), or None where the vector matmul does
+  not apply."""
   if (m := _matmul(body)) is None: return None
   body = m[0]
   *batch, M, N = body.shape
@@ -97,14 +105,14 @@ def choose_opts(body: UOp, lanes: int) -> GemmOpts | None:
     heuristic = heuristic_opts(lanes, M, N, K)
     if not _fits(body, heuristic): return None
     cands = [c for c in candidate_opts(lanes, M, N, K) if _fits(body, c)] or [heuristic]
-    _chosen[problem] = tune.choose("gemm_vec", problem, cands, heuristic, lambda o: _timer(M, N, K, o))
+    _chosen[problem] = tuner("gemm_vec", problem, cands, heuristic, lambda o: program(M, N, K, o))
   return _chosen[problem]
 
 
-def source(M: int, N: int, K: int, opts: GemmOpts, threads: int | None = None) -> str:
-  """The C of the (M, N, K) matmul kernel with opts, reading B (K x N) as it is where the kernel packs it inline
-  (packs_inline, for `threads`), else as pack_b leaves it."""
-  from uopc.render_c import render_c
+def program(M: int, N: int, K: int, opts: GemmOpts, threads: int | None = None) -> UOp:
+  """The loop program of the (M, N, K) matmul kernel with opts, on buffers A (M x K), B and C (M x N): B (K x N) read
+  as it is where the kernel packs it inline (packs_inline, for `threads`), else as pack_b leaves it. What a tuner
+  times."""
   f32 = dtypes.f32
   A = UOp(Ops.BUFFER, (), ParamArg(0, f32, (M * K,)))
   B = UOp(Ops.BUFFER, (), ParamArg(1, f32, (N * K,)))
@@ -116,16 +124,7 @@ def source(M: int, N: int, K: int, opts: GemmOpts, threads: int | None = None) -
   b = UOp(Ops.EXPAND, (UOp(Ops.RESHAPE, (b,), (1, N, K)),), (M, N, K))
   body = UOp(Ops.REDUCE, (a * b,), (Ops.ADD, 1))
   out = UOp(Ops.BUFFER, (), ParamArg(2, f32, (M * N,)))
-  return render_c(lower_gemm(body, out, Ctx(), opts, threads), "gemm_tune")
-
-
-def _timer(M: int, N: int, K: int, opts: GemmOpts):
-  """A function that runs the (M, N, K) matmul kernel with opts once, on random data (see source)."""
-  from uopc.runtime import Program
-  prg = Program(source(M, N, K, opts), "gemm_tune")
-  rng = np.random.default_rng(0)
-  x, y, z = rng.standard_normal(M * K, np.float32), rng.standard_normal(N * K, np.float32), np.empty(M * N, np.float32)
-  return lambda: prg(x, y, z)
+  return lower_gemm(body, out, Ctx(), opts, threads)
 
 
 def packs_inline(opts: GemmOpts, batch: int, N: int, K: int, threads: int | None = None) -> bool:
@@ -141,9 +140,9 @@ def _inline(matmul: UOp, opts: GemmOpts) -> bool:
   return packs_inline(opts, math.prod(batch), N, matmul.src[0].shape[-1])
 
 
-def packs_own_panels(body: UOp, lanes: int) -> bool:
+def packs_own_panels(body: UOp, lanes: int, tuner: Tuner) -> bool:
   """Whether body is a matmul whose kernel packs B inline (its operands then need no layout step)."""
-  opts = choose_opts(body, lanes)
+  opts = choose_opts(body, lanes, tuner)
   return opts is not None and _inline(_matmul(body)[0], opts)
 
 

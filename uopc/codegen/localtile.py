@@ -11,8 +11,8 @@
            accumulators,
         4. waits at a second barrier (nobody overwrites a tile another work-item still reads).
       Sizes that are not multiples of the block are padded: loads outside read 0, stores outside are gated off.
-  TiledOpt                          an optimizer (Tensor.opt = TiledOpt) that chooses it for GPU matmuls big enough
-                                    to fill one block, and lowers everything else as DefaultOpt does.
+
+uopc.opt.TiledOpt is the optimizer (Tensor.opt = TiledOpt) that chooses it for GPU matmuls big enough to fill a block.
 
 Global loads per output element fall from 2K (a row of A and a column of B) to K/bn + K/bm: each element of A
 loaded into local memory serves the bn columns of the block, each of B its bm rows (uopc.codegen.gpudims.traffic counts
@@ -21,10 +21,9 @@ it).
 from __future__ import annotations
 from dataclasses import dataclass
 from uopc import symbolic
-from uopc.opt import DefaultOpt
 from uopc.options import Options
 from uopc.rangeify import Ctx, rangeify
-from uopc.codegen.tc import GPU_DEVICES, matmul_operands
+from uopc.codegen.tc import matmul_operands
 from uopc.uop import UOp, Ops, AxisType, LocalArg, sink
 
 
@@ -107,17 +106,3 @@ def lower_local_tile(body: UOp, out: UOp, tile: LocalTile = LocalTile(), options
       if ok.op is Ops.CONST and not ok.arg: continue   # outside the output for every work-item
       stores.append(UOp(Ops.STORE, (out.index(flat), val) + (() if ok.op is Ops.CONST else (ok,))))
   return symbolic.simplify(sink(UOp(Ops.SINK, tuple(stores)).end(*launch)))
-
-
-class TiledOpt(DefaultOpt):
-  """DefaultOpt, except that a matmul on a GPU device whose output fills at least one block is lowered with local
-  tiles (lower_local_tile). Asked for explicitly: Tensor.opt = TiledOpt."""
-  tile = LocalTile()
-
-  @classmethod
-  def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
-    options = options or Options()
-    if options.device in GPU_DEVICES and not options.tc and len(body.shape) >= 2 \
-       and body.shape[-2] >= cls.tile.bm and body.shape[-1] >= cls.tile.bn:
-      if (prog := lower_local_tile(body, out, cls.tile, options)) is not None: return prog
-    return DefaultOpt.lower(body, out, options)

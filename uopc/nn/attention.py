@@ -12,7 +12,7 @@ the same kernels as on the CPU through the GPU renderers; the result is a Tensor
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.helpers import omp_threads
+from uopc.helpers import cache, omp_threads
 from uopc.kernels.flash import flash_attention_ir, merge_partials_ir
 from uopc.kernels.fa2 import fa2_ir
 from uopc.nn import flash as nn_flash
@@ -21,7 +21,7 @@ from uopc.runtime import Program
 
 ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention and NOTES)
 FA2_BQ, FA2_BK = 32, 16     # on a GPU device: queries per work-group (one a work-item), keys per local tile
-_programs: dict[tuple, Program] = {}
+_programs: dict[tuple, Program] = cache("nn.attention.programs", {})   # per kernel key and device
 
 
 def _program(name: str, make, key: tuple, device: str = "CPU") -> Program:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
+from uopc.helpers import cache
 from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts
 from uopc.kernels.flash_vec import default_opts  # noqa: F401  (chapter 10 reads the keys layout's heuristic here)
 from uopc.kernels import flash_vec_q
@@ -19,7 +20,7 @@ from uopc.render_c import c_renderer
 from uopc.runtime import Program, native_lanes
 from uopc.runtime import tune
 
-_programs: dict[tuple, Program] = {}
+_programs: dict[tuple, Program] = cache("nn.flash.programs", {})   # compiled once per problem and opts
 
 
 lanes_here = native_lanes   # floats per vector register on this machine
@@ -70,7 +71,8 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
   return out[:, :nq]
 
 
-_chosen: dict[tuple, FlashVecOpts | FlashQOpts] = {}   # the choice per problem, made once per process (BEAM too)
+# the choice per problem, made once per process (BEAM too)
+_chosen: dict[tuple, FlashVecOpts | FlashQOpts] = cache("nn.flash.chosen", {})
 
 
 def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,

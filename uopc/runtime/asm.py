@@ -11,7 +11,8 @@ lines do.
 from __future__ import annotations
 import re
 import subprocess
-from uopc.runtime import PRELUDE, FLAGS, compiler, CompileError
+from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.toolchain import CompileError, compiler
 
 LABEL = re.compile(r"^(\.L\w+):")
 COND_JUMP = re.compile(r"^\s+(j(?!mp)\w+)\s+(\.L\w+)\s*$")            # jne .L6, not jmp

@@ -17,7 +17,7 @@ import numpy as np
 from uopc.dtype import np_dtype
 from uopc.renderer import KernelSource
 from uopc.render_gpu import CL_PRELUDE
-from uopc.runtime import CompileError, cache_dir, numbered
+from uopc.runtime.toolchain import CompileError, cache_dir, numbered
 
 PLATFORM = os.environ.get("UOPC_CL_PLATFORM", "Portable Computing Language")   # chosen by name, never by index
 

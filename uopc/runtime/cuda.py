@@ -11,7 +11,7 @@ import numpy as np
 from uopc.dtype import np_dtype
 from uopc.renderer import KernelSource
 from uopc.render_gpu import CUDA_PRELUDE
-from uopc.runtime import CompileError, numbered
+from uopc.runtime.toolchain import CompileError, numbered
 
 DEFAULT_ARCH = "sm_80"   # what kernels compile for when there is no GPU to ask
 

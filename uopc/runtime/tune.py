@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 from uopc.helpers import ContextVar
-from uopc.runtime import cache_dir, compiler, compiler_version, machine_id
+from uopc.runtime.toolchain import cache_dir, compiler, compiler_version, machine_id
 
 BEAM = ContextVar("BEAM", 0)   # > 0: search (keep the n fastest for a second round); 0: the cached or heuristic opts
 Opts = TypeVar("Opts")

@@ -1,0 +1,189 @@
+"""Running the C compiler: source -> a shared object in the cache, whole or not at all.
+
+  locate(src, name, cc, flags)          the flags a kernel gets (without -fopenmp where cc has no OpenMP), its cache
+                                        entry, and whether that entry is intact
+  build(src, so_path, cc, flags)        compile into the entry: atomic rename, a checksum beside it, one retry with FMA
+                                        contraction off when the compiler itself crashes (NOTES 32)
+  build_lock(path), intact(path)        one build per entry at a time; an entry is used only if its checksum matches
+  run_compiler(cmd, timeout)            the compiler in a process group of its own, memory-limited, killed whole on a
+                                        timeout or a Ctrl-C (NOTES 30, 34)
+"""
+from __future__ import annotations
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import resource
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from types import SimpleNamespace
+from pathlib import Path
+from uopc.helpers import cache
+from uopc.runtime.objfile import complete_object
+from uopc.runtime.toolchain import CompileError, cache_dir, cache_key, numbered
+
+_locks_lock = threading.Lock()
+_build_locks: dict[Path, threading.Lock] = {}
+
+
+def build_lock(path: Path) -> threading.Lock:
+  """One lock per cache entry: threads compiling different kernels run side by side (kernelize compiles a cold plan's
+  kernels in parallel); two threads asking for the same entry build it once."""
+  with _locks_lock: return _build_locks.setdefault(path, threading.Lock())
+
+
+# A compiler can crash on valid C: gcc 12.2 stops with an internal compiler error, in the pass that forms FMAs, on
+# some kernels of random graphs (NOTES 32). Such a kernel is built once more with FMA contraction off, which skips
+# that pass; the result is the same arithmetic, each multiply and add rounded on its own.
+CRASH_RETRY_FLAGS = ("-ffp-contract=off",)
+
+
+def compiler_crashed(stderr: str) -> bool:
+  """Whether a failed compile was the compiler's own crash (gcc's and clang's wording), not an error in the C, nor a
+  compiler killed from outside (gcc says "internal compiler error: Killed" then too: a retry would only repeat it)."""
+  if "internal compiler error: Killed" in stderr: return False
+  return "internal compiler error" in stderr or "PLEASE submit a bug report" in stderr
+
+
+def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
+  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers)."""
+  so_path.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
+    c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+    c_file.write_text(src)
+    def compile_with(flags: tuple[str, ...]) -> subprocess.CompletedProcess:
+      try: return run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
+      except subprocess.TimeoutExpired:
+        raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
+                           f"{numbered(src)}") from None
+    r = compile_with(flags)
+    if r.returncode != 0 and compiler_crashed(r.stderr):
+      crash, r = r.stderr.strip(), compile_with(flags + CRASH_RETRY_FLAGS)
+      if r.returncode != 0:
+        raise CompileError(f"{cc} crashed on this kernel, and failed again with {' '.join(CRASH_RETRY_FLAGS)}:\n"
+                           f"{crash}\n\nthen:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
+      why = re.search(r"internal compiler error[^\n]*", crash)
+      warnings.warn(f"uopc: {cc} crashed compiling {so_path.stem.split('-')[0]} ({why.group(0) if why else 'a crash'});"
+                    f" built it again with {' '.join(CRASH_RETRY_FLAGS)}, so its multiplies and adds are not fused",
+                    RuntimeWarning)
+    if r.returncode != 0:
+      raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    os.replace(out, so_path)
+    sum_tmp = Path(tmp) / "kernel.sum"
+    sum_tmp.write_text(digest)
+    os.replace(sum_tmp, so_path.with_suffix(".sum"))
+
+
+COMPILE_TIMEOUT_S = 300
+COMPILER_MEMORY = 4 << 30   # a runaway kernel fails to compile with an error, instead of taking the machine's memory
+
+
+def _limit_compiler() -> None:
+  try: resource.setrlimit(resource.RLIMIT_AS, (COMPILER_MEMORY, COMPILER_MEMORY))
+  except (ValueError, OSError): pass
+
+
+WAIT_SLICE_S = 0.1   # the longest the main thread waits on the compiler before it looks at its signals again
+
+
+def run_compiler(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+  """Run a compiler in a process group of its own: `cc` is a driver that starts cc1, as and ld, so on a timeout (or
+  Ctrl-C) the whole group is killed, not only the driver (which left cc1 running)."""
+  proc = None
+  try:
+    with _ctrl_c_held():   # a Ctrl-C while Popen starts the driver lands after `proc` is set, so the group is killed
+      proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=_limit_compiler)
+    # in slices: a Ctrl-C that the kernel hands to another thread does not wake this one from its wait, and Python
+    # raises it here only when this thread runs Python again (NOTES 34)
+    deadline = time.monotonic() + timeout
+    while True:
+      try:
+        out, err = proc.communicate(timeout=max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic())))
+        break
+      except subprocess.TimeoutExpired:
+        if time.monotonic() >= deadline: raise
+  except BaseException:   # TimeoutExpired, KeyboardInterrupt
+    if proc is not None:
+      try: os.killpg(proc.pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError): pass
+      proc.communicate()
+    raise
+  return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+  """A Ctrl-C during the block is held and handled when the block ends (NOTES 30). Python raises KeyboardInterrupt at
+  the next bytecode of the main thread, wherever that is; inside Popen, after it started the driver, there was no
+  process yet to kill. Blocking SIGINT on this thread is not enough: the signal then goes to another thread, and
+  Python still raises it here. So the handler itself is swapped for one that only notes the signal."""
+  if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+    yield; return   # only the main thread handles signals; None: a handler not from Python, left alone
+  noted = []
+  old = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+  try: yield
+  finally:
+    signal.signal(signal.SIGINT, old)
+    if noted: signal.raise_signal(signal.SIGINT)   # to the handler that was there: KeyboardInterrupt, usually
+
+
+# ---- OpenMP, where the compiler has it ----
+OPENMP_FLAG = "-fopenmp"
+OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
+               "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
+
+
+@functools.cache
+def openmp_works(cc: str) -> bool:
+  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`);
+  a test compile, once per process and compiler, asked only when a kernel's OpenMP build is not in the cache."""
+  with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
+    c_file = Path(tmp) / "probe.c"
+    c_file.write_text(OPENMP_PROBE)
+    cmd = [cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)]
+    try: return run_compiler(cmd, COMPILE_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.TimeoutExpired): return False
+
+
+cache("runtime.openmp_works", SimpleNamespace(clear=openmp_works.cache_clear))
+
+
+_warned_serial: set[str] = set()
+
+
+def serial_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
+  """flags without -fopenmp: the pragmas are then ignored and the kernel runs on one thread. Said once per process."""
+  if cc not in _warned_serial:
+    _warned_serial.add(cc)
+    warnings.warn(f"uopc: {cc} cannot build with {OPENMP_FLAG} (no OpenMP runtime: for clang install libomp, e.g. "
+                  f"`apt install libomp-dev` or `brew install libomp`); kernels are compiled without it and run on one "
+                  f"thread", RuntimeWarning, stacklevel=4)
+  return tuple(f for f in flags if f != OPENMP_FLAG)
+
+
+def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], Path, bool]:
+  """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
+  reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
+  flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  if (ok := intact(path)) or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
+  flags = serial_flags(flags, cc)
+  path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
+  return flags, path, intact(path)
+
+
+def intact(so_path: Path) -> bool:
+  """A cache entry is used only if its checksum matches and it is a whole object: a truncated or corrupted object is
+  rebuilt, never loaded."""
+  try: want = so_path.with_suffix(".sum").read_text().strip()
+  except OSError: return False
+  try: data = so_path.read_bytes()
+  except OSError: return False
+  return hashlib.sha256(data).hexdigest() == want and complete_object(data)

@@ -1,0 +1,113 @@
+"""The C toolchain and the machine it builds for: which compiler, what it targets, where its objects are cached.
+
+  compiler(), compiler_version(cc)        $CC (default cc) and the first line of its --version
+  machine_id(), native_target(cc)         the CPU and what -march=native means to cc: both part of a cache key
+  vector_bits(cc), native_lanes()         the widest vector register -march=native gives, in bits and in floats
+  cache_dir(), cache_key(src, cc, flags)  where compiled objects live, and the hash that names one
+
+CompileError (and numbered, the source with line numbers it quotes) is here too: the compiler's answer to bad C.
+"""
+from __future__ import annotations
+import functools
+import hashlib
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from uopc.helpers import cache
+
+
+class CompileError(RuntimeError):
+  """The C compiler rejected a kernel: carries the compiler's message and the numbered source."""
+
+
+def numbered(src: str, limit: int = 2000) -> str:
+  lines = src.splitlines()
+  text = "\n".join(f"{i:4d} | {line[:300]}" for i, line in enumerate(lines[:limit], 1))
+  return text + (f"\n     ... ({len(lines) - limit} more lines)" if len(lines) > limit else "")
+
+
+def cache_dir() -> Path:
+  """Absolute, whatever the variable says: dlopen looks a path with no slash up on the system search path."""
+  if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d).expanduser().absolute()
+  return (Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "uopc").absolute()
+
+
+def compiler() -> str: return os.environ.get("CC", "cc")
+
+
+_version_cache: dict[str, str] = {}
+def compiler_version(cc: str) -> str:
+  if cc not in _version_cache:
+    try: out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+      raise CompileError(f"C compiler {cc!r} cannot be run: {e}") from e
+    _version_cache[cc] = out.splitlines()[0] if out else cc
+  return _version_cache[cc]
+
+
+# the /proc/cpuinfo lines that name a CPU and its features: x86 has model name/flags, ARM the implementer, part and
+# Features; every distinct line counts (a big.LITTLE chip lists two kinds of core)
+CPUINFO_KEYS = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
+                "CPU revision", "cpu model", "isa", "uarch")
+SYSCTL_CPU = ("sysctl", "machdep.cpu", "hw.cpufamily", "hw.cpusubtype")   # macOS: no /proc/cpuinfo
+
+
+def cpu_identity(cpuinfo: str) -> str:
+  keys = "|".join(re.escape(k) for k in CPUINFO_KEYS)
+  return "\n".join(sorted(set(re.findall(rf"^(?:{keys})\s*:.*$", cpuinfo, re.M))))
+
+
+def _run_quietly(cmd: list[str]) -> subprocess.CompletedProcess | None:
+  try: return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.SubprocessError): return None
+
+
+@functools.cache
+def machine_id() -> str:
+  """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
+  try: cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
+  except OSError: cpu = ""
+  if not cpu and platform.system() == "Darwin" and (r := _run_quietly(list(SYSCTL_CPU))):
+    cpu = "\n".join(line for line in r.stdout.splitlines() if "count" not in line)   # core counts are not the CPU
+  return f"{platform.machine()}|{platform.system()}|{cpu}"
+
+
+@functools.cache
+def native_target(cc: str) -> str:
+  """What -march=native means to this compiler on this CPU (the options its driver passes on: gcc's -m flags,
+  clang's -target-cpu/-target-feature), so that a CPU /proc/cpuinfo does not describe still gets its own entry."""
+  r = _run_quietly([cc, "-march=native", "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
+  words = r.stderr.replace('"', " ").split() if r else []
+  named = ("-target-cpu", "-target-feature", "--param")
+  return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))
+
+
+@functools.cache
+def vector_bits(cc: str) -> int:
+  """The widest vector register -march=native gives this compiler: 512 (AVX-512), 256 (AVX2), else 128 (SSE, NEON).
+  A register tile is sized by it (uopc.kernels.flash_vec, uopc.codegen.gemm_vec)."""
+  r = _run_quietly([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull])
+  macros = r.stdout if r else ""
+  return 512 if "__AVX512F__" in macros else 256 if "__AVX2__" in macros else 128
+
+
+def native_lanes() -> int:
+  """Floats per vector register for this compiler here: 16 with AVX-512, 8 with AVX2, 4 otherwise."""
+  return vector_bits(compiler()) // 32
+
+
+def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
+  parts = [src, " ".join(flags), compiler_version(cc), machine_id(), native_target(cc)]
+  return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _forget_answers() -> None:
+  """What the toolchain was asked once per process (versions, CPU, target, vector width): asked again next time."""
+  _version_cache.clear()
+  for fn in (machine_id, native_target, vector_bits): fn.cache_clear()
+
+
+cache("runtime.toolchain", SimpleNamespace(clear=_forget_answers))
