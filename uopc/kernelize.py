@@ -17,7 +17,7 @@ from __future__ import annotations
 import os, threading, time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, ALU, MOVEMENT
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
 from uopc.helpers import DEBUG, DEVICE, TC, cache, prod
@@ -33,7 +33,6 @@ class TensorData:
   array: np.ndarray
   dtype: DType
   shape: tuple[int, ...]
-
   def __repr__(self): return f"TensorData({self.shape}, {self.dtype})"
 
 
@@ -78,6 +77,7 @@ strip_detach = [(Pat(Ops.DETACH, (Pat.var("x"),)), lambda x: x)]   # gradients a
 
 def _fused_work(u: UOp) -> int:
   """ALU ops * elements that recomputing u would cost (stopping at materialized nodes)."""
+  from uopc.uop import ALU
   n, seen, stack = 0, set(), [u]
   while stack:
     x = stack.pop()
@@ -92,6 +92,7 @@ def stage_broadcast_compute(roots: list[UOp], factor: int = 4) -> list[UOp]:
   """Fusing is only free if nothing gets recomputed. A computed tensor that is EXPANDed by
   `factor` or more (e.g. a LayerNorm output feeding a matmul) would be recomputed for every
   copy, so we materialize it first. This is the fusion/recompute trade-off, as one rule."""
+  from uopc.uop import MOVEMENT, ALU
   todo: set[UOp] = set()
   for u in UOp(Ops.SINK, tuple(roots)).toposort():
     if u.op is not Ops.EXPAND or prod(u.shape) < factor * prod(u.src[0].shape): continue
@@ -102,7 +103,6 @@ def stage_broadcast_compute(roots: list[UOp], factor: int = 4) -> list[UOp]:
 
 
 def _materialize_points(roots: list[UOp], fuse_reduce: bool) -> list[UOp]:
-  """Where the graph is cut: every STAGE, every REDUCE (unless fuse_reduce), every root that is not an input."""
   topo = UOp(Ops.SINK, tuple(roots)).toposort()
   m = []
   for u in topo:
