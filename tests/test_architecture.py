@@ -13,8 +13,8 @@ import uopc
 import uopc.runtime.program
 from uopc.device import DEVICES, get_device
 from uopc.dtype import dtypes
-from uopc.helpers import Context
-from uopc.kernelize import make_plan
+from uopc.helpers import CACHES, Context, clear_caches
+from uopc.kernelize import isolated_plan_cache, make_plan, plan_cache_size
 from uopc.options import Options
 from uopc.render_c import CRenderer, render_c
 from uopc.runtime import Program
@@ -105,7 +105,7 @@ def test_no_lowering_pass_compiles_or_times_code():
 
 
 # names of the global switches and read-backs issue 12 removed (spelled in pieces so this file does not match itself)
-GONE = ["ONLINE_" + "SOFTMAX", r"Ctx\." + "latest", "_get" + "frame", r"_" + r"plans\b"]
+GONE = ["ONLINE_" + "SOFTMAX", r"Ctx\." + "latest", "_get" + "frame", r"\b_" + r"plans\b"]
 
 
 @pytest.mark.parametrize("folder", ["uopc", "tests", "chapters", "notes", "solutions", "scripts"])
@@ -115,6 +115,38 @@ def test_no_hidden_switches_outside_their_owner(folder):
     text = path.read_text()
     found = [g for g in GONE if re.search(g, text)]
     assert not found, f"{path.relative_to(ROOT)} uses {found}"
+
+
+# ---- module state: a memo has one owner, registered with uopc.helpers.cache, and clear_caches() empties it ----
+def _entries(store) -> int:
+  return len(store) if hasattr(store, "__len__") else store.cache_info().currsize   # a dict, a PlanCache, an lru_cache
+
+
+def test_clear_caches_empties_every_memo_and_realize_still_computes(fresh_plan_cache):
+  x = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
+  e = np.exp(x - x.max(-1, keepdims=True))
+  np.testing.assert_allclose((Tensor(x).softmax(-1) * 2).numpy(), 2 * e / e.sum(-1, keepdims=True), rtol=1e-5)
+  assert {"kernelize.plans", "device.opened", "rangeify.accumulators"} <= set(CACHES)
+  assert _entries(CACHES["kernelize.plans"]) and _entries(CACHES["device.opened"])   # the realize filled them
+  clear_caches()
+  assert {name: _entries(store) for name, store in CACHES.items() if _entries(store)} == {}
+  np.testing.assert_allclose((Tensor(x).softmax(-1) * 2).numpy(), 2 * e / e.sum(-1, keepdims=True), rtol=1e-5)
+  assert plan_cache_size() == 1   # planned again, into the same cache
+
+
+def test_an_isolated_plan_cache_is_the_registered_cache_with_other_contents():
+  outer = CACHES["kernelize.plans"]
+  with isolated_plan_cache() as inner:
+    assert inner is CACHES["kernelize.plans"] is outer and plan_cache_size() == 0   # swapped contents, same owner
+    Tensor(np.ones(3, np.float32)).exp().numpy()
+    assert plan_cache_size() == 1
+  assert CACHES["kernelize.plans"] is outer
+
+
+@pytest.mark.parametrize("module", ["kernelize", "plancache", "rangeify", "device", "capture"])
+def test_module_state_is_never_rebound(module):
+  tree = ast.parse(MODULES[module].read_text())
+  assert not [n.names for n in ast.walk(tree) if isinstance(n, ast.Global)], f"{module} rebinds a module global"
 
 
 class NamedRenderer(CRenderer):

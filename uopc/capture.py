@@ -5,18 +5,25 @@ Tensor.realize appends (plan, options, input arrays, outputs, writes) to the inn
 from __future__ import annotations
 import contextlib
 
-_records: list[list] = []   # the captures under way, innermost last
+
+class Captures:
+  """The captures under way, innermost last: a stack, not a memo (it is empty whenever no capture block is open, and
+  clearing it would lose a capture's record). Process-wide, like the switches: a realize on any thread appends to the
+  innermost capture open."""
+  def __init__(self): self.stack: list[list] = []
+
+  def recording(self) -> list | None:
+    """The record a realize should append to, or None when no capture is under way."""
+    return self.stack[-1] if self.stack else None
+
+  @contextlib.contextmanager
+  def capturing(self):
+    """Within the block, every Tensor.realize appends one entry to the yielded list."""
+    rec: list = []
+    self.stack.append(rec)
+    try: yield rec
+    finally: self.stack.pop()
 
 
-def recording() -> list | None:
-  """The record a realize should append to, or None when no capture is under way."""
-  return _records[-1] if _records else None
-
-
-@contextlib.contextmanager
-def capturing():
-  """Within the block, every Tensor.realize appends one entry to the yielded list."""
-  rec: list = []
-  _records.append(rec)
-  try: yield rec
-  finally: _records.pop()
+CAPTURES = Captures()
+recording, capturing = CAPTURES.recording, CAPTURES.capturing

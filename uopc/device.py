@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 from uopc.dtype import DType, np_dtype
 from uopc.renderer import CStyleRenderer, KernelSource
+from uopc.helpers import cache
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ def canonical(name: str) -> str:
   return key
 
 
-_opened: dict[str, tuple[Callable, Device]] = {}
+# name -> (the registry entry it was built from, the device): built once, rebuilt after clear_caches()
+_opened: dict[str, tuple[Callable, Device]] = cache("device.opened", {})
 
 
 def get_device(name: str = "CPU") -> Device:

@@ -9,19 +9,20 @@ The pipeline, as make_plan runs it (each step is a function below with a docstri
   stage_broadcast_compute   expensive tensors that are broadcast get a STAGE (unless fuse_reduce)
   opt.layout                the optimizer's layout pass (copies for stride-1 reduces)
   _materialize_points       where kernels are cut: roots, STAGEs, REDUCEs (unless fuse_reduce)
-  _online_fusion            softmax groups are not cut when online softmax is on
+  online_fusion             softmax groups are not cut when online softmax is on (uopc.codegen.online)
   _homes                    each point's buffer: an output or a temporary
   _make_kernel              per point: lower (opt.lower), render and compile on the options' device
 """
 from __future__ import annotations
-import contextlib, threading, time
+import os, threading, time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, ALU, MOVEMENT
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
-from uopc.helpers import DEBUG, DEVICE, TC, getenv, prod
-from uopc.codegen.online import find_groups, reachable
+from uopc.helpers import DEBUG, DEVICE, TC, cache, prod
+from uopc.codegen.online import online_fusion
+from uopc.plancache import PlanCache
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
 
@@ -32,7 +33,6 @@ class TensorData:
   array: np.ndarray
   dtype: DType
   shape: tuple[int, ...]
-
   def __repr__(self): return f"TensorData({self.shape}, {self.dtype})"
 
 
@@ -123,13 +123,14 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
   if opt is not None: roots = opt.layout(roots)
   points = _materialize_points(roots, fuse_reduce)
-  if options.online_softmax: roots, points = _online_fusion(roots, fuse_reduce)   # one pass for softmax
+  online = online_fusion(roots, lambda rs: _materialize_points(rs, fuse_reduce)) if options.online_softmax else None
+  if online is not None: roots, points = online.roots, online.points   # softmax groups: one pass, not cut
   home, temps, outs = _homes(roots, points)
   device = get_device(options.device)
   points = [p for p in points if prod(p.shape)]   # an empty tensor is written by no kernel (its output has no data)
   kernels = [_make_kernel(_kernel_body(p, points, home), home[p], opt, options, device) for p in points]
   _compile_all(kernels, device)   # the kernels' compiles run side by side
-  notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, options.online_softmax)
+  notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, online.notes if online is not None else [])
   return Plan(kernels, temps, outs, notes=notes)
 
 
@@ -160,21 +161,20 @@ class BoundOpt:
     return call_with_options(self.opt.lower, body, out, options=self.options)
 
 
-# ---- the plan cache: its public handles (the cache itself is below) ----
+# ---- the plan cache (uopc.plancache), owned here, and its public handles ----
+_plans = cache("kernelize.plans", PlanCache.from_env())   # the cache every realize uses
+
+
 def clear_plan_cache() -> None:
   """Forget every cached plan and free its temporaries (the compiled objects stay in the disk cache, so planning
   again costs no compile)."""
   _plans.clear()
 
 
-@contextlib.contextmanager
 def isolated_plan_cache(max_bytes: int | None = None, max_plans: int | None = None):
   """Plans made inside the block go to a cache of their own (yielded; same limits unless given), and the plans from
   before are back after it: for experiments that patch a pass and must neither use nor leave behind ordinary plans."""
-  global _plans
-  saved, _plans = _plans, PlanCache(max_bytes or _plans.max_bytes, max_plans or _plans.max_plans)
-  try: yield _plans
-  finally: _plans = saved
+  return _plans.isolated(max_bytes, max_plans)   # the one cache swaps its contents for the block
 
 
 def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
@@ -269,39 +269,6 @@ def plan_cache_size() -> int:
   return len(_plans)
 
 
-# ---- the plan cache ----
-class PlanCache:
-  """(normalized roots, options) -> Plan, least recently used first out. Each plan keeps its temporaries, so the
-  cache is bounded by their bytes (UOPC_PLAN_CACHE_MB, default 1024) and by count (UOPC_PLAN_CACHE_PLANS, 512):
-  a program of many shapes does not hold memory for every shape it ever ran."""
-  def __init__(self, max_bytes: int, max_plans: int):
-    self.max_bytes, self.max_plans, self.plans, self.nbytes = max_bytes, max_plans, {}, 0
-    self.lock = threading.Lock()   # realizes on several threads share the cache
-
-  def get(self, key) -> Plan | None:
-    with self.lock:
-      if (plan := self.plans.pop(key, None)) is not None: self.plans[key] = plan   # now the most recently used
-      return plan
-
-  def put(self, key, plan: Plan) -> None:
-    with self.lock:
-      if (old := self.plans.pop(key, None)) is not None: self.nbytes -= _temp_bytes(old)
-      self.plans[key] = plan
-      self.nbytes += _temp_bytes(plan)
-      while len(self.plans) > 1 and (self.nbytes > self.max_bytes or len(self.plans) > self.max_plans):
-        self.nbytes -= _temp_bytes(self.plans.pop(next(iter(self.plans))))
-
-  def clear(self) -> None:
-    with self.lock: self.plans.clear(); self.nbytes = 0
-  def __len__(self): return len(self.plans)
-
-
-def _temp_bytes(plan: Plan) -> int: return sum(n * d.itemsize for d, n in plan.temps)
-
-
-_plans = PlanCache(getenv("UOPC_PLAN_CACHE_MB", 1024) << 20, getenv("UOPC_PLAN_CACHE_PLANS", 512))
-
-
 # ---- one kernel per point ----
 def kernel_name(body: UOp) -> str:
   """r_ if the kernel reduces, e_ if it is elementwise, then its output loop sizes: r_1024_64."""
@@ -333,7 +300,6 @@ def _homes(roots: list[UOp], points: list[UOp]) -> tuple[dict[UOp, UOp], list, l
 def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
   """Compile every kernel's source for the device, several at once: a cold plan's compiles are separate compiler
   processes, so a plan of many kernels waits for the slowest few instead of their sum."""
-  import os
   from concurrent.futures import ThreadPoolExecutor
   workers = min(len(kernels), os.cpu_count() or 1)
   if workers <= 1: programs = [device.compile(k.src) for k in kernels]
@@ -375,39 +341,14 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   return kernel
 
 
-# ---- explain(), and the online-softmax fusion (the appendix to chapter 11) ----
-def _online_fusion(roots: list[UOp], fuse_reduce: bool) -> tuple[list[UOp], list[UOp]]:
-  """With online softmax, a softmax group (its max, its sum, and the reduces its max reads, such as S = Q K^T) is
-  computed once per key inside its consumer's single pass: fusing it recomputes nothing, so it is not cut, and a
-  broadcast of its result is not staged either."""
-  groups = find_groups(roots)
-  one_pass = set(groups) | set(groups.values())
-  for mx in groups.values(): one_pass |= {x for x in reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
-  unstage = {s for s in _stages(roots) if s.src[0] not in roots and not one_pass.isdisjoint(s.toposort())}
-  if unstage: roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
-  one_pass = {x for x in UOp(Ops.SINK, tuple(roots)).toposort() if x.op is Ops.REDUCE and _in_group(x, roots)}
-  return roots, [p for p in _materialize_points(roots, fuse_reduce) if p not in one_pass or p in roots]
-
-
-def _in_group(x: UOp, roots: list[UOp]) -> bool:
-  groups = find_groups(roots)
-  if x in groups or x in groups.values(): return True
-  return any(x in reachable(mx.src[0], ALU | MOVEMENT) for mx in groups.values())
-
-
+# ---- explain() ----
 def _stages(roots: list[UOp]) -> set[UOp]:
   return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
 
 
-def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online_softmax: bool) -> list[str]:
-  notes = [f"{k.name:<16s} {_why(p, roots, asked)}{_recompute_note(k)}" for p, k in zip(points, kernels)]
-  if online_softmax:
-    for sm, mx in find_groups(roots).items():
-      # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
-      users = [u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)
-               and u is not sm and mx in reachable(u.src[0], ALU | MOVEMENT)]
-      notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
-                   f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
+def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online: list[str]) -> list[str]:
+  """One note per kernel (the rule that cut it, the reductions fused in it), online softmax's groups, the total."""
+  notes = [f"{k.name:<16s} {_why(p, roots, asked)}{_recompute_note(k)}" for p, k in zip(points, kernels)] + online
   notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
   if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
   return notes
@@ -421,14 +362,15 @@ def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
   if p.arg == "panels": return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.codegen.gemm_vec)"
   base = p.src[0]
   while base.op in MOVEMENT: base = base.src[0]
-  if base.op is Ops.BUFFER: return f"STAGE by the layout pass: a reduce read it with stride {_layout_stride(p)}, now 1"
+  if base.op is Ops.BUFFER:
+    from uopc.opt import last_axis_stride   # only this note needs the optimizer's measure
+    return f"STAGE by the layout pass: a reduce read it with stride {last_axis_stride(p.src[0])}, now 1"
   factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
   return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
 
 
 def _users(roots: list[UOp], p: UOp) -> list[UOp]:
   """The EXPANDs whose source is p, through movement ops."""
-  from uopc.uop import MOVEMENT
   out = []
   for u in UOp(Ops.SINK, tuple(roots)).toposort():
     if u.op is not Ops.EXPAND: continue
@@ -436,11 +378,6 @@ def _users(roots: list[UOp], p: UOp) -> list[UOp]:
     while b.op in MOVEMENT and b is not p: b = b.src[0]
     if b is p: out.append(u)
   return out
-
-
-def _layout_stride(p: UOp) -> int | None:
-  from uopc.opt import last_axis_stride
-  return last_axis_stride(p.src[0])
 
 
 def _recompute_note(k: Kernel) -> str:

@@ -3,12 +3,13 @@
 Every node lives in the innermost loop it depends on: its open ranges are the ranges its sources
 use, minus the ones an END has closed. The nesting of loops comes from the ENDs (the loops still
 open at an END enclose the loops it closes). Inside one loop, nodes come in depth-first order of
-the graph, and nested loops are placed as late as their users allow.
+the graph, and nested loops are placed as late as their users allow. declarations() says where among
+those lines each ALLOC is declared, and whether it is a register or an array.
 """
 from __future__ import annotations
 import heapq
 from dataclasses import dataclass
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp, Ops, base_alloc, is_local
 
 
 class LinearizeError(ValueError):
@@ -147,3 +148,24 @@ def linearize(sink: UOp) -> list[Line]:
     if done != len(todo): raise LinearizeError("the loop program has a cycle (a value used before its loop ends)")
   emit(None)
   return lines
+
+
+def declarations(topo: list[UOp], lines: list[Line]) -> tuple[dict[UOp, UOp], set[UOp]]:
+  """ALLOC -> the node whose line declares it (itself: the top of the function), and the ALLOCs that are registers."""
+  # an ALLOC is declared where it is first placed inside loops (its outermost .after), else at the top
+  decl_at: dict[UOp, UOp] = {}
+  order = {ln.uop: k for k, ln in enumerate(lines) if ln.kind == "node"}
+  for u in topo:
+    if u.op is Ops.AFTER and u.src[0].op is Ops.ALLOC and u in order:
+      a = u.src[0]
+      if a not in decl_at or order[u] < order[decl_at[a]]: decl_at[a] = u
+  for u in topo:
+    # an ALLOC used directly (not through .after) is function-wide state: declared at the top
+    used_bare = u.op is Ops.ALLOC and any(x.op is not Ops.AFTER and u in x.src for x in topo)
+    # local memory belongs to the work-group: declared once, at the top, whatever loops use it
+    if u.op is Ops.ALLOC and (u not in decl_at or used_bare or is_local(u)): decl_at[u] = u
+  # a one-element ALLOC only ever read at [0] is a plain local variable (a register), anything else an array
+  at_zero = lambda i: i.op is Ops.CONST and i.arg == 0
+  indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not at_zero(u.src[1])}
+  scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed and not is_local(u)}
+  return decl_at, scalar

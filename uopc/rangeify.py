@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, substitute
 from uopc.dtype import DType
 from uopc.options import Options
+from uopc.helpers import cache
 # the RESHAPE rule calls simplify through this module attribute, and only it does (everything else calls
 # symbolic.simplify): patching uopc.rangeify.simplify switches off exactly the rule of section 11.5
 from uopc.symbolic import simplify, ranges_in
@@ -43,6 +44,7 @@ class Ctx:
   next_slot: int = 0
   lowerings: tuple = ()                               # objects with lower_reduce(u, idx, ctx) -> UOp | None
   scratch: dict = field(default_factory=dict)         # each lowering's own memo, by its name
+  stand_ins: int = 0                                  # _pad's stand-in index variables so far (ids -1, -2, ...)
 
   def range(self, n: int, axis_type: AxisType) -> UOp:
     r = UOp(Ops.RANGE, (UOp.const(n),), (self.next_range, axis_type))
@@ -57,11 +59,11 @@ class Ctx:
   def fork(self) -> Ctx:
     """A copy to attempt a lowering on: adopt() it if the attempt works, drop it if not (nothing leaks back)."""
     return Ctx(self.opts, self.options, dict(self.memo), dict(self.reduce_ranges), self.next_range, self.next_slot,
-               self.lowerings, {k: dict(v) for k, v in self.scratch.items()})
+               self.lowerings, {k: dict(v) for k, v in self.scratch.items()}, self.stand_ins)
 
   def adopt(self, trial: Ctx) -> None:
     self.memo, self.reduce_ranges, self.scratch = trial.memo, trial.reduce_ranges, trial.scratch
-    self.next_range, self.next_slot = trial.next_range, trial.next_slot
+    self.next_range, self.next_slot, self.stand_ins = trial.next_range, trial.next_slot, trial.stand_ins
 
 
 def identity(rop: Ops, dtype: DType):
@@ -135,9 +137,6 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   return r
 
 
-_inside_pad = itertools.count(1)   # ids of the stand-in index variables below (negative: never a loop of the kernel)
-
-
 def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   """Zero outside the source. The index is clamped too, so the (unconditional) load never leaves the buffer.
 
@@ -152,7 +151,8 @@ def _pad(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
     real = symbolic.simplify(i - lo) if lo else i
     if ok.op is Ops.CONST and ok.arg: inner.append(real); continue
     valid = ok if valid is None else valid & ok
-    v = UOp(Ops.RANGE, (UOp.const(s),), (-next(_inside_pad), AxisType.LOOP))
+    ctx.stand_ins += 1   # a negative id: never a loop of the kernel
+    v = UOp(Ops.RANGE, (UOp.const(s),), (-ctx.stand_ins, AxisType.LOOP))
     stand_in[v] = real
     inner.append(v)
   if valid is None: return rangeify(u.src[0], tuple(inner), ctx)
@@ -215,8 +215,9 @@ def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   return prog
 
 
-# what each lowered program's fused reductions became (REDUCE, the load of its accumulator): for Plan.explain
-_accumulators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# what each lowered program's fused reductions became (REDUCE, the load of its accumulator): for Plan.explain. A memo
+# of lower()'s results, kept only as long as the program lives; clear_caches() may empty it
+_accumulators: weakref.WeakKeyDictionary = cache("rangeify.accumulators", weakref.WeakKeyDictionary())
 
 
 def reduce_accumulators(prog: UOp) -> tuple[tuple[UOp, UOp], ...] | None:

@@ -5,20 +5,45 @@ few class attributes: the words before the function, how a buffer parameter is d
 THREAD loop is. Loads are named val, shared ALU results alu, accumulators acc{slot}, parameters data{slot}, loop
 variables ridx{id}; an ALU result used once is written inline. Same graph, same text.
 
-render() returns the source together with its Signature (each buffer's dtype, element count and whether the kernel
+render() runs in named steps: signature, header, index_types, then a _Walk over the linearized lines (each op's
+line from its EMIT entry, each ALLOC declared where linearize.declarations says) that counts the Cost as it writes.
+It returns the source together with its Signature (each buffer's dtype, element count and whether the kernel
 writes it), so a runtime never has to read the parameters back out of the text.
 """
 from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc, is_local
 from uopc.dtype import DType, dtypes
-from uopc.linearize import linearize, rname
-from uopc.codegen.gpudims import Launch, launch_of
+from uopc.helpers import prod
+from uopc.linearize import linearize, rname, declarations
 from uopc.codegen.vector import vector_dtypes
+
+
+@dataclass(frozen=True)
+class Launch:
+  """How a kernel is launched: work-groups per dimension (grid) and work-items per work-group (block)."""
+  grid: tuple[int, ...] = (1,)
+  block: tuple[int, ...] = (1,)
+
+  @property
+  def global_size(self) -> tuple[int, ...]: return tuple(g * b for g, b in zip(self.grid, self.block))
+  @property
+  def threads(self) -> int: return prod(self.block)
+  @property
+  def items(self) -> int: return prod(self.grid) * prod(self.block)
+
+
+def launch_of(topo: list[UOp]) -> Launch:
+  """The launch sizes a program's SPECIAL nodes ask for (uopc.codegen.gpudims.to_special makes them)."""
+  sizes = {u.arg: u.src[0].arg for u in topo if u.op is Ops.SPECIAL}
+  if not sizes: return Launch()
+  ndim = max(d for _, d in sizes) + 1
+  grid = tuple(sizes.get(("gidx", d), 1) for d in range(ndim))
+  return Launch(grid, tuple(sizes.get(("lidx", d), 1) for d in range(ndim)))
 
 
 @dataclass(frozen=True)
@@ -150,26 +175,16 @@ class CStyleRenderer:
     topo = sink.toposort()
     _check_names(topo)
     lines = linearize(sink)
-    uses: dict[UOp, int] = {}
-    max_users: set[UOp] = set()   # sources of a MAX: ((a>b)?a:b) writes each twice
-    for u in topo:
-      for s in u.src: uses[s] = uses.get(s, 0) + 1
-      if u.op is Ops.MAX: max_users.update(u.src)
-    doubles: set[UOp] = set()     # inline expressions that hold a MAX
-    lane_of = {u.src[0] for u in topo if u.op is Ops.GEP}   # vectors whose lanes are read: named (v[i] needs a name)
-    # an ALLOC is declared where it is first placed inside loops (its outermost .after), else at the top
-    decl_at: dict[UOp, UOp] = {}
-    order = {ln.uop: k for k, ln in enumerate(lines) if ln.kind == "node"}
-    for u in topo:
-      if u.op is Ops.AFTER and u.src[0].op is Ops.ALLOC and u in order:
-        a = u.src[0]
-        if a not in decl_at or order[u] < order[decl_at[a]]: decl_at[a] = u
-    for u in topo:
-      # an ALLOC used directly (not through .after) is function-wide state: declared at the top
-      used_bare = u.op is Ops.ALLOC and any(x.op is not Ops.AFTER and u in x.src for x in topo)
-      # local memory belongs to the work-group: declared once, at the top, whatever loops use it
-      if u.op is Ops.ALLOC and (u not in decl_at or used_bare or is_local(u)): decl_at[u] = u
+    signature = self.signature(topo, name)
+    head = self.header(name, signature)
+    itype, cost = self.index_types(signature, topo), Cost([signature.launch.items])   # every work-item runs it once
+    walk = _Walk(self, topo, lines, itype, cost, self.vector_preamble(vector_dtypes(topo)) + [head])
+    walk.emit_body()
+    src = KernelSource("\n".join(walk.out + ["}"]), name, signature)
+    return Rendered(src, cost.flops, cost.acc_trips, cost.accesses)
 
+  def signature(self, topo: list[UOp], name: str) -> Signature:
+    """Each BUFFER as a parameter (dtype, size, whether the kernel stores to it) and the launch its SPECIALs ask for."""
     buffers = sorted({u.arg.slot: u for u in topo if u.op is Ops.BUFFER}.items())
     slots = [s for s, _ in buffers]
     if len(set(slots)) != len([u for u in topo if u.op is Ops.BUFFER]):
@@ -179,127 +194,34 @@ class CStyleRenderer:
       raise ValueError(f"{name}: two different ALLOCs share a slot ({sorted(alloc_slots)}): each is acc{{slot}} in the "
                        "source")
     stored = {base_buffer(u.src[0].src[0]) for u in topo if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
-    signature = Signature(tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers))
-    launch = launch_of(topo)
-    signature = Signature(signature.params, launch)
+    params = tuple(Param(f"data{s}", u.arg.dtype, u.arg.size, u in stored) for s, u in buffers)
+    signature = Signature(params, launch_of(topo))
     self._check_load_only(topo, signature)
-    ptype = lambda p: self.load_only[p.dtype][0] if p.dtype in self.load_only else self.type(p.dtype)
-    params = ", ".join(self.buffer_decl.format(type=ptype(p), name=p.name) for p in signature.params)
-    # indices are 32-bit unless a buffer has more elements than an int can count: then every int is 64-bit
+    return signature
+
+  def index_types(self, signature: Signature, topo: list[UOp]) -> Callable[[DType], str]:
+    """Type names: every int is 64-bit if a buffer has more elements than an int counts, or a loop more trips."""
     wide = any(p.size > INT32_MAX for p in signature.params) or any(u.op is Ops.RANGE and u.src[0].op is Ops.CONST
                                                                      and u.src[0].arg > INT32_MAX for u in topo)
-    itype = (lambda d: self.type(dtypes.i64) if d is dtypes.i32 else self.type(d)) if wide else self.type
+    return (lambda d: self.type(dtypes.i64) if d is dtypes.i32 else self.type(d)) if wide else self.type
+
+  def header(self, name: str, signature: Signature) -> str:
+    """The function's first line: the dialect's prefix (with the work-group size), the name, the parameters."""
+    ptype = lambda p: self.load_only[p.dtype][0] if p.dtype in self.load_only else self.type(p.dtype)
+    params = ", ".join(self.buffer_decl.format(type=ptype(p), name=p.name) for p in signature.params)
+    launch = signature.launch
     block = ",".join(str(b) for b in (launch.block + (1, 1, 1))[:3])
-    out = self.vector_preamble(vector_dtypes(topo))
-    out.append(f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{")
-    names: dict[UOp, str] = {}
-    ops_in: dict[UOp, int] = {}   # float ops inside a name's inline expression, not yet counted
-    trips, flops, accesses = [launch.items], 0, 0   # every work-item runs the body once
-    depth, counter = 1, [0]
-    def emit(text: str): out.append("  " * depth + text)
-    def new_name(prefix: str) -> str:
-      counter[0] += 1
-      return f"{prefix}{counter[0]}"
-    # a one-element ALLOC only ever read at [0] is a plain local variable (a register), anything else an array
-    at_zero = lambda i: i.op is Ops.CONST and i.arg == 0
-    indexed = {base_alloc(u.src[0]) for u in topo if u.op is Ops.INDEX and not at_zero(u.src[1])}
-    scalar = {u for u in topo if u.op is Ops.ALLOC and u.arg.size == 1 and u not in indexed and not is_local(u)}
-    acc_trips: dict[int, int] = {}
-    def declare(a: UOp) -> None:
-      acc_trips[a.arg.slot] = trips[-1]
-      t = self.type(a.arg.dtype)
-      if is_local(a):
-        if self.smem_prefix is None:
-          raise NotImplementedError(f"{type(self).__name__}: local memory (lmem{a.arg.slot}) has no form on device "
-                                    f"{self.device}")
-        emit(f"{self.smem_prefix}{t} {names[a]}[{a.arg.size}];")
-      else: emit(f"{t} acc{a.arg.slot};" if a in scalar else f"{t} acc{a.arg.slot}[{a.arg.size}];")
+    return f"{self.kernel_prefix.format(threads=launch.threads, block=block)}{name}({params}) {{"
 
-    for u in topo:   # leaves every line may refer to
-      if u.op is Ops.CONST: names[u] = self.const(u.arg, u.dtype)
-      elif u.op is Ops.BUFFER: names[u] = f"data{u.arg.slot}"
-      elif u.op is Ops.ALLOC: names[u] = f"lmem{u.arg.slot}" if is_local(u) else f"acc{u.arg.slot}"
-      elif u.op is Ops.RANGE: names[u] = rname(u)
-
-    for ln in lines:
-      u = ln.uop
-      if ln.kind == "open":
-        for text in self.open_loop(u, names[u], names[u.src[0]], itype(dtypes.int)): emit(text)
-        depth += 1
-        trips.append(trips[-1] * (u.src[0].arg if u.src[0].op is Ops.CONST else 1))
-        continue
-      if ln.kind == "close":
-        depth -= 1; emit("}"); trips.pop()
-        continue
-      if u.op is Ops.ALLOC:
-        if decl_at[u] is u: declare(u)
-      elif u.op is Ops.AFTER:
-        names[u] = names[u.src[0]]
-        if u.src[0].op is Ops.ALLOC and decl_at[u.src[0]] is u: declare(u.src[0])
-      elif u.op is Ops.INDEX:
-        base, i = u.src
-        names[u] = names[base] if base_alloc(base) in scalar else f"{names[base]}[{names[i]}]"
-      elif u.op is Ops.LOAD:
-        names[u] = new_name("val")
-        accesses += trips[-1]
-        if u.dtype in self.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
-          base, i = u.src[0].src
-          emit(self.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
-        elif u.dtype.count > u.src[0].dtype.count:   # consecutive lanes as one vector
-          emit(f"{itype(u.dtype)} {names[u]} = *({itype(u.dtype)}_u*)&{names[u.src[0]]};")
-        else: emit(f"{itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
-      elif u.op is Ops.STORE:
-        # a third source gates the store (a tile's lanes that fall outside the output store nothing)
-        gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-        if u.src[1].dtype.count > u.src[0].dtype.count:   # a vector into consecutive elements
-          emit(f"{gate}*({itype(u.src[1].dtype)}_u*)&{names[u.src[0]]} = {names[u.src[1]]};")
-        else: emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
-        flops += ops_in.get(u.src[1], 0) * trips[-1]
-        accesses += trips[-1]
-      elif u.op is Ops.WMMA:
-        for text in self.render_wmma(u, names): emit(text)
-        shape = u.arg.layout
-        flops += 2 * shape.m * shape.n * shape.k // 32 * trips[-1]   # one warp's tile, shared by its 32 lanes
-      elif u.op in ALU:
-        if u.op not in self.code_for_op:
-          raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
-        srcs = [names[s] for s in u.src]
-        lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
-        expr = (lanes > 1 and self.vector_op(u, *srcs)) or self.code_for_op[u.op](self, u.dtype, *srcs)
-        ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) * lanes + \
-          sum(ops_in.get(s, 0) for s in u.src)
-        if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)
-        # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
-        if uses.get(u, 0) > 1 or (u in max_users and u in doubles) or u in lane_of:
-          names[u] = new_name("alu")
-          emit(f"{itype(u.dtype)} {names[u]} = {expr};")
-          flops += ops_in.pop(u) * trips[-1]
-        else: names[u] = expr
-      elif u.op is Ops.VECTORIZE:
-        expr = self.vectorize(u, [names[s] for s in u.src])
-        names[u] = new_name("vec")
-        emit(f"{self.type(u.dtype)} {names[u]} = {expr};")
-        flops += sum(ops_in.pop(s, 0) for s in set(u.src)) * trips[-1]
-      elif u.op is Ops.GEP: names[u] = f"{names[u.src[0]]}[{u.arg}]"   # its vector has a name (lane_of below)
-      elif u.op is Ops.SPECIAL:
-        kind, dim = u.arg
-        if kind not in self.code_for_workitem:
-          raise NotImplementedError(f"{type(self).__name__}: the launch index {kind}{dim} has no form on device "
-                                    f"{self.device} (a GPU program: render it with a GPU dialect)")
-        names[u] = f"{kind}{dim}"
-        workitem = self.code_for_workitem[kind].format(dim=dim, xyz='xyz'[dim])
-        emit(f"{itype(dtypes.int)} {names[u]} = {workitem}; /* {u.src[0].arg} */")
-      elif u.op is Ops.BARRIER:
-        if self.barrier is None:
-          raise NotImplementedError(f"{type(self).__name__}: BARRIER has no form on device {self.device}")
-        emit(self.barrier)
-      elif u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): pass
-      else:
-        raise NotImplementedError(f"{type(self).__name__}: {u.op} has no source form (is this a tensor-level op in a "
-                                  "loop program?)")
-    out.append("}")
-    return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips, accesses)
-
+  def declare(self, a: UOp, name: str, register: bool) -> str:
+    """The line declaring ALLOC a: a register, an array, or a work-group's local-memory array."""
+    t = self.type(a.arg.dtype)
+    if is_local(a):
+      if self.smem_prefix is None:
+        raise NotImplementedError(f"{type(self).__name__}: local memory (lmem{a.arg.slot}) has no form on device "
+                                  f"{self.device}")
+      return f"{self.smem_prefix}{t} {name}[{a.arg.size}];"
+    return f"{t} acc{a.arg.slot};" if register else f"{t} acc{a.arg.slot}[{a.arg.size}];"
 
   def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:
     """The lines of a WMMA (uopc.codegen.tc): a dialect with tensor cores or an emulation of them overrides this."""
@@ -329,3 +251,147 @@ def base_buffer(u: UOp) -> UOp | None:
   """The BUFFER under a chain of AFTERs, if any."""
   while u.op is Ops.AFTER: u = u.src[0]
   return u if u.op is Ops.BUFFER else None
+
+
+@dataclass
+class Cost:
+  """What a kernel executes, counted line by line as it is written; trips[-1]: how often the current line runs."""
+  trips: list[int]
+  flops: int = 0                # float ops executed: an inlined op runs where its user is written
+  accesses: int = 0             # loads and stores executed
+  acc_trips: dict[int, int] = field(default_factory=dict)   # ALLOC slot -> how many times its declaration runs
+  ops_in: dict[UOp, int] = field(default_factory=dict)     # float ops inside an inline expression, not yet counted
+
+  def open(self, r: UOp) -> None:   # a loop of r's trips, inside the current line's loops
+    self.trips.append(self.trips[-1] * (r.src[0].arg if r.src[0].op is Ops.CONST else 1))
+  def run(self, ops: int) -> None: self.flops += ops * self.trips[-1]
+  def access(self) -> None: self.accesses += self.trips[-1]
+
+
+class _Walk:
+  """One kernel being written: its lines so far, each value's name (or inline expression), the indentation, the cost.
+  emit_body walks the linearized program; EMIT maps each op to the method that writes its line (or only names it)."""
+  def __init__(self, r: CStyleRenderer, topo: list[UOp], lines: list, itype: Callable, cost: Cost, out: list[str]):
+    self.r, self.topo, self.lines, self.itype, self.cost, self.out = r, topo, lines, itype, cost, out
+    self.names: dict[UOp, str] = {}
+    self.depth, self.counter, self.doubles = 1, 0, set()   # doubles: inline expressions that hold a MAX
+    self.uses: dict[UOp, int] = {}
+    self.max_users: set[UOp] = set()   # sources of a MAX: ((a>b)?a:b) writes each twice
+    for u in topo:
+      for s in u.src: self.uses[s] = self.uses.get(s, 0) + 1
+      if u.op is Ops.MAX: self.max_users.update(u.src)
+    self.lane_of = {u.src[0] for u in topo if u.op is Ops.GEP}   # vectors whose lanes are read: named (v[i] needs one)
+    self.decl_at, self.scalar = declarations(topo, lines)
+
+  def emit(self, text: str) -> None: self.out.append("  " * self.depth + text)
+
+  def new_name(self, prefix: str) -> str:
+    self.counter += 1
+    return f"{prefix}{self.counter}"
+
+  def emit_body(self) -> None:
+    """The function body: leaf names first (constants, parameters, accumulators, loop variables), then every line."""
+    r, names = self.r, self.names
+    for u in self.topo:
+      if u.op is Ops.CONST: names[u] = r.const(u.arg, u.dtype)
+      elif u.op is Ops.BUFFER: names[u] = f"data{u.arg.slot}"
+      elif u.op is Ops.ALLOC: names[u] = f"lmem{u.arg.slot}" if is_local(u) else f"acc{u.arg.slot}"
+      elif u.op is Ops.RANGE: names[u] = rname(u)
+    for ln in self.lines:
+      u = ln.uop
+      if ln.kind == "open":
+        for text in r.open_loop(u, names[u], names[u.src[0]], self.itype(dtypes.int)): self.emit(text)
+        self.depth += 1
+        self.cost.open(u)
+      elif ln.kind == "close":
+        self.depth -= 1; self.emit("}"); self.cost.trips.pop()
+      elif u.op in self.EMIT: self.EMIT[u.op](self, u)
+      else:
+        raise NotImplementedError(f"{type(r).__name__}: {u.op} has no source form (is this a tensor-level op in a "
+                                  "loop program?)")
+
+  def declare(self, a: UOp) -> None:
+    """ALLOC a's declaration, here: it runs as often as the line it is written on."""
+    self.cost.acc_trips[a.arg.slot] = self.cost.trips[-1]
+    self.emit(self.r.declare(a, self.names[a], a in self.scalar))
+
+  def alloc(self, u: UOp) -> None:
+    if self.decl_at[u] is u: self.declare(u)
+
+  def after(self, u: UOp) -> None:
+    self.names[u] = self.names[u.src[0]]
+    if u.src[0].op is Ops.ALLOC and self.decl_at[u.src[0]] is u: self.declare(u.src[0])
+
+  def index(self, u: UOp) -> None:
+    base, i = u.src
+    self.names[u] = self.names[base] if base_alloc(base) in self.scalar else f"{self.names[base]}[{self.names[i]}]"
+
+  def load(self, u: UOp) -> None:
+    names = self.names
+    names[u] = self.new_name("val")
+    self.cost.access()
+    if u.dtype in self.r.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
+      base, i = u.src[0].src
+      self.emit(self.r.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
+    elif u.dtype.count > u.src[0].dtype.count:   # consecutive lanes as one vector
+      self.emit(f"{self.itype(u.dtype)} {names[u]} = *({self.itype(u.dtype)}_u*)&{names[u.src[0]]};")
+    else: self.emit(f"{self.itype(u.dtype)} {names[u]} = {names[u.src[0]]};")
+
+  def store(self, u: UOp) -> None:
+    names = self.names
+    # a third source gates the store (a tile's lanes that fall outside the output store nothing)
+    gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
+    if u.src[1].dtype.count > u.src[0].dtype.count:   # a vector into consecutive elements
+      self.emit(f"{gate}*({self.itype(u.src[1].dtype)}_u*)&{names[u.src[0]]} = {names[u.src[1]]};")
+    else: self.emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
+    self.cost.run(self.cost.ops_in.get(u.src[1], 0))
+    self.cost.access()
+
+  def wmma(self, u: UOp) -> None:
+    for text in self.r.render_wmma(u, self.names): self.emit(text)
+    shape = u.arg.layout
+    self.cost.run(2 * shape.m * shape.n * shape.k // 32)   # one warp's tile, shared by its 32 lanes
+
+  def alu(self, u: UOp) -> None:
+    r, names, ops_in = self.r, self.names, self.cost.ops_in
+    if u.op not in r.code_for_op:
+      raise NotImplementedError(f"{type(r).__name__}: {u.op} has no form on device {r.device}")
+    srcs = [names[s] for s in u.src]
+    lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
+    expr = (lanes > 1 and r.vector_op(u, *srcs)) or r.code_for_op[u.op](r, u.dtype, *srcs)
+    floats = u.dtype.is_float or any(s.dtype.is_float for s in u.src)
+    ops_in[u] = floats * lanes + sum(ops_in.get(s, 0) for s in u.src)
+    if u.op is Ops.MAX or any(s in self.doubles for s in u.src): self.doubles.add(u)
+    # shared values get a name; so does a MAX inside a MAX, whose text would otherwise double at every level
+    if self.uses.get(u, 0) > 1 or (u in self.max_users and u in self.doubles) or u in self.lane_of:
+      names[u] = self.new_name("alu")
+      self.emit(f"{self.itype(u.dtype)} {names[u]} = {expr};")
+      self.cost.run(ops_in.pop(u))
+    else: names[u] = expr
+
+  def vectorize(self, u: UOp) -> None:
+    expr = self.r.vectorize(u, [self.names[s] for s in u.src])
+    self.names[u] = self.new_name("vec")
+    self.emit(f"{self.r.type(u.dtype)} {self.names[u]} = {expr};")
+    self.cost.run(sum(self.cost.ops_in.pop(s, 0) for s in set(u.src)))
+
+  def gep(self, u: UOp) -> None: self.names[u] = f"{self.names[u.src[0]]}[{u.arg}]"   # its vector has a name (lane_of)
+
+  def special(self, u: UOp) -> None:
+    r, (kind, dim) = self.r, u.arg
+    if kind not in r.code_for_workitem:
+      raise NotImplementedError(f"{type(r).__name__}: the launch index {kind}{dim} has no form on device "
+                                f"{r.device} (a GPU program: render it with a GPU dialect)")
+    self.names[u] = f"{kind}{dim}"
+    workitem = r.code_for_workitem[kind].format(dim=dim, xyz='xyz'[dim])
+    self.emit(f"{self.itype(dtypes.int)} {self.names[u]} = {workitem}; /* {u.src[0].arg} */")
+
+  def barrier(self, u: UOp) -> None:
+    if self.r.barrier is None:
+      raise NotImplementedError(f"{type(self.r).__name__}: BARRIER has no form on device {self.r.device}")
+    self.emit(self.r.barrier)
+
+  EMIT: ClassVar[dict[Ops, Callable]] = {
+    Ops.ALLOC: alloc, Ops.AFTER: after, Ops.INDEX: index, Ops.LOAD: load, Ops.STORE: store, Ops.WMMA: wmma,
+    **dict.fromkeys(ALU, alu), Ops.VECTORIZE: vectorize, Ops.GEP: gep, Ops.SPECIAL: special, Ops.BARRIER: barrier,
+    **dict.fromkeys((Ops.CONST, Ops.BUFFER, Ops.SINK), lambda self, u: None)}   # named before the walk, or no line

@@ -1,6 +1,6 @@
 """Lowerings beyond the book's spine: each turns a kernel's tensor body into loops of another shape.
 
-  online.py     the online softmax as one pass (chapter 11 appendix)
+  online.py     the online softmax: the kernelizer's fusion of its groups, and their one-pass lowering (ch. 11)
   gemm_vec.py   VectorOpt's packed, vector-tiled matmul
   vector.py     vector dtypes in C (GCC vector extensions): butterflies, trees, typedefs
   tc.py         TC=1: matmuls as warp tiles around a WMMA op

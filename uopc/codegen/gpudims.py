@@ -13,11 +13,11 @@ the innermost such loop, which walks the output with stride 1: neighbouring work
 addresses (coalesced).
 """
 from __future__ import annotations
-from dataclasses import dataclass
 from uopc.uop import UOp, Ops, AxisType, base_alloc, is_local
 from uopc.helpers import prod
 from uopc.linearize import open_ranges, loop_nesting
 from uopc import symbolic
+from uopc.renderer import Launch, launch_of   # the launch a rendered kernel carries in its Signature
 
 MAX_DIMS = 3                                   # OpenCL and CUDA launch in at most 3 dimensions
 MAX_GRID = (2**31 - 1, 65535, 65535)           # CUDA's limits on work-groups per dimension (OpenCL's are larger)
@@ -25,20 +25,6 @@ BLOCK_LIMIT = 256                              # default work-items per work-gro
 MIN_GROUPS = 4                                 # default: at least this many work-groups, where the axes allow, so
                                                # that more than one compute unit (SM) gets work
 LAUNCH = (AxisType.GLOBAL, AxisType.LOCAL)
-
-
-@dataclass(frozen=True)
-class Launch:
-  """How a kernel is launched: work-groups per dimension (grid) and work-items per work-group (block)."""
-  grid: tuple[int, ...] = (1,)
-  block: tuple[int, ...] = (1,)
-
-  @property
-  def global_size(self) -> tuple[int, ...]: return tuple(g * b for g, b in zip(self.grid, self.block))
-  @property
-  def threads(self) -> int: return prod(self.block)
-  @property
-  def items(self) -> int: return prod(self.grid) * prod(self.block)
 
 
 def _size(r: UOp) -> int: return r.src[0].arg
@@ -122,15 +108,6 @@ def to_special(prog: UOp) -> tuple[UOp, Launch]:
       mapping[r] = UOp(Ops.SPECIAL, r.src, (name, d))
   out = _rebuild(prog, mapping, {r: () for r in mapping})
   return out, launch_of(out.toposort())
-
-
-def launch_of(topo: list[UOp]) -> Launch:
-  """The launch sizes a program's SPECIAL nodes ask for."""
-  sizes = {u.arg: u.src[0].arg for u in topo if u.op is Ops.SPECIAL}
-  if not sizes: return Launch()
-  ndim = max(d for _, d in sizes) + 1
-  grid = tuple(sizes.get(("gidx", d), 1) for d in range(ndim))
-  return Launch(grid, tuple(sizes.get(("lidx", d), 1) for d in range(ndim)))
 
 
 def _rebuild(prog: UOp, mapping: dict[UOp, UOp], split: dict[UOp, tuple[UOp, ...]]) -> UOp:

@@ -12,7 +12,8 @@ relative to M. When M grows to M', everything accumulated so far is rescaled by 
 The matching sum of exponentials (g = 1: softmax's denominator) rides along as one more accumulator L. So
 softmax(x) @ v, log-sum-exp and softmax alone each need one pass instead of two or three (or six, fused).
 
-find_groups() finds the (max, sum) pairs in a tensor graph; the kernelizer then fuses them. OnlineSoftmax is a
+find_groups() finds the (max, sum) pairs in a tensor graph; online_fusion() is the kernelizer's pass that keeps each
+group in one kernel (uopc.kernelize calls it when the options ask for online softmax). OnlineSoftmax is a
 reduce lowering: an optimizer puts it in Ctx.lowerings when the options ask for online softmax, and rangeify's
 _reduce asks it first. Its lower_reduce returns the lowered value, or None to leave the reduce to the ordinary
 lowering (the pattern did not match: a max of a different value, another axis, ...). It attempts each pass on a
@@ -21,6 +22,7 @@ fork of the context and adopts the fork only when the pass is complete, so a fai
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
+from typing import Callable
 from uopc.uop import UOp, Ops, ParamArg, AxisType, MOVEMENT, ALU, substitute
 from uopc.symbolic import ranges_in
 from uopc.rangeify import Ctx, rangeify, axis_parts, combos
@@ -50,6 +52,47 @@ def find_groups(roots: list[UOp]) -> dict[UOp, UOp]:
     for mx in reachable(e, ALU | MOVEMENT):
       if mx.op is Ops.REDUCE and mx.arg == (Ops.MAX, 1) and mx.src[0].shape[-1] == sm.src[0].shape[-1]: groups[sm] = mx
   return groups
+
+
+@dataclass
+class OnlineFusion:
+  """What online_fusion gives the kernelizer back."""
+  roots: list[UOp]      # the roots, with the STAGEs of a group's broadcasts removed
+  points: list[UOp]     # the materialization points, without the reduces a group's single pass computes
+  notes: list[str]      # one line per group for Plan.explain()
+
+
+def online_fusion(roots: list[UOp], cut: Callable[[list[UOp]], list[UOp]]) -> OnlineFusion:
+  """Tensor-level roots -> the same roots with softmax groups fused. A group (its max, its sum, and the reduces its
+  max reads, such as S = Q K^T) is computed once per key inside its consumer's single pass: fusing it recomputes
+  nothing, so it is not cut, and a broadcast of its result is not staged either. cut(roots): the kernelizer's points."""
+  groups = find_groups(roots)
+  stages = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+  unstage = {s for s in stages if s.src[0] not in roots and not _one_pass(groups).isdisjoint(s.toposort())}
+  if unstage:   # other roots, other nodes: their groups are found again (else once per plan)
+    roots = UOp.wrap(roots, unstage, lambda n: n.src[0])
+    groups = find_groups(roots)
+  one_pass = _one_pass(groups)
+  return OnlineFusion(roots, [p for p in cut(roots) if p not in one_pass or p in roots], _notes(roots, groups))
+
+
+def _one_pass(groups: dict[UOp, UOp]) -> set[UOp]:
+  """The reduces the groups' single passes compute: each sum, each max, and the reduces a max reads."""
+  out = set(groups) | set(groups.values())
+  for mx in groups.values(): out |= {x for x in reachable(mx.src[0], ALU | MOVEMENT) if x.op is Ops.REDUCE}
+  return out
+
+
+def _notes(roots: list[UOp], groups: dict[UOp, UOp]) -> list[str]:
+  """explain()'s line per group: the reductions its one pass merges."""
+  topo, notes = UOp(Ops.SINK, tuple(roots)).toposort(), []
+  for sm, mx in groups.items():
+    # the weighted sums over the same axis that read this softmax (P @ V) ride in the same pass
+    users = [u for u in topo if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and u is not sm
+             and mx in reachable(u.src[0], ALU | MOVEMENT)]
+    notes.append(f"online softmax: {2 + len(users)} reductions merged into 1 pass (max{list(mx.shape)}, "
+                 f"sum{list(sm.shape)}" + "".join(f", sum{list(u.shape)}" for u in users) + ")")
+  return notes
 
 
 @dataclass
