@@ -78,7 +78,8 @@ CACHES: dict[str, Any] = {}   # name -> a module's memo (anything with .clear())
 
 def cache(name: str, store: Any) -> Any:
   """Register `store` as the memo its module owns under `name` (compiled programs, chosen tiles, opened devices) and
-  return it. A memo only saves work: clear_caches() may empty every one at any time and nothing changes but speed."""
+  return it: anything with .clear(), or a function wrapped by functools.cache. A memo only saves work: clear_caches()
+  may empty every one at any time and nothing changes but speed."""
   if name in CACHES: raise ValueError(f"cache {name!r} is registered twice")
   CACHES[name] = store
   return store
@@ -87,7 +88,7 @@ def cache(name: str, store: Any) -> Any:
 def clear_caches() -> None:
   """Empty every registered memo: what a test or a notebook calls to start cold (the compiled-kernel disk cache is
   uopc.runtime's and stays)."""
-  for store in CACHES.values(): store.clear()
+  for store in CACHES.values(): (store.clear if hasattr(store, "clear") else store.cache_clear)()
 
 
 def prod(xs: Iterable[int]) -> int: return functools.reduce(operator.mul, xs, 1)

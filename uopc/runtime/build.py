@@ -21,7 +21,6 @@ import tempfile
 import threading
 import time
 import warnings
-from types import SimpleNamespace
 from pathlib import Path
 from uopc.helpers import cache
 from uopc.runtime.objfile import complete_object
@@ -152,7 +151,7 @@ def openmp_works(cc: str) -> bool:
     except (OSError, subprocess.TimeoutExpired): return False
 
 
-cache("runtime.openmp_works", SimpleNamespace(clear=openmp_works.cache_clear))
+cache("runtime.openmp_works", openmp_works)
 
 
 _warned_serial: set[str] = set()

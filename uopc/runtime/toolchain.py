@@ -15,7 +15,6 @@ import platform
 import re
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 from uopc.helpers import cache
 
 
@@ -104,10 +103,6 @@ def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
   return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def _forget_answers() -> None:
-  """What the toolchain was asked once per process (versions, CPU, target, vector width): asked again next time."""
-  _version_cache.clear()
-  for fn in (machine_id, native_target, vector_bits): fn.cache_clear()
-
-
-cache("runtime.toolchain", SimpleNamespace(clear=_forget_answers))
+# what the toolchain was asked once per process (versions, CPU, target, vector width): asked again after clear_caches()
+cache("runtime.compiler_versions", _version_cache)
+for _fn in (machine_id, native_target, vector_bits): cache(f"runtime.{_fn.__name__}", _fn)
