@@ -12,6 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from uopc.helpers import cache
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -46,7 +47,7 @@ def reshape_simplify(on: bool):
     finally: uopc.rangeify.simplify = real
 
 
-_flash_opts: dict[int, type] = {}
+_flash_opts: dict[int, type] = cache("book.flash_opts", {})   # FlashOpt subclasses by upcast
 
 
 def flash_opt(upcast: int) -> type:
