@@ -223,7 +223,8 @@ print(f"N={N}: unfused {unfused_s / numpy_s:.2f}x NumPy's time (float64), fused 
 # `make test` runs everything: ruff, the unit tests (`tests/`, by chapter: `pytest -m ch06` runs chapter 6's),
 # strict nbval on every notebook (each printed output is compared with the committed one: a regression test of
 # the generated code), the notebook format check and the prose check (every number the prose of a notebook
-# states must be printed by that notebook, or be the book's). One chapter's tests from inside a notebook:
+# states must be printed by that notebook, or be the book's; so must its counts, its "best of k", and the numbers
+# a "far from" or "comparable" reads). One chapter's tests from inside a notebook:
 
 # %%
 import subprocess
