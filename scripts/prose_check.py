@@ -108,6 +108,7 @@ CITED = re.compile(r"\b(?:the book(?:'s)? (?:measur\w*|report\w*|says|gives|numb
 WAIVED = {"ch14_a_gpt.ipynb": {"comparable": "issue 28: the GPT issue rewrites chapter 14 (cell 20's time split)"},
           "ch11_fusion_recompute_flash_attention.ipynb": {
             "far from": "reviewed: the next sentence gives the online kernel's GFLOP/s, which the sweep above prints"}}
+MENTIONED = re.compile(r'"[^"]*"|“[^”]*”')   # a phrase in quotation marks is mentioned, not claimed
 CLAUSE = re.compile(r"(?<=[;:])\s+|\s*[()]\s*")   # "...(the ratio above...); both are far from..." is two claims
 
 
@@ -131,7 +132,7 @@ def unbacked_claims(nb) -> list[tuple[int, str, str, str]]:
   ks = code_counts(nb) | {count_value(m) for m in BEST_OF.findall(shown)}
   found = []
   for k, para in prose(nb, QUOTED_CLAIM):
-    for sent in sentences(CODE.sub(" ", para)):
+    for sent in sentences(MENTIONED.sub(" ", CODE.sub(" ", para))):
       flat = " ".join(sent.split())
       if CITED.search(sent): continue
       for m in BEST_OF.finditer(sent):

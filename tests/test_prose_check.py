@@ -86,6 +86,7 @@ def test_a_comparison_that_points_at_nothing_fails(bad, claim):
   "How far the rewrite is from the flash kernel, as measured here:",                 # introduces the output below
   "The book measured times of the same order for both.",                             # the book's claim, cited
   "A GPU has far more arithmetic per byte than this CPU.",                           # not a comparison of results
+  'The check reads the numbers behind a "far from" or "comparable".',                # words mentioned, in quotes
 ])
 def test_what_counts_as_a_backed_comparison(markdown):
   assert claims(markdown, "rewrite / flash = 1.74\n") == []
