@@ -11,9 +11,9 @@
 # # 11b. Appendix: the compiler finds flash attention by itself
 #
 # Chapter 11 computed attention three ways: unfused (six kernels, two N x N buffers), fused with recompute
-# (`fuse_reduce=True`: no N x N buffer, but Q K^T computed six times per row) and online softmax, written by hand
-# in the loop IR (section 11.7). This appendix teaches the compiler the algebra of section 11.6, so that the
-# Tensor one-liner
+# (`fuse_reduce=True`: no N x N buffer, but each dot product of Q K^T computed six times per (query, key) pair)
+# and online softmax, written by hand in the loop IR (section 11.7). This appendix teaches the compiler the algebra
+# of section 11.6, so that the Tensor one-liner
 #
 #     (q @ k.T * (1 / math.sqrt(D))).softmax(-1) @ v
 #
@@ -97,9 +97,10 @@ print(make_plan([small], False, OneRowOneKey, True).kernels[-1].src)
 # the dot product q_i . k_j, started afresh for every key. Of the two `exp2f` lines, the first is the correction
 # `exp2(m_old - m_new)` that rescales everything accumulated so far, the second the weight of the current key; the
 # loop over the output row inside the key loop applies both, and the last lines divide by the running sum. The
-# compiler wrote the book's kernel, down to `acc2[64]`'s shape: the output columns of P V are all unrolled, so the
-# rewrite keeps them in one array and updates it with a loop inside the pass (a loop the C compiler vectorises;
-# one scalar accumulator per column, the first version, it did not: NOTES 16).
+# compiler wrote the book's kernel, down to the shape of its output accumulator, one array of D floats (`acc3[4]`
+# here, where D = 4): the output columns of P V are all unrolled, so the rewrite keeps them in one array and
+# updates it with a loop inside the pass (a loop the C compiler vectorises; one scalar accumulator per column, the
+# first version, it did not: NOTES 16).
 #
 # The default optimizer (`online_opts`) takes 4 query rows per iteration of the parallel loop and 8 keys per
 # iteration of the pass: 32 dot products share one loop over the head dimension (each loaded q value serves 8 of
@@ -159,29 +160,52 @@ for name, fn in cases:
 # %% [markdown]
 # ## Does it pay?
 #
-# Best of five after a warm-up, interleaved in one process (`uopc.bench.interleaved`): NumPy, the unfused and
-# fused Tensor plans, the book's hand-written online kernel, the online rewrite, and uopc's tiled FlashAttention
-# kernel (`uopc.nn.scaled_dot_product_attention`, 8 query rows by 32 keys per tile). The numbers depend on the
-# machine printed at the top and on what else ran on it.
+# Each time is the best of five calls after a warm-up (`reps=5`), the six implementations interleaved in one process
+# (`uopc.bench.interleaved`): NumPy, the unfused and fused Tensor plans, the book's hand-written online kernel, the
+# online rewrite, and uopc's FlashAttention kernel for the CPU (`uopc.nn.scaled_dot_product_attention`, which runs
+# `uopc.nn.flash`'s vector kernel: several query rows at a time, with queries or keys in the lanes of the CPU's
+# vector registers, the tile chosen by the tuner or its heuristic). The numbers depend on the machine printed at
+# the top and on what else ran on it; the chart below draws them.
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import attention_peers, interleaved
+times = {}
 for n in (1024, 2048):
   qn, kn, vn = (rng.standard_normal((n, D)).astype(np.float32) for _ in range(3))
   fns = attention_peers(qn, kn, vn, False, {"fused"})
   base = fns["numpy"]()
   assert all(np.abs(f() - base).max() < 1e-4 for f in fns.values())
-  t = interleaved(fns, reps=3)
+  t = times[n] = interleaved(fns, reps=5)
   print(f"N={n}: " + ", ".join(f"{name} {sec * 1e3:.1f} ms" for name, sec in t.items()))
   print(f"        rewrite / book online = {t['rewrite'] / t['online']:.2f}, "
         f"rewrite / flash = {t['rewrite'] / t['flash']:.2f}")
 
+# %%
+import matplotlib.pyplot as plt
+names = list(times[1024])
+label = {"online": "book's online kernel", "rewrite": "online rewrite", "flash": "FlashAttention (vector)"}
+fig, ax = plt.subplots(figsize=(8, 3.6))
+y = np.arange(len(names))
+for k, (n, t) in enumerate(times.items()):
+  ax.barh(y + 0.4 * k - 0.2, [t[name] * 1e3 for name in names], 0.4, label=f"N = {n}")
+ax.set_yticks(y, [label.get(name, name) for name in names])
+ax.invert_yaxis()
+ax.set_xscale("log")
+ax.set_xlabel("ms, best of 5 (log scale)")
+ax.set_title(f"Attention, D = {D}, float32: six implementations on this machine (the header above)", fontsize=10)
+ax.legend(loc="lower right")
+fig.tight_layout()
+plt.show()
+
 # %% [markdown]
-# What to read in these lines: the rewrite does the same work as the book's online kernel (one dot product per
-# (query, key) pair, one pass), so their times are of the same order (the ratio above says how close on this
-# machine; the two write their inner loops differently); both keep one query row per thread iteration, so
-# both are far from the register-tiled kernels. The tiled FlashAttention kernel shares every loaded key and value
-# row between 8 queries, which is the step Exercise 11.5 asks for.
+# What to read in the chart: the rewrite does the same work as the book's online kernel (one dot product per
+# (query, key) pair, one pass over the keys), but not in the same way. The book's kernel takes one query row per
+# iteration of its parallel loop; the rewrite, with `online_opts`' default tile, takes 4 rows and 8 keys at a time,
+# so each loaded key row serves 4 queries (chapter 10's register tile, the step Exercise 11.5 asks for). The ratio
+# `rewrite / book online` above says what that tile is worth on this machine. The FlashAttention kernel adds vector
+# instructions across its tile, and `rewrite / flash` says how the scalar rewrite compares with it here. The fused
+# plan computes every dot product six times, which its bar shows; the unfused plan writes and reads two N x N
+# buffers but runs its two matmuls as register-tiled GEMMs, so where it lands depends on the machine.
 #
 # ## Pitfalls
 #
@@ -200,4 +224,6 @@ for n in (1024, 2048):
 # 1. Make the rewrite fire for `exp` written as `(x - m).exp()` on a float64 tensor, and check the C.
 # 2. Extend `find_groups` to a softmax over a non-last axis (`softmax(0)`). Which check in `online_reduce` fails,
 #    and why is it right to fail?
-# 3. Give `online_opts` a query block (`rows=4`) and measure it against the tiled FlashAttention kernel.
+# 3. Time the rewrite with other tiles of `online_opts` (`rows` in 1, 2, 4, 8 and `keys` in 1, 4, 8, 16; a variant
+#    of `OneRowOneKey` passes them) and compare the best with the FlashAttention kernel. What does the vector kernel
+#    do that a larger scalar tile cannot?

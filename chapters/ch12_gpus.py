@@ -51,8 +51,15 @@ print("OpenCL:", device_name())
 # | `get_local_id(d)` | `threadIdx.x/y/z` | which work-item inside it |
 # | `__global` | (default) | device memory (HBM): large, slow, seen by every work-item |
 # | `__local` | `__shared__` | on-chip memory of one work-group: small (tens of KB), fast |
-# | (private) | (registers) | a work-item's own variables |
+# | (private) | registers (CUDA's "local memory" when they spill) | a work-item's own variables |
 # | `barrier(CLK_LOCAL_MEM_FENCE)` | `__syncthreads()` | the group waits; local stores before it are seen after it |
+#
+# One word means opposite things. CUDA's **local memory** is not OpenCL's `__local`: in CUDA it is a thread's
+# private memory that lives off-chip, in device memory (cached, but as slow as global memory on a miss), where the
+# compiler puts arrays indexed at run time and the registers it has to **spill**. OpenCL calls that private memory;
+# OpenCL's `__local` is CUDA's `__shared__`, on-chip and shared by the work-group. This book says "local memory" in
+# OpenCL's sense throughout; in CUDA's documentation, compiler reports and profilers, local-memory traffic means
+# spills, a sign of too many registers per thread.
 #
 # Three consequences drive every GPU optimization in this chapter and the next:
 # - **Coalescing.** The 32 work-items of a warp load together. If they touch 32 neighbouring floats, that is one
@@ -213,15 +220,17 @@ print("local stores ", (x.size + groups * sum(steps)) * 4, "bytes; local loads "
 #
 # The **launch opt**, `uopc.codegen.gpudims.launch_axes`, takes the loops that enclose every statement of a kernel (its
 # output loops, whose iterations share nothing), splits each into GLOBAL x LOCAL (r = g*b + l) and gives dimension 0 to
-# the innermost one, so neighbouring work-items write neighbouring addresses. The default chooser gives each axis the
-# largest work-group that divides it and keeps the group within 256 work-items, and within a quarter of the launch,
-# so that there are at least four work-groups to spread over the compute units where the kernel has that much work.
-# A divisor, so no work-item needs a bounds check. Here is the loop program of a row sum, before and after, both
+# the innermost one, so neighbouring work-items write neighbouring addresses. The default chooser,
+# `default_block(sizes, limit)`, gives each axis (dimension 0 first) the largest work-group that divides it and keeps
+# the group within `limit` work-items. `launch_axes` passes it a limit of 256 work-items, or a quarter of the
+# launch's work-items where that is smaller, so that a kernel with enough work has at least four work-groups to
+# spread over the compute units (the last line below shows both limits). A divisor, so no work-item needs a bounds
+# check. Here is the loop program of a row sum, before and after, both
 # printed by the C renderer:
 
 # %%
 from uopc.dtype import dtypes
-from uopc.codegen.gpudims import default_block, launch_axes
+from uopc.codegen.gpudims import BLOCK_LIMIT, MIN_GROUPS, default_block, launch_axes
 from uopc.rangeify import lower, Ctx
 from uopc.render_c import render_c
 from uopc.runtime import Program
@@ -237,8 +246,10 @@ xs = rng.standard_normal((24, 40)).astype(np.float32)
 res = np.zeros(24, np.float32)
 Program(render_c(split, "row_sum_split"), "row_sum_split")(xs.reshape(-1), res)
 print("the split loops compute the same sums:", np.allclose(res, xs.sum(1), atol=1e-5))
-print("default work-groups for (1024, 1024), (64, 64), (37, 5):", default_block([1024, 1024]), default_block([64, 64]),
-      default_block([37, 5]))
+for sizes in ([1024, 1024], [64, 64], [37, 5]):
+  limit = min(BLOCK_LIMIT, int(np.prod(sizes)) // MIN_GROUPS)   # what launch_axes passes: the quarter rule
+  print(f"default_block({sizes}) = {default_block(sizes)}; with launch_axes' limit of {limit}: "
+        f"{default_block(sizes, limit)}")
 
 # %% [markdown]
 # A dialect is a table. `uopc.render_gpu` sets, for OpenCL C and CUDA C, the words the one C-style renderer
@@ -333,8 +344,10 @@ print("fused on CL, max error below 1e-5:  ", np.abs(fused - ref).max() < 1e-5)
 # %% [markdown]
 # The plans, rendered for OpenCL. Each kernel's launch: the unfused Q K^T kernel (`r_128_128`) has a 4 x 4
 # register tile per work-item (Chapter 10's upcast), so its 128 x 128 outputs are 32 x 32 work-items; the fused
-# kernel gives one work-item to each query row, which walks its output columns 16 at a time. The default chooser
-# keeps four work-groups in every launch here: the kernels are small.
+# kernel gives one work-item to each query row, which walks its output columns 16 at a time. Every launch has at
+# least four work-groups (the quarter rule of 12.3), and all but one have exactly four: these kernels are small, so a
+# quarter of the launch is below the 256-item cap. The softmax's exponential kernel (`e_128_128`, 16,384 work-items)
+# reaches the cap instead: 64 work-groups of 256.
 
 # %%
 Q, K, V = (Tensor(a) for a in (q, k, v))
@@ -398,7 +411,8 @@ ax.barh(ypos + 0.2, [counts[n]["local_load"] + counts[n]["local_store"] for n in
 ax.set_yticks(ypos, names)
 ax.set_xscale("symlog", linthresh=1e4)
 ax.set_xlabel("bytes accessed per launch (loads + stores)")
-ax.set_title(f"Attention at N = {Nq}, D = {Dq}: memory traffic per kernel")
+ax.set_title(f"Memory traffic per kernel: chapter 11's attention plans (N = {Nq}, D = {Dq}) and 12.3's "
+             "local_normalize", fontsize=10)
 ax.legend()
 ax.invert_yaxis()
 fig.tight_layout()
@@ -469,6 +483,8 @@ else:
 #
 # - **A missing barrier is silent on PoCL.** PoCL runs work-items in a fixed order, so a race either shows up every
 #   time or never; a GPU interleaves them differently on every run. Chapter 13 uses Oclgrind, which reports it.
+# - **CUDA's "local memory" is not `__local`.** It is per-thread memory off-chip (register spills, arrays indexed at
+#   run time); OpenCL's `__local` is CUDA's `__shared__`. Read a CUDA profiler's "local memory" numbers as spills.
 # - **Choose the OpenCL platform by name.** Platform indices change when another OpenCL driver is installed;
 #   `uopc.runtime.cl` asks for "Portable Computing Language" (or `UOPC_CL_PLATFORM`).
 # - **Fetch each kernel once** (`cl.Kernel(program, name)`): pyopencl warns when `program.name` is looked up twice,
@@ -485,7 +501,9 @@ else:
 # The graded versions are in the week-6 assignment (`solutions/week6_flash_attention.py`, exercises 10 to 12).
 #
 # **12.1 (★) Work-group sizes.** Write `block_sizes(sizes, limit)`, the default chooser: for each launch axis
-# (dimension 0 first) the largest work-group that divides it, with the product of all of them at most `limit`.
+# (dimension 0 first) the largest work-group that divides it, with the product of all of them at most `limit`. Then
+# add 12.3's quarter rule as `launch_axes` does, by the limit it passes: at most a quarter of the launch's work-items
+# (and at most 256), and check that (37, 5) gets at least four work-groups.
 #
 # **12.2 (★) Transactions per warp.** Write `warp_transactions(index, n_warps)`: given a function from a work-item's
 # global id to the element it loads, the number of 128-byte segments the first `n_warps` warps touch. Compare
