@@ -8,7 +8,6 @@ failure. A task that still raises NotImplementedError never reaches its checks: 
   check("blocked_attention, N = 1000", out, ref, atol=1e-5)       # arrays (or a tolerance): close, no NaN
   check_below("peak memory (bytes)", peak, 1000 * 1000 * 4)
   check_raises("checked(x, y), one argument short", lambda: checked(x, y), TypeError, says=("4", "3"))
-(The grader's own checks, scripts/gradelib.py, are not in the student's tree; these are.)
 """
 from __future__ import annotations
 from typing import Any, Callable
