@@ -60,7 +60,8 @@ def _compare(name: str, got: Any, expected: Any, rtol: float | None, atol: float
     for k, e in expected.items(): _compare(f"{name}[{k!r}]", got[k], e, rtol, atol)
     return
   tolerant = rtol is not None or atol is not None
-  if _is_array(expected) or isinstance(got, np.ndarray) or (tolerant and not isinstance(expected, (tuple, str))):
+  if (_is_array(expected) and _is_array(got)) or isinstance(got, np.ndarray) or \
+      (tolerant and not isinstance(expected, (tuple, str))):
     _compare_arrays(name, got, expected, rtol or 0.0, atol or 0.0)
   elif isinstance(expected, tuple) and tolerant:
     if not isinstance(got, tuple) or len(got) != len(expected):
