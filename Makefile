@@ -16,10 +16,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # touched after a successful install: pip runs again only when pyproject.toml or the lock file is newer
 STAMP := $(VENV)/.installed-stamp
-# every package `make setup` installs, pinned with its hashes, for every platform and Python >= 3.10 (uv's universal
+# every package `make setup` installs, pinned with its hashes, for every platform and Python >= 3.11 (uv's universal
 # resolution); a dependency is added by one line in pyproject.toml and `make lock`
 LOCK := requirements.lock
-LOCK_CMD := uv pip compile pyproject.toml --extra dev --universal --python-version 3.10 --generate-hashes --quiet -o $(LOCK)
+LOCK_CMD := uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --generate-hashes --quiet -o $(LOCK)
 # nbval runs on the notebooks that exist; the sanitize file masks timings, addresses and per-process paths
 NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider

@@ -498,7 +498,7 @@ else:
 #
 # ## 12.9 Exercises
 #
-# The graded versions are in the week-6 assignment (`solutions/week6_flash_attention.py`, exercises 10 to 12).
+# The graded versions are in the week-6 assignment (`assignments/week6_flash_attention.ipynb`, exercises 10 to 12).
 #
 # **12.1 (★) Work-group sizes.** Write `block_sizes(sizes, limit)`, the default chooser: for each launch axis
 # (dimension 0 first) the largest work-group that divides it, with the product of all of them at most `limit`. Then

@@ -7,8 +7,10 @@ no solutions, no hidden tests, no grader.
 What goes in: the files git tracks (so no build output, caches or local scratch), minus solutions/, the grader
 (scripts/grade.py, scripts/gradelib.py) and the tests of the instructor's tools (the grading tests of every week,
 the grader's, the assignment generator's, the nbgrader metadata's, this script's). The tree gets its own Makefile
-(STUDENT_MAKEFILE below: setup, test, check WEEK=n, notebooks, clean), because the instructor's `make test` also
-checks assignments/ against solutions/, which a student does not have. In the student's tree `make test` passes
+(STUDENT_MAKEFILE below: setup, demo, test, check WEEK=n, notebooks, outputs, clean), because the instructor's
+`make test` also checks assignments/ against solutions/, which a student does not have, and its own README.md (from
+scripts/student_readme.md, with the tree's assignments listed), which names only what the tree has: no grader, no
+solutions, no instructor's targets. In the student's tree `make test` passes
 before any work is done: the checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
 After writing, the tree is checked: no solution region, no hidden-test, hidden-setup or answer cell anywhere.
 """
@@ -22,9 +24,11 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCLUDE_DIRS = ("solutions/", ".ci/")
-EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
+EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the tree gets its own
+                 "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
                  "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
+                 "tests/test_visible_checks_catch.py",   # plants the solutions' wrong answers
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
 EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
@@ -32,10 +36,12 @@ HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
 
 STUDENT_MAKEFILE = """\
 # uopc, the student's tree (written by the instructor's `make release`).
+#   make demo          set up, then run the book's main example (examples/flash_attention.py 1024 64)
 #   make test          set up, then ruff, pytest (uopc's tests and your assignments' visible checks), strict nbval
 #                      on the chapter notebooks, notebook format check
 #   make check WEEK=3  run the visible checks of week 3's assignment, task by task (skipped: not attempted yet)
 #   make notebooks     re-execute the chapter notebooks in place
+#   make outputs       rebuild outputs/ (the captured runs and plots the book quotes) on this machine
 #   make clean         remove the virtual environment and caches
 
 SHELL := /bin/bash
@@ -45,7 +51,7 @@ STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS = $(wildcard chapters/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup test check notebooks clean
+.PHONY: setup demo test check notebooks outputs clean
 
 setup: $(STAMP)
 \t@$(PY) -c "import matplotlib.pyplot"
@@ -62,6 +68,9 @@ $(STAMP): pyproject.toml $(LOCK) | $(PY)
 \t$(PY) scripts/check_lock.py
 \ttouch $(STAMP)
 
+demo: setup
+\t$(PY) examples/flash_attention.py 1024 64
+
 test: setup
 \t$(VENV)/bin/ruff check .
 \tOMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider tests/
@@ -75,6 +84,9 @@ check: setup
 
 notebooks: setup
 \t$(PY) scripts/notebooks.py build chapters/*.py
+
+outputs: setup
+\t$(PY) scripts/outputs.py
 
 clean:
 \trm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist
@@ -110,6 +122,16 @@ def leaks(tree: Path) -> list[str]:
   return found
 
 
+def student_readme(tree: Path, root: Path = ROOT) -> str:
+  """The student tree's README: scripts/student_readme.md with the tree's assignments listed, each with its title."""
+  weeks = []
+  for p in sorted((tree / "assignments").glob("week*.ipynb")):
+    title = next((c.source.split("\n")[0].lstrip("# ").strip() for c in nbformat.read(p, as_version=4).cells
+                  if c.cell_type == "markdown"), p.stem)
+    weeks.append(f"- `assignments/{p.name}`: {title}")
+  return (root / "scripts" / "student_readme.md").read_text().replace("{assignments}", "\n".join(weeks))
+
+
 def release(dest: Path, force: bool = False, root: Path = ROOT) -> list[str]:
   """Write the student tree into dest; return the files written (relative paths)."""
   if dest.exists() and any(dest.iterdir()):
@@ -121,8 +143,9 @@ def release(dest: Path, force: bool = False, root: Path = ROOT) -> list[str]:
     (dest / f).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(root / f, dest / f)
   (dest / "Makefile").write_text(STUDENT_MAKEFILE)
+  (dest / "README.md").write_text(student_readme(dest))
   if problems := leaks(dest): raise SystemExit("error: the release leaks solutions:\n" + "\n".join(problems))
-  return files + ["Makefile"]
+  return files + ["Makefile", "README.md"]
 
 
 def main(argv: list[str] | None = None) -> int:

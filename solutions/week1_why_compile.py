@@ -14,7 +14,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below. A *structure* or *speed* point counts only once the task's values are right.
 #
@@ -53,6 +54,7 @@ import time
 import tracemalloc
 import cffi
 import numpy as np
+from uopc.checks import check, check_below, check_raises
 
 
 def attention(q, k, v):
@@ -146,7 +148,10 @@ for n, d in ((4096, 64), (4096, 128)):
   c = cost(n, d)
   print(f"{n:>6} {d:>4} {c['sp_bytes'] / 2**20:>10.0f} {c['flops'] / 1e9:>7.1f} {c['ai_unfused']:>25.1f}"
         f" {c['ai_fused']:>17.0f}")
-assert cost(1024) == cost_f32(1024)
+check("cost(1024) against the worked example's cost_f32(1024)", cost(1024), cost_f32(1024))
+check("cost(4096, 128)['ai_unfused'] (FLOP/byte)", cost(4096, 128)["ai_unfused"], 31.0, atol=0.05)
+check("cost(4096, 128)['ai_fused'] (FLOP/byte)", cost(4096, 128)["ai_fused"], 1024.0, rtol=1e-12)
+check("cost(1024, 64, itemsize=2)['sp_bytes'] (float16: 4 MiB)", cost(1024, 64, 2)["sp_bytes"], 4 * 2**20)
 
 # %% [markdown]
 # Expected: doubling D doubles the FLOPs and the bytes of Q, K, V and the output, but not S and P. So the fused
@@ -215,16 +220,19 @@ def peak_bytes(fn) -> int:
 
 
 q, k, v = qkv(1000)
-print("blocked attention matches the reference:", np.allclose(blocked_attention(q, k, v), reference(q, k, v),
-                                                              atol=1e-5))
-print("blocked peak below one N x N float32 array:", peak_bytes(lambda: blocked_attention(q, k, v)) < 1000 * 1000 * 4)
+check("blocked_attention(q, k, v), N = 1000, against the float64 reference", blocked_attention(q, k, v),
+      reference(q, k, v), atol=1e-5)
+check("blocked_attention(q, k, v, block=64), N = 70", blocked_attention(*qkv(70)[:3], block=64), reference(*qkv(70)),
+      atol=1e-5)
+check_below("peak memory of blocked_attention, N = 1000 (bytes; one N x N float32 array is 4,000,000)",
+            peak_bytes(lambda: blocked_attention(q, k, v)), 1000 * 1000 * 4)
 
 # %% tags=["nbval-ignore-output"]
 print(f"peak memory, N = 1000: blocked {peak_bytes(lambda: blocked_attention(q, k, v)) / 2**20:.1f} MiB, "
       f"unblocked {peak_bytes(lambda: attention(q, k, v)) / 2**20:.1f} MiB")
 
 # %% [markdown]
-# Expected: `True` twice, and a peak of a few MiB blocked against about 12 MiB unblocked (three N x N float32 arrays
+# Expected: three `ok` lines, and a peak of a few MiB blocked against about 12 MiB unblocked (three N x N float32 arrays
 # live at once: S, its exponential, and P).
 
 # %% tags=["hidden-test"]
@@ -292,17 +300,16 @@ class CheckedProgram(MiniProgram):
 checked = CheckedProgram(ADD, "add")
 x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
 checked(x, x, y, 8)
-print("right call:", y)
-for bad in ((x, x, y), (x, x.astype(np.float64), y, 8), (x, x, np.zeros((8, 2), np.float32)[:, 0], 8)):
-  try:
-    checked(*bad)
-    print("no error!")
-  except TypeError as err:
-    print("TypeError:", err)
+check("checked(x, x, y, 8) with right arguments: y", y, np.full(8, 2, np.float32))
+for what, bad, says in (("3 arguments for 4 parameters", (x, x, y), ("4", "3")),
+                        ("a float64 array as argument 1", (x, x.astype(np.float64), y, 8), ("argument 1", "float64")),
+                        ("a strided view as argument 2", (x, x, np.zeros((8, 2), np.float32)[:, 0], 8),
+                         ("argument 2", "contiguous"))):
+  check_raises(f"checked(...) with {what}", lambda: checked(*bad), TypeError, says)
 
 # %% [markdown]
-# Expected: `[2. 2. ...]`, then three TypeErrors: the argument count, `argument 1` with float64, `argument 2` not
-# contiguous.
+# Expected: four `ok` lines: the right call adds, and each wrong call raises a TypeError that says what is wrong
+# (the argument count, `argument 1` with float64, `argument 2` not contiguous).
 
 # %% tags=["hidden-test"]
 # POINTS: check the arguments 2
@@ -361,7 +368,7 @@ def fused_source() -> str:
 # %%
 fused = MiniProgram(fused_source(), "fused")
 fused(a, b, c, d, out, n)
-print("fused matches NumPy:", np.allclose(out, a * b + c * d - a, atol=1e-6))
+check("fused(a, b, c, d) against NumPy's a * b + c * d - a", out, a * b + c * d - a, atol=1e-5)
 
 # %% tags=["nbval-ignore-output"]
 fused = MiniProgram(fused_source(), "fused")

@@ -15,7 +15,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below. A *structure* point counts only once the task's values are right.
 #
@@ -43,6 +44,7 @@ from uopc.uop import AxisType, Ops, ParamArg, Pat, UOp, graph_rewrite, range_, s
 from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules
 from uopc.render_c import render_c
 from uopc.runtime import Program
+from uopc.checks import check
 
 f32, i32 = dtypes.f32, dtypes.i32
 
@@ -128,13 +130,17 @@ def divmod_rules() -> list:
 
 # %%
 x = i * 5 + j
-for e in ((i // 4) * 4 + i % 4, i % 8 + (i // 8) * 8, (x // 16) * 16 + x % 16, (i // 4) * 4 + j % 4):
+for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16) * 16 + x % 16, x),
+                ((i // 4) * 4 + j % 4, None)):   # None: two different x, nothing to rewrite
   r = simplify_with(e, divmod_rules())
-  print(f"{e.render():40} -> {r.render():40} same values: {disagreement(e, r) is None}")
+  print(f"{e.render():40} -> {r.render():40}")
+  check(f"{e.render()} rewritten by divmod_rules", r.render(), simplify_with(e, []).render() if want is None
+        else want.render())
+  check(f"a point where {e.render()} and its rewrite differ", disagreement(e, r), None)
 
 # %% [markdown]
 # Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last (two different x) stays as it
-# is; all `True`.
+# is; every check `ok`.
 
 # %% tags=["hidden-test"]
 # POINTS: the divmod rule 2
@@ -177,13 +183,18 @@ def mod_mod_rules() -> list:
   ### END SOLUTION
 
 # %%
-for e in ((i % 8) % 4, ((i * 3 + j) % 12) % 4, (i % 6) % 4):
+def mods(e: UOp) -> int: return sum(u.op is Ops.MOD for u in e.toposort())
+
+
+for e, want_mods in (((i % 8) % 4, 1), (((i * 3 + j) % 12) % 4, 1), ((i % 6) % 4, 2)):
   r = simplify_with(e, mod_mod_rules())
-  print(f"{e.render():28} -> {r.render():24} same values: {disagreement(e, r) is None}")
+  print(f"{e.render():28} -> {r.render():24}")
+  check(f"a point where {e.render()} and its rewrite differ", disagreement(e, r), None)
+  check(f"MODs left in {e.render()} rewritten by mod_mod_rules", mods(r), want_mods)
 print("without the condition, (i % 6) % 4 at i = 6:", (6 % 6) % 4, "but i % 4:", 6 % 4)
 
 # %% [markdown]
-# Expected: the first two lose their inner `% 8` and `% 12`; `(ridx0%6)%4` stays; all `True`.
+# Expected: the first two lose their inner `% 8` and `% 12`; `(ridx0%6)%4` stays; every check `ok`.
 
 # %% tags=["hidden-test"]
 # POINTS: mod of a mod 2
@@ -251,13 +262,21 @@ def run_argmax(build, a: np.ndarray) -> np.ndarray:
 
 
 a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4]], np.float32)
-print(render_c(argmax_program(3, 4), "argmax"))
-print("argmax:", run_argmax(argmax_program, a), "NumPy:", a.argmax(1))
+src = render_c(argmax_program(3, 4), "argmax")
+print(src)
+check("argmax_program(3, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
+big = np.random.default_rng(0).standard_normal((37, 11)).astype(np.float32)
+check("argmax_program(37, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
+lines = src.splitlines()
+parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)
+check("accumulators declared before the parallel loop (one variable shared by all its threads)",
+      [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))], [])
 
 # %% [markdown]
-# Expected: `argmax: [1 0 0] NumPy: [1 0 0]`, and both `acc` declarations inside the `#pragma omp parallel for`
-# loop. The index update uses the comparison with the *old* maximum, so it must read the max before the max's own
-# update stores the new one: both come from the same load, made before either store.
+# Expected: three `ok` lines: `[1 0 0]` for `a`, the same as NumPy on random rows, and both `acc` declarations
+# inside the `#pragma omp parallel for` loop. The index update uses the comparison with the *old* maximum, so it
+# must read the max before the max's own update stores the new one: both come from the same load, made before
+# either store.
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
@@ -329,10 +348,13 @@ def run_prefix_sum(a: np.ndarray) -> np.ndarray:
 
 
 print(render_c(prefix_sum_program(5), "cumsum"))
-print(run_prefix_sum(np.arange(1, 9)), np.cumsum(np.arange(1, 9)))
+print(run_prefix_sum(np.arange(1, 9)))
+check("run_prefix_sum(1..8) against np.cumsum", run_prefix_sum(np.arange(1, 9)), np.cumsum(np.arange(1, 9)), rtol=1e-6)
+x8 = np.random.default_rng(1).standard_normal(100)
+check("run_prefix_sum of 100 random numbers against np.cumsum", run_prefix_sum(x8), np.cumsum(x8), atol=1e-4)
 
 # %% [markdown]
-# Expected: one loop, no pragma, and `[ 1.  3.  6. 10. 15. 21. 28. 36.]` twice.
+# Expected: one loop, no pragma, `[ 1.  3.  6. 10. 15. 21. 28. 36.]` and two `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: prefix sum 2

@@ -17,7 +17,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a smaller problem of the same shape;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below. A *structure* or *speed* point counts only once the task's values are right.
 #
@@ -54,6 +55,7 @@ print(f"date:     {datetime.date.today()}")
 
 # %%
 import math
+import re
 import time
 import numpy as np
 from uopc.dtype import dtypes
@@ -61,6 +63,7 @@ from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 from uopc.symbolic import simplify
 from uopc.render_c import render_c
 from uopc.runtime import Program
+from uopc.checks import check
 
 f32 = dtypes.f32
 
@@ -85,6 +88,18 @@ def run_gemm(build, M: int, N: int, K: int, b_transposed: bool = False) -> tuple
 
 def matches(c: np.ndarray, ref: np.ndarray) -> bool:
   return bool(np.allclose(c, ref, rtol=1e-4, atol=1e-4 * math.sqrt(ref.shape[0] + 1)))
+
+
+def check_gemm(name: str, build, b_transposed: bool = False) -> None:
+  """check() the program build(M, N, K) against NumPy for every shape of SHAPES."""
+  for M, N, K in SHAPES:
+    c, ref = run_gemm(build, M, N, K, b_transposed)
+    check(f"{name}({M}, {N}, {K}): C", c, ref, rtol=1e-4, atol=1e-4 * math.sqrt(M + 1))
+
+
+def trips(src: str) -> list[int]:
+  """The trip counts of a C source's loops, in source order."""
+  return [int(re.search(r"< (\d+);", line).group(1)) for line in loops(src)]
 
 
 def loops(src: str) -> list[str]:
@@ -150,10 +165,12 @@ def gemm_naive(M: int, N: int, K: int) -> UOp:
 
 # %%
 print("\n".join(loops(render_c(gemm_naive(64, 48, 32), "gemm"))))
-print("naive GEMM matches NumPy:", {shape: matches(*run_gemm(gemm_naive, *shape)) for shape in SHAPES})
+check("loop trips of gemm_naive(64, 48, 32), outermost first", trips(render_c(gemm_naive(64, 48, 32), "gemm")),
+      [64, 48, 32])
+check_gemm("gemm_naive", gemm_naive)
 
 # %% [markdown]
-# Expected: three nested loops of 64, 48 and 32 trips (the first under `#pragma omp parallel for`), and `True` for
+# Expected: three nested loops of 64, 48 and 32 trips (the first under `#pragma omp parallel for`), and `ok` for
 # every shape.
 
 # %% tags=["hidden-test"]
@@ -253,11 +270,11 @@ def gemm_tiled(M: int, N: int, K: int) -> UOp:
 
 # %%
 print("\n".join(loops(render_c(gemm_tiled(6, 7, 5), "gemm"))))
-print("4x4 tile matches NumPy:", {shape: matches(*run_gemm(gemm_tiled, *shape)) for shape in SHAPES})
+check_gemm("gemm_tiled", gemm_tiled)
 
 # %% [markdown]
 # Expected with the remainders as above: the tile loops (1, 1, 5 trips), the right strip (6 rows, 3 columns, 5) and
-# the bottom strip (2 rows, 4 columns, 5), and `True` for every shape. How fast is it, on one thread?
+# the bottom strip (2 rows, 4 columns, 5), and `ok` for every shape. How fast is it, on one thread?
 
 # %% tags=["nbval-ignore-output"]
 def best_time(fn, reps: int = 5) -> float:
@@ -341,8 +358,7 @@ def gemm_naive_bt(M: int, N: int, K: int) -> UOp:
 
 
 # %%
-print("B^T GEMM matches NumPy:", {shape: matches(*run_gemm(gemm_naive_bt, *shape, b_transposed=True))
-                                  for shape in SHAPES})
+check_gemm("gemm_naive_bt", gemm_naive_bt, b_transposed=True)
 
 # %% tags=["nbval-ignore-output"]
 n = 512
@@ -407,13 +423,19 @@ def k_step_counts(src: str) -> tuple[int, int]:
 
 
 # %%
-for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled), ("B^T", gemm_naive_bt)):
-  loads, fmas = k_step_counts(render_c(build(64, 64, 64), "gemm"))
+for name, program, want in (("naive", gemm_naive(64, 64, 64), (2, 1)), ("4x4 tile", gemm_tiled(64, 64, 64), (8, 16)),
+                            ("B^T", gemm_naive_bt(64, 64, 64), (2, 1))):
+  loads, fmas = k_step_counts(render_c(program, "gemm"))
   print(f"{name:8s}: {loads} loads, {fmas} multiply-adds per k step, {loads / fmas:.2f} loads per multiply-add")
+  check(f"k_step_counts({name}, 64 x 64 x 64): (loads, multiply-adds)", (loads, fmas), want)
+# the first k loop only: the 1x4 tile's, not the k loop of the strip of 2 columns after it
+check("k_step_counts(1x4 tile + strip, 64 x 66 x 64): (loads, multiply-adds)",
+      k_step_counts(render_c(gemm_1x4(64, 66, 64), "gemm")), (5, 4))
 
 # %% [markdown]
 # Expected: the naive kernels make 2 loads per multiply-add, the tile 8 loads for 16 (0.5): four times fewer loads
-# for the same arithmetic, and 16 independent chains instead of one.
+# for the same arithmetic, and 16 independent chains instead of one. The check: 5 loads and 4 multiply-adds in the
+# 1x4 tile's k step.
 
 # %% tags=["hidden-test"]
 # POINTS: loads and multiply-adds 2
@@ -498,12 +520,17 @@ def count_exps(src: str) -> int:
 
 
 # %%
-for N, D in ((32, 4), (64, 8)):
+for N, D, want in ((32, 4, 5120), (64, 8, 36864)):
   print(f"N = {N}, D = {D}: predicted {predicted_exps(N, D)}, counted in the C {count_exps(fused_attention_src(N, D))}")
+  check(f"count_exps(the fused kernel's C, N = {N}, D = {D})", count_exps(fused_attention_src(N, D)), want)
+  check(f"predicted_exps({N}, {D})", predicted_exps(N, D), want)
 
 # %% [markdown]
-# Expected: 5120 and 5120, 36864 and 36864: N^2 exponentials for the row sums, and N^2 D more, because the output's
-# weights are recomputed for each of its D columns (Chapter 11's recompute, in its simplest form).
+# Expected: 5120 and 5120, then 36864 and 36864: your prediction and the count agree.
+
+# %% [markdown] tags=["answer"]
+# N^2 exponentials for the row sums, and N^2 D more, because the output's weights are recomputed for each of its D
+# columns (Chapter 11's recompute, in its simplest form).
 
 # %% tags=["hidden-test"]
 # POINTS: count the exps 1

@@ -15,7 +15,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below. A *structure* point counts only once the task's values are right.
 #
@@ -44,6 +45,7 @@ from uopc.kernelize import make_plan, normalize
 from uopc.opt import DefaultOpt
 from uopc.tensor import Tensor
 from uopc.uop import Ops, ParamArg, UOp
+from uopc.checks import check
 
 
 def is_buffer(u: UOp) -> bool:
@@ -171,12 +173,14 @@ def movement(u: UOp, x: np.ndarray) -> np.ndarray:
 x_np = np.arange(12, dtype=np.float32).reshape(3, 4)
 x = Tensor(x_np)
 (got,) = run_plan([Tensor.cat([x, x * 2], 1).sum(1).uop], False)
-print("cat([x, x * 2], 1).sum(1):", got, "NumPy:", np.concatenate([x_np, x_np * 2], 1).sum(1))
+print("cat([x, x * 2], 1).sum(1):", got)
+check("run_plan(cat([x, x * 2], 1).sum(1))", got, np.concatenate([x_np, x_np * 2], 1).sum(1), rtol=1e-6)
 (got,) = run_plan([x[1:, 1:3].pad(((1, 0), (2, 1))).uop], False)
 print(got)
+check("run_plan(x[1:, 1:3].pad(((1, 0), (2, 1))))", got, np.pad(x_np[1:, 1:3], ((1, 0), (2, 1))))
 
 # %% [markdown]
-# Expected: `[18. 66. 114.]` twice, then a 3 x 5 array: a row of zeros, then `[0 0 5 6 0]` and `[0 0 9 10 0]`.
+# Expected: `[18. 66. 114.]` and `ok`, then a 3 x 5 array: a row of zeros, then `[0 0 5 6 0]` and `[0 0 9 10 0]`.
 
 # %% tags=["hidden-test"]
 # POINTS: shrink and pad 2
@@ -225,10 +229,10 @@ def plan_flops(n: int, m: int, k: int) -> int:
 
 
 for shape in ((64, 32, 16), (100, 7, 33)):
-  print(shape, "predicted", matmul_flops(*shape), "counted", plan_flops(*shape))
+  check(f"matmul_flops{shape} against the FLOPs uopc's plan counts", matmul_flops(*shape), plan_flops(*shape))
 
 # %% [markdown]
-# Expected: the two columns equal (65536 and 46200).
+# Expected: `ok` for both shapes: your count is the plan's.
 
 # %% tags=["hidden-test"]
 # POINTS: matmul FLOPs 2
@@ -287,13 +291,14 @@ other = [rng.standard_normal((128, 16)).astype(np.float32) for _ in range(3)]
 (out1,) = runner.run(plan, normalize([attention(*map(Tensor, qkv)).uop])[1])
 kept = list(runner.temps[id(plan)])
 (out2,) = runner.run(plan, normalize([attention(*map(Tensor, other)).uop])[1])
-print("both correct:", np.allclose(out1.reshape(128, 16), reference(*qkv), rtol=1e-4, atol=1e-5),
-      np.allclose(out2.reshape(128, 16), reference(*other), rtol=1e-4, atol=1e-5))
-print("same temporaries:", all(a is b for a, b in zip(runner.temps[id(plan)], kept)), "| fresh outputs:",
-      not np.shares_memory(out1, out2))
+check("the first run's output", out1.reshape(128, 16), reference(*qkv), rtol=1e-4, atol=1e-5)
+check("the second run's output (other inputs)", out2.reshape(128, 16), reference(*other), rtol=1e-4, atol=1e-5)
+check("the second run kept the first run's temporaries (the same arrays)",
+      [a is b for a, b in zip(runner.temps[id(plan)], kept)], [True] * len(kept))
+check("the two runs' outputs share memory", np.shares_memory(out1, out2), False)
 
 # %% [markdown]
-# Expected: `True True`, then `True | fresh outputs: True`.
+# Expected: four `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: reused temporaries 2
@@ -358,12 +363,13 @@ def debug_line(name: str, seconds: float, flops: int) -> str:
 
 
 # %%
-print(repr(debug_line("r_128_128_16", 0.000125, 524288)))
-print(repr(debug_line("e_16_128", 2e-05, 0)))
+check('debug_line("r_128_128_16", 0.000125, 524288)', debug_line("r_128_128_16", 0.000125, 524288),
+      "  r_128_128_16                      0.125 ms     4.19 GFLOP/s")
+check('debug_line("e_16_128", 2e-05, 0)', debug_line("e_16_128", 2e-05, 0),
+      "  e_16_128                          0.020 ms     0.00 GFLOP/s")
 
 # %% [markdown]
-# Expected: `'  r_128_128_16                      0.125 ms     4.19 GFLOP/s'` and
-# `'  e_16_128                          0.020 ms     0.00 GFLOP/s'`.
+# Expected: two `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: DEBUG lines 2

@@ -15,7 +15,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below.
 #
@@ -38,6 +39,7 @@
 import numpy as np
 from uopc.autograd import gradient
 from uopc.tensor import Tensor
+from uopc.checks import check
 
 
 def finite_differences(fn, xs, eps=1e-6):
@@ -111,16 +113,18 @@ def np_layernorm(a: np.ndarray, eps: float = 1e-5) -> np.ndarray:
 
 x_np, w_np = rng.standard_normal((4, 6)), rng.standard_normal((6, 3))
 x, w = Tensor(x_np), Tensor(w_np)
-print("var matches NumPy:", np.allclose(var(x).numpy(), x_np.var(-1, keepdims=True)),
-      "| along axis 0:", np.allclose(var(x, 0).numpy(), x_np.var(0, keepdims=True)))
-print("layernorm matches NumPy:", np.allclose(layernorm(x).numpy(), np_layernorm(x_np)))
+check("var(x), x of shape (4, 6)", var(x).numpy(), x_np.var(-1, keepdims=True), rtol=1e-12, atol=1e-12)
+check("var(x, 0)", var(x, 0).numpy(), x_np.var(0, keepdims=True), rtol=1e-12, atol=1e-12)
+check("layernorm(x) (float64)", layernorm(x).numpy(), np_layernorm(x_np), rtol=1e-10, atol=1e-10)
+small = x_np * 1e-2   # a variance of the order of eps: where eps is added matters
+check("layernorm(x / 100) (float64)", layernorm(Tensor(small)).numpy(), np_layernorm(small), rtol=1e-10, atol=1e-10)
 gx, gw = gradient((layernorm(x) @ w).sum(), [x, w])
 fx, fw = finite_differences(lambda a, b: (np_layernorm(a) @ b).sum(), [x_np, w_np])
-print("gradients match finite differences:", np.allclose(gx.numpy(), fx, atol=1e-5),
-      np.allclose(gw.numpy(), fw, atol=1e-5))
+check("d/dx of (layernorm(x) @ w).sum() against finite differences", gx.numpy(), fx, atol=1e-5)
+check("d/dw of (layernorm(x) @ w).sum() against finite differences", gw.numpy(), fw, atol=1e-5)
 
 # %% [markdown]
-# Expected: `True` five times.
+# Expected: six `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
@@ -186,13 +190,13 @@ def vjp(fn, x: np.ndarray, v: np.ndarray) -> np.ndarray:
 w_np = rng.standard_normal((3, 4))
 v_np = rng.standard_normal((2, 4))
 got = vjp(lambda t: t @ Tensor(w_np), x_np, v_np)
-print("vjp of x @ w is v @ w^T:", np.allclose(got, v_np @ w_np.T))
+check("vjp(x @ w, x, v) against v @ w^T", got, v_np @ w_np.T, rtol=1e-12, atol=1e-12)
 (fd,) = finite_differences(lambda a: (np.tanh(a @ w_np) * v_np).sum(), [x_np])
 got = vjp(lambda t: (t @ Tensor(w_np)).tanh(), x_np, v_np)
-print("vjp of tanh(x @ w) matches finite differences:", np.allclose(got, fd, atol=1e-6))
+check("vjp(tanh(x @ w), x, v) against finite differences", got, fd, atol=1e-6)
 
 # %% [markdown]
-# Expected: `True` twice.
+# Expected: two `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: vector-Jacobian product 2
@@ -235,6 +239,11 @@ def gemm_intensity(n: int, k: int, m: int, itemsize: int = 4) -> float:
 N, D = 4096, 64
 print(f"S = Q K^T: {gemm_intensity(N, D, N):.1f} FLOP/byte   O = P V: {gemm_intensity(N, N, D):.1f} FLOP/byte   "
       f"square N = 1024: {gemm_intensity(1024, 1024, 1024):.1f}")
+check("gemm_intensity(4096, 64, 4096) (FLOP/byte, to 0.1)", round(gemm_intensity(N, D, N), 1), 31.0)
+check("gemm_intensity(4096, 4096, 64) (FLOP/byte, to 0.1)", round(gemm_intensity(N, N, D), 1), 31.0)
+check("gemm_intensity(1024, 1024, 1024) (FLOP/byte, to 0.1)", round(gemm_intensity(1024, 1024, 1024), 1), 170.7)
+check("gemm_intensity(1024, 1024, 1024, itemsize=2) (FLOP/byte, to 0.1)",
+      round(gemm_intensity(1024, 1024, 1024, 2), 1), 341.3)
 
 # %% [markdown]
 # Expected: 31.0 FLOP/byte for both S and O (the same FLOPs and the same three matrices, read and written in another
@@ -282,10 +291,16 @@ def fits(tm: int, tn: int, registers: int = 16) -> bool:
 
 
 # %%
-for tm, tn in ((1, 1), (2, 4), (4, 4), (2, 8), (1, 16), (8, 8)):
+TILES = ((1, 1), (2, 4), (4, 4), (2, 8), (1, 16), (8, 8))
+for tm, tn in TILES:
   lpf, regs = tile_cost(tm, tn)
   print(f"{tm}x{tn}: {lpf:.3f} loads per FMA, {regs:3d} registers, fits in 16: {fits(tm, tn)}, "
         f"in 32: {fits(tm, tn, 32)}")
+check("loads per FMA of the tiles 1x1, 2x4, 4x4, 2x8, 1x16, 8x8", [tile_cost(*t)[0] for t in TILES],
+      [2, 0.75, 0.5, 0.625, 1.0625, 0.25], rtol=1e-12)
+check("registers of the same tiles", [tile_cost(*t)[1] for t in TILES], [3, 14, 24, 26, 33, 80])
+check("the same tiles fit in 16 registers", [fits(*t) for t in TILES], [True, True, False, False, False, False])
+check("the same tiles fit in 32 registers", [fits(*t, 32) for t in TILES], [True, True, True, True, False, False])
 
 # %% [markdown]
 # Expected: 2, 0.75, 0.5, 0.625, 1.0625 and 0.25 loads per FMA; 3, 14, 24, 26, 33 and 80 registers. Only the 1x1

@@ -15,7 +15,8 @@
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
-# - **visible checks** right after it, with the output they should print;
+# - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
+#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
 # - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
 #   points below.
 #
@@ -46,6 +47,7 @@ from uopc.codegen import wmma
 from uopc.nn import GPT, GPTConfig
 from uopc.optim import SGD, AdamW
 from uopc.tensor import Tensor
+from uopc.checks import check
 
 hw = wmma.M16N8K16
 rng = np.random.default_rng(0)
@@ -98,11 +100,14 @@ def a_owner(r: int, c: int) -> tuple[int, int]:
 # %%
 for r, c in ((0, 0), (0, 9), (8, 1), (15, 15)):
   print(f"A[{r}][{c}] is held by (lane, i) = {a_owner(r, c)}")
-print("a_owner inverts the table everywhere:",
-      all(hw.a.where(*a_owner(r, c)) == (r, c) for r in range(16) for c in range(16)))
+check("a_owner(r, c) for (0, 0), (0, 9), (8, 1), (15, 15)",
+      [tuple(a_owner(r, c)) for r, c in ((0, 0), (0, 9), (8, 1), (15, 15))], [(0, 0), (0, 5), (0, 3), (31, 7)])
+check("hw.a.where(*a_owner(r, c)) at [r, c] (it must give back (r, c) for every element of A)",
+      np.array([[hw.a.where(*a_owner(r, c)) for c in range(16)] for r in range(16)]),
+      np.stack(np.indices((16, 16)), axis=-1))
 
 # %% [markdown]
-# Expected: (0, 0), (0, 5), (0, 3), (31, 7) and `True`. Lanes 0, 1, 2, 3 (one group) share the rows g and g + 8:
+# Expected: (0, 0), (0, 5), (0, 3), (31, 7) and two `ok` lines. Lanes 0, 1, 2, 3 (one group) share the rows g and g + 8:
 # a group of four lanes holds two whole rows of A between them.
 
 # %% tags=["hidden-test"]
@@ -168,11 +173,12 @@ A, B = rng.standard_normal((16, 16)).astype(np.float16), rng.standard_normal((16
 C = rng.standard_normal((16, 8)).astype(np.float32)
 d = mma_emulated(hw, wmma.to_fragments(A, hw.a), wmma.to_fragments(B, hw.b), wmma.to_fragments(C, hw.c))
 D = wmma.from_fragments(d, hw.c)
-print("D fragments:", d.shape, "| D = A @ B + C:",
-      np.allclose(D, A.astype(np.float64) @ B.astype(np.float64) + C, atol=1e-4))
+check("mma_emulated(hw, ...).shape (lanes, registers)", d.shape, (32, 4))
+check("D from mma_emulated's fragments, against A @ B + C", D, A.astype(np.float64) @ B.astype(np.float64) + C,
+      atol=1e-4)
 
 # %% [markdown]
-# Expected: `(32, 4)` and `True`.
+# Expected: two `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 1
@@ -252,11 +258,15 @@ for row in (8, 9, 12, 16):
   print(f"A tile rows of {row:2d} floats: the A read takes {a_read_cycles(row)} cycles")
 print("conflict-free rows: bk = 8 ->", conflict_free_row(8), "| bk = 16 ->", conflict_free_row(16),
       "| bk = 16, 2 rows an item ->", conflict_free_row(16, 2))
+check("a_read_cycles(row) for rows of 8, 9, 12, 16 floats", [a_read_cycles(row) for row in (8, 9, 12, 16)],
+      [4, 1, 2, 4])
+check("conflict_free_row(bk) for bk = 8, 9, 16", [conflict_free_row(bk) for bk in (8, 9, 16)], [9, 9, 17])
+check("conflict_free_row(16, rows_per_item=2)", conflict_free_row(16, 2), 17)
 
 # %% [markdown]
-# Expected: 4, 1, 2 and 4 cycles; 9, 17 and 17. The four values of ly read rows `4 * row` floats apart: with
-# `row = 8` that is 32 floats, all in one bank; with one float of padding (9) the four rows start in banks 0, 4, 8
-# and 12.
+# Expected: 4, 1, 2 and 4 cycles; 9, 17 and 17; three `ok` lines. The four values of ly read rows `4 * row` floats
+# apart: with `row = 8` that is 32 floats, all in one bank; with one float of padding (9) the four rows start in
+# banks 0, 4, 8 and 12.
 
 # %% tags=["hidden-test"]
 # POINTS: bank conflicts 1
@@ -314,6 +324,8 @@ cfg = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64)   
 print(f"{gpt_parameters(cfg)} parameters counted, GPT(cfg) has {GPT(cfg, seed=0).num_parameters()}")
 untied = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64, tie_weights=False)
 print(f"an untied head adds {gpt_parameters(untied) - gpt_parameters(cfg)}")
+check("gpt_parameters(Chapter 14's config)", gpt_parameters(cfg), GPT(cfg, seed=0).num_parameters())
+check("gpt_parameters(the same, tie_weights=False)", gpt_parameters(untied), GPT(untied, seed=0).num_parameters())
 
 # %% [markdown]
 # Expected: 57024 both times, and 4864 = 76 x 64 for the untied head (the head is a V x C matrix, no bias).
@@ -368,8 +380,9 @@ print("three SGD steps match uopc.optim.SGD:", np.allclose(p.numpy(), mine, rtol
 # decay, PyTorch's) at step t (1 for the first), returning (new p, new m, new v):
 # m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2, then
 # p <- p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-# The divisions by 1 - b^t are the bias corrections: m and v start at zero, so without them the first steps would
-# be far too small.
+# The divisions by 1 - b^t are the bias corrections: m and v start at zero, so both are biased towards zero in the
+# first steps. v's bias is the larger (1 - b2 is smaller than 1 - b1), so without the corrections the first step
+# would be too large, lr (1 - b1) / sqrt(1 - b2) = 3.16 lr for (0.9, 0.999), not lr (Kingma & Ba, section 3).
 
 # %%
 # TASK: AdamW step
@@ -393,13 +406,13 @@ for t in range(1, 4):
   loss = (p * Tensor(w)).sum()
   opt.zero_grad(); loss.backward(); opt.step(loss)
   mine, m, v = adamw_step(mine, w, m, v, t, lr=0.1, betas=(0.9, 0.99), weight_decay=0.1)
-print("three AdamW steps match uopc.optim.AdamW:", np.allclose(p.numpy(), mine, rtol=1e-10, atol=1e-12))
+check("p after three adamw_step calls, against uopc.optim.AdamW", mine, p.numpy(), rtol=1e-10, atol=1e-12)
 first, _, _ = adamw_step(p0, w, np.zeros(6), np.zeros(6), 1, lr=0.1, weight_decay=0.0)
-print("the first step moves every weight by lr against its gradient's sign:",
-      np.allclose(p0 - first, 0.1 * np.sign(w), rtol=1e-6))
+check("the first step p0 - p1 (lr = 0.1, no weight decay): lr against the gradient's sign", p0 - first,
+      0.1 * np.sign(w), rtol=1e-6)
 
 # %% [markdown]
-# Expected: `True` twice. At t = 1 the corrected m / sqrt(v) is g / |g|: Adam's first step has the size lr whatever
+# Expected: two `ok` lines. At t = 1 the corrected m / sqrt(v) is g / |g|: Adam's first step has the size lr whatever
 # the gradient's scale.
 
 # %% tags=["hidden-test"]
