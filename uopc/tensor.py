@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
-from uopc.capture import recording
+from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, least_upper_dtype, scalar_dtype, sum_dtype, to_array
 from uopc.helpers import DEBUG, DEVICE, TC, prod
@@ -160,6 +160,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return Tensor(buf if tuple(shape) == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(shape)))
 
   def numpy(self) -> np.ndarray:
+    note_read()   # a capture (TinyJit) under way cannot replay Python that looks at this value
     return self._data().reshape(self.shape)
 
   def to(self, device: str) -> Tensor:
