@@ -19,6 +19,7 @@ from uopc.dtype import DType, dtypes
 from uopc.linearize import linearize, rname
 from uopc.codegen.gpudims import Launch, launch_of
 from uopc.codegen.vector import vector_dtypes
+from uopc.codegen.cint import int_semantics
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class CStyleRenderer:
   load_only: ClassVar[dict[DType, tuple[str, str]]] = {}
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
-    dtypes.u8: "unsigned char", dtypes.bool: "bool"}
+    dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
   # how each ALU op is written, given the renderer, the result dtype and the rendered sources
   code_for_op: ClassVar[dict[Ops, Callable]] = {
     Ops.ADD: lambda r, d, a, b: f"({a}+{b})", Ops.MUL: lambda r, d, a, b: f"({a}*{b})",
@@ -265,7 +266,7 @@ class CStyleRenderer:
           raise NotImplementedError(f"{type(self).__name__}: {u.op} has no form on device {self.device}")
         srcs = [names[s] for s in u.src]
         lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
-        expr = (lanes > 1 and self.vector_op(u, *srcs)) or self.code_for_op[u.op](self, u.dtype, *srcs)
+        expr = (lanes > 1 and self.vector_op(u, *srcs)) or self.alu(u, srcs)
         ops_in[u] = (u.dtype.is_float or any(s.dtype.is_float for s in u.src)) * lanes + \
           sum(ops_in.get(s, 0) for s in u.src)
         if u.op is Ops.MAX or any(s in doubles for s in u.src): doubles.add(u)
@@ -300,6 +301,10 @@ class CStyleRenderer:
     out.append("}")
     return Rendered(KernelSource("\n".join(out), name, signature), flops, acc_trips, accesses)
 
+
+  def alu(self, u: UOp, srcs: list[str]) -> str:
+    """One scalar ALU op's text: the table's, with NumPy's meaning where C's differs (NOTES 35, uopc.codegen.cint)."""
+    return int_semantics(self, u, srcs) or self.code_for_op[u.op](self, u.dtype, *srcs)
 
   def render_wmma(self, u: UOp, names: dict[UOp, str]) -> list[str]:
     """The lines of a WMMA (uopc.codegen.tc): a dialect with tensor cores or an emulation of them overrides this."""

@@ -14,7 +14,8 @@ class ElementwiseMixin:
   def __rfloordiv__(self, x): return self._operand(x)._floordiv(self)
   def __mod__(self, x):
     x = self._operand(x)
-    return self - (self // x) * x                        # the sign of the divisor, as Python's and NumPy's %
+    r = self - (self // x) * x                           # the sign of the divisor, as Python's and NumPy's %
+    return x.eq(0).where(0, r) if r.dtype.is_int else r  # x % 0 is 0 in NumPy (x // 0 is 0 here too)
   def __rmod__(self, x): return self._operand(x) % self
   def __pow__(self, x): return self.pow(x)
   def __rpow__(self, x): return self._operand(x).pow(self)
