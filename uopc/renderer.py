@@ -9,6 +9,7 @@ render() returns the source together with its Signature (each buffer's dtype, el
 writes it), so a runtime never has to read the parameters back out of the text.
 """
 from __future__ import annotations
+import functools
 import math
 import numbers
 import re
@@ -71,6 +72,14 @@ def check_identifier(name: str, what: str = "kernel name") -> str:
   return name
 
 
+def _max(r, d, a: str, b: str) -> str:
+  """max(a, b) that is NaN when either is, as NumPy's and PyTorch's max: `a!=a` keeps a NaN in a, the compare gives
+  b when b is NaN. The book's ((a>b)?a:b) (book_max) returns b when a is NaN, so a max reduction's update
+  acc = ((acc>x)?acc:x) drops a NaN the moment a number follows it (chapter 11's pitfall)."""
+  if r.book_max or not d.is_float: return f"(({a}>{b})?{a}:{b})"
+  return f"(({a}>{b}||{a}!={a})?{a}:{b})"
+
+
 def _fn(name: str):
   """A C math function: exp2f for float, exp2 for double."""
   return lambda r, d, x: f"{name}{'f' if d is dtypes.f32 else ''}({x})"
@@ -91,11 +100,12 @@ class CStyleRenderer:
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
     dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
+  book_max: ClassVar[bool] = False   # write a float MAX as the book prints it, ((a>b)?a:b) (Options.book_max)
   # how each ALU op is written, given the renderer, the result dtype and the rendered sources
   code_for_op: ClassVar[dict[Ops, Callable]] = {
     Ops.ADD: lambda r, d, a, b: f"({a}+{b})", Ops.MUL: lambda r, d, a, b: f"({a}*{b})",
     Ops.IDIV: lambda r, d, a, b: f"({a}/{b})", Ops.MOD: lambda r, d, a, b: f"({a}%{b})",
-    Ops.MAX: lambda r, d, a, b: f"(({a}>{b})?{a}:{b})",
+    Ops.MAX: _max,
     Ops.CMPLT: lambda r, d, a, b: f"({a}<{b})", Ops.CMPNE: lambda r, d, a, b: f"({a}!={b})",
     Ops.AND: lambda r, d, a, b: f"({a}&{b})", Ops.OR: lambda r, d, a, b: f"({a}|{b})",
     Ops.XOR: lambda r, d, a, b: f"({a}^{b})",
@@ -104,6 +114,11 @@ class CStyleRenderer:
     Ops.RECIP: lambda r, d, x: f"({r.const(1.0, d)}/{x})",
     Ops.CAST: lambda r, d, x: f"(({r.type(d)}){x})",
   }
+
+  def for_options(self, options) -> CStyleRenderer:
+    """This dialect as the options ask: with Options.book_max, a subclass that writes the book's MAX."""
+    if not getattr(options, "book_max", False) or self.book_max: return self
+    return _book_variant(type(self))
 
   def type(self, dtype: DType) -> str:
     if dtype.count > 1: return self.vector_type(dtype)
@@ -319,6 +334,11 @@ class CStyleRenderer:
 
 
 INT32_MAX = 2**31 - 1
+
+
+@functools.cache
+def _book_variant(cls: type) -> CStyleRenderer:
+  return type(f"{cls.__name__}_book_max", (cls,), {"book_max": True})()
 
 
 def _check_names(topo: list[UOp]) -> None:
