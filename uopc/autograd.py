@@ -10,6 +10,7 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Callable
 from uopc.uop import UOp, Ops
+from uopc.errors import UsageError
 if TYPE_CHECKING: from uopc.tensor import Tensor   # autograd works on Tensors but never imports them at run time
 
 LN2 = math.log(2)
@@ -103,7 +104,7 @@ NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD
 def gradient(f: Tensor, wrt: list[Tensor], seed: Tensor | None = None) -> list[Tensor]:
   """d f / d w for each w in wrt (f a scalar, or give seed: the gradient flowing into f)."""
   if seed is None:
-    if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
+    if f.numel() != 1: raise UsageError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
   Tensor = type(f)   # the class of the tensors given: this module does not import uopc.tensor
   if f.lazy is not None: f = Tensor(f.lazy)   # f was realized: differentiate the graph that computed it

@@ -22,6 +22,7 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.functional import NNMixin
 from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.device import canonical
+from uopc.errors import UsageError
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
@@ -43,7 +44,7 @@ def device_of(u: UOp) -> str | None:
   if not DeviceData.made: return None   # a walk over the whole graph at every realize, saved
   found = {x.arg.device for x in u.toposort() if x.op is Ops.BUFFER and isinstance(x.arg, DeviceData)}
   if len(found) > 1:
-    raise ValueError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
+    raise UsageError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
   return found.pop() if found else None
 
 
@@ -128,7 +129,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """Make x (same shape and dtype) this tensor's value, written into this tensor's own buffer when it is realized:
     an update such as p.assign(p - lr * g) leaves p holding data, so the next step's graph is the same graph."""
     x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, self.dtype)
-    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
+    if x.shape != self.shape: raise UsageError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
     if x.dtype is not self.dtype: raise TypeError(f"assign: dtype {x.dtype} does not match the tensor's {self.dtype}")
     if self._home is None:
       self.realize()
@@ -148,7 +149,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if not isinstance(arr, np.ndarray):
       raise TypeError(f"Tensor.from_numpy takes a NumPy array, got {type(arr).__name__}")
     if not arr.flags.c_contiguous:
-      raise ValueError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
+      raise UsageError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
                        "pass np.ascontiguousarray(arr), or use Tensor(arr), which copies")
     from_np(arr.dtype)   # a dtype uopc has, or a TypeError that names it
     return Tensor._from_array(arr.reshape(-1), arr.shape)
@@ -169,14 +170,14 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return Tensor._from_array(self._data(), self.shape, canonical(device))
 
   def item(self):
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    if self.numel() != 1: raise UsageError(f"item() needs a tensor with one element, this one has shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
 
   # ---- creation ----
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
-    if any(n < 0 for n in shape): raise ValueError(f"full: sizes must be non-negative, got {shape}")
+    if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
     return _broadcast_to(UOp.const(value, dtype), tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
   @staticmethod
   def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)
@@ -195,29 +196,29 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     shape = [self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)]
     shape = list(_shape_arg(shape, "reshape"))
-    if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {tuple(shape)}")
+    if shape.count(-1) > 1: raise UsageError(f"reshape: only one -1 allowed, got {tuple(shape)}")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
-      if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: cannot reshape {self.shape} into {tuple(shape)}")
+      if rest == 0 or self.numel() % rest: raise UsageError(f"reshape: cannot reshape {self.shape} into {tuple(shape)}")
       shape[shape.index(-1)] = self.numel() // rest
     if any(s < 0 for s in shape) or prod(shape) != self.numel():
-      raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {tuple(shape)}")
+      raise UsageError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {tuple(shape)}")
     return self if tuple(shape) == self.shape else self._mv(Ops.RESHAPE, tuple(shape))
 
   def expand(self, *shape) -> Tensor:
     shape = _shape_arg(shape, "expand")
-    if any(n < -1 for n in shape): raise ValueError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
+    if any(n < -1 for n in shape): raise UsageError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
     shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
-    if len(shape) < self.ndim: raise ValueError(f"expand: {self.shape} has more dimensions than {shape}")
+    if len(shape) < self.ndim: raise UsageError(f"expand: {self.shape} has more dimensions than {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     for a, b in zip(x.shape, shape):
-      if a != b and a != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
+      if a != b and a != 1: raise UsageError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
     return x if shape == x.shape else x._mv(Ops.EXPAND, shape)
 
   def permute(self, *order) -> Tensor:
     order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
     if sorted(order) != list(range(self.ndim)):
-      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+      raise UsageError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
 
   def transpose(self, a: int = -2, b: int = -1) -> Tensor:
@@ -231,7 +232,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     arg = tuple((0, s) if a is None else _shape_arg(tuple(a), "shrink") for a, s in zip(arg, self.shape))
-    if len(arg) != self.ndim: raise ValueError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
+    if len(arg) != self.ndim: raise UsageError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s:
         raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
@@ -241,15 +242,15 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     """One (before, after) pair (or None) per axis, or PyTorch's flat form (last axis first: left, right, top, ...).
     A negative size cuts (a SHRINK); value fills the padding (PAD fills zeros; another value is a where)."""
     if all(isinstance(a, (int, np.integer)) for a in arg):   # the flat form
-      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise ValueError(f"pad: flat padding {tuple(arg)} for {self.shape}")
+      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise UsageError(f"pad: flat padding {tuple(arg)} for {self.shape}")
       pairs = [tuple(arg[k:k + 2]) for k in range(0, len(arg), 2)][::-1]
       arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs
     arg = tuple((0, 0) if a is None else _shape_arg(tuple(a), "pad") for a in arg)
     if len(arg) != self.ndim or any(len(a) != 2 for a in arg):
-      raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
+      raise UsageError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
     if any(lo < 0 or hi < 0 for lo, hi in arg):     # cut first, then pad what is left
       cut = [(max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(arg, self.shape)]
-      if any(b > e for b, e in cut): raise ValueError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
+      if any(b > e for b, e in cut): raise UsageError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
       return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value)
     if all(a == (0, 0) for a in arg): return self
     out = self._mv(Ops.PAD, arg)
@@ -364,7 +365,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
       if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
-        raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+        raise UsageError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
       out = Tensor.full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
       return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
@@ -400,11 +401,11 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
   def matmul(self, w: Tensor) -> Tensor:
     """(..., n, k) @ (..., k, m): broadcast to (..., n, m, k) and sum the last axis."""
     if self.ndim == 0 or w.ndim == 0:
-      raise ValueError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
+      raise UsageError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
     x = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
     y = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
     if x.shape[-1] != y.shape[-2]:
-      raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
+      raise UsageError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
     # the nodes x.reshape(..., n, 1, k).expand(*batch, n, m, k) and y.transpose(-1, -2).reshape(..., 1, m, k).expand(

@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING
 from uopc.dtype import dtypes
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
@@ -57,7 +58,7 @@ class ElementwiseMixin:
     if rounding_mode is None: return self / x
     if rounding_mode == "floor": return self // x
     if rounding_mode != "trunc":
-      raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+      raise UsageError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
     x = self._operand(x)
     if self.dtype.is_float or x.dtype.is_float: return (self / x).trunc()
     a, b = self._int_pair(x)
@@ -107,7 +108,7 @@ class ElementwiseMixin:
     return e.eq(0).where(1.0, mag * sign)
   def clip(self, min_=None, max_=None) -> Tensor:
     """min_ <= x <= max_ (either may be None); the gradient passes at the bounds, as PyTorch's clamp; nan stays nan."""
-    if min_ is None and max_ is None: raise ValueError("clip: give min_, max_ or both")
+    if min_ is None and max_ is None: raise UsageError("clip: give min_, max_ or both")
     out = self
     if min_ is not None: out = (out < min_).where(min_, out)
     if max_ is not None: out = (out > max_).where(max_, out)

@@ -12,6 +12,7 @@ import numpy as np
 from uopc.dtype import dtypes
 from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
@@ -37,7 +38,7 @@ class NNMixin:
   @classmethod
   def randint(cls, *shape, low: int = 0, high: int = 10, seed: int | None = None, dtype=dtypes.i32) -> Tensor:
     """Integers low <= x < high (tinygrad's signature)."""
-    if high <= low: raise ValueError(f"randint: need low < high, got {low} and {high}")
+    if high <= low: raise UsageError(f"randint: need low < high, got {low} and {high}")
     return cls(_np_rng(cls, seed).integers(low, high, _shape_arg(shape, "randint")), dtype)
   def full_like(self, value, dtype=None) -> Tensor: return type(self).full(self.shape, value, dtype or self.dtype)
   def zeros_like(self, dtype=None) -> Tensor: return self.full_like(0, dtype)
@@ -46,8 +47,8 @@ class NNMixin:
   def multinomial(self, num_samples: int = 1, replacement: bool = False, seed: int | None = None) -> Tensor:
     """Class indices drawn with probability proportional to self's last axis ((C,) or (B, C)), by inverting the
     cumulative sum at uniform draws from the seeded generator. int32, shape (num_samples,) or (B, num_samples)."""
-    if self.ndim not in (1, 2): raise ValueError(f"multinomial: needs (C,) or (B, C) weights, got shape {self.shape}")
-    if num_samples < 1: raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if self.ndim not in (1, 2): raise UsageError(f"multinomial: needs (C,) or (B, C) weights, got shape {self.shape}")
+    if num_samples < 1: raise UsageError(f"multinomial: num_samples must be positive, got {num_samples}")
     if not replacement and num_samples > 1:
       raise NotImplementedError("multinomial: without replacement only num_samples=1 is supported")
     w = self.reshape(1, -1) if self.ndim == 1 else self
@@ -83,7 +84,7 @@ class NNMixin:
     axis = _axis(axis, self.ndim)
     if self.ndim == 0: return T.full((), 0, dtypes.int)
     n = self.shape[axis]
-    if n == 0: raise ValueError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
+    if n == 0: raise UsageError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
     best = (self.min if smallest else self.max)(axis, keepdim=True)
     hit = self.eq(best) | (self.isnan() & best.isnan())                             # a nan is the max, as in NumPy
     count_down = T.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - axis - 1))
@@ -129,7 +130,7 @@ class NNMixin:
     x = self - self.mean(axis, keepdim=True)
     return x * (x.square().mean(axis, keepdim=True) + eps).rsqrt()
   def dropout(self, p: float = 0.5, seed: int | None = None) -> Tensor:
-    if not 0 <= p < 1: raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    if not 0 <= p < 1: raise UsageError(f"dropout: p must be in [0, 1), got {p}")
     if p == 0: return self
     keep = type(self).rand(*self.shape, seed=seed) >= p
     return keep.where(self * (1 / (1 - p)), 0.0)
@@ -139,30 +140,36 @@ class NNMixin:
     if reduction == "mean": return self.mean()
     if reduction == "sum": return self.sum()
     if reduction == "none": return self
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-  def _class_targets(self, Y, what: str) -> Tensor:
-    """Y (integer class indices of self's shape without the class axis) checked and as a Tensor."""
+    raise UsageError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+  def _class_targets(self, Y, what: str, ignore_index: int | None = None) -> Tensor:
+    """Y (integer class indices of self's shape without the class axis) checked and as a Tensor. An index outside
+    0..C-1 (other than ignore_index) is an IndexError, as in PyTorch: one_hot would give it a row of zeros and a
+    plausible loss. (Under a TinyJit replay the check does not run again.)"""
     T = type(self)
     Y = Y if isinstance(Y, T) else T(np.asarray(Y))
     if not Y.dtype.is_int: raise TypeError(f"{what}: class targets must be integers, got {Y.dtype}")
     if Y.shape != self.shape[:-1]:
-      raise ValueError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
+      raise UsageError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
+    ids = Y._data()
+    bad = (ids < 0) | (ids >= self.shape[-1])
+    if ignore_index is not None: bad &= ids != ignore_index
+    if bad.any(): raise IndexError(f"{what}: target {int(ids[bad][0])} is out of bounds for {self.shape[-1]} classes")
     return Y
   def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """self: logits (..., C); Y: integer class indices (...) or probabilities (..., C). PyTorch's cross_entropy
     with the class axis last."""
     T = type(self)
-    if not 0 <= label_smoothing <= 1: raise ValueError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
+    if not 0 <= label_smoothing <= 1: raise UsageError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
     Yt = Y if isinstance(Y, T) else T(np.asarray(Y))
     if Yt.dtype.is_float:
-      if Yt.shape != self.shape: raise ValueError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
+      if Yt.shape != self.shape: raise UsageError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
       probs = Yt
     else: probs = self._class_targets(Yt, "cross_entropy").one_hot(self.shape[-1]).cast(self.dtype)
     probs = probs * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return (-(self.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
   def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
     """self: log-probabilities (..., C); Y: class indices. Mean over the counted (weighted) targets, as PyTorch."""
-    Y = self._class_targets(Y, "nll_loss")
+    Y = self._class_targets(Y, "nll_loss", ignore_index)
     hot = Y.one_hot(self.shape[-1]).cast(self.dtype)
     w = hot if weight is None else hot * weight
     if ignore_index is not None: w = w * (Y.ne(ignore_index)).unsqueeze(-1)
@@ -172,7 +179,7 @@ class NNMixin:
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> Tensor:
     """tinygrad's: cross entropy of logits with class indices; targets equal to ignore_index do not count."""
-    Y = self._class_targets(Y, "sparse_categorical_crossentropy")
+    Y = self._class_targets(Y, "sparse_categorical_crossentropy", ignore_index)
     counted = Y.ne(ignore_index)
     hot = (Y * counted).one_hot(self.shape[-1]).cast(self.dtype) * counted.unsqueeze(-1)
     logp = self.log_softmax(-1)

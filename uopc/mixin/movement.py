@@ -16,6 +16,7 @@ from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
 from uopc.mixin.shapes import axis_index as _axis, broadcast_shape, shape_arg as _shape_arg  # noqa: F401
 from uopc.uop import UOp, Ops
+from uopc.errors import UsageError
 
 if TYPE_CHECKING: from uopc.tensor import Tensor
 
@@ -33,7 +34,7 @@ class MovementMixin:
     for v in (start, stop, step):
       if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise TypeError(f"arange: start, stop and step must be numbers, got {v!r}")
-    if step == 0: raise ValueError("arange: step must not be 0")
+    if step == 0: raise UsageError("arange: step must not be 0")
     whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
     return cls(np.arange(start, stop, step), dtype or (dtypes.int if whole else dtypes.default_float))
 
@@ -43,7 +44,7 @@ class MovementMixin:
     return (cls.arange(n).reshape(n, 1) == cls.arange(m).reshape(1, m)).cast(dtype)
 
   def _tri(self, k: int, lower: bool) -> Tensor:
-    if self.ndim < 2: raise ValueError(f"tril/triu need a tensor with at least 2 dimensions, got shape {self.shape}")
+    if self.ndim < 2: raise UsageError(f"tril/triu need a tensor with at least 2 dimensions, got shape {self.shape}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)): raise TypeError(f"tril/triu: k must be an int: {k}")
     r, c = self.shape[-2:]
     rows, cols = type(self).arange(r).reshape(r, 1) + int(k), type(self).arange(c).reshape(1, c)
@@ -73,7 +74,7 @@ class MovementMixin:
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if self.ndim == 0: return self.reshape(1)
     a, b = _norm_axis(start_dim, self.ndim), _norm_axis(end_dim, self.ndim)
-    if a > b: raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+    if a > b: raise UsageError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
     return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
   def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
     dim = _norm_axis(dim, self.ndim)
@@ -83,8 +84,8 @@ class MovementMixin:
   def repeat(self, *repeats) -> Tensor:
     """Tile: repeat(2, 3) of a (4, 5) tensor is (8, 15). A RESHAPE, an EXPAND and a RESHAPE, no copies."""
     reps = _shape_arg(repeats, "repeat")
-    if len(reps) < self.ndim: raise ValueError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
-    if any(r < 0 for r in reps): raise ValueError(f"repeat: counts must be non-negative, got {reps}")
+    if len(reps) < self.ndim: raise UsageError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
+    if any(r < 0 for r in reps): raise UsageError(f"repeat: counts must be non-negative, got {reps}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     x = self.reshape(tuple(d for s in base for d in (1, s)))
     x = x.expand(tuple(d for r, s in zip(reps, base) for d in (r, s)))
@@ -101,7 +102,7 @@ class MovementMixin:
     """Tensor.stack([a, b], axis) or tinygrad's a.stack(b, dim=) and Tensor.stack(a, b, dim=)."""
     tensors, axis = _tensor_list("stack", self, args, dim, axis)
     shapes = {t.shape for t in tensors}
-    if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
+    if len(shapes) != 1: raise UsageError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
     dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
     out = type(tensors[0])(UOp(Ops.STACK, tuple(t.cast(dt).uop for t in tensors)))
     axis = _norm_axis(axis, out.ndim)
@@ -116,7 +117,7 @@ class MovementMixin:
     axis = _norm_axis(axis, first.ndim)
     for t in tensors:
       if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
-        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
+        raise UsageError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
     total, at, out = sum(t.shape[axis] for t in tensors), 0, None
     for t in tensors:
       p = t.pad([(at, total - at - t.shape[axis]) if k == axis else (0, 0) for k in range(t.ndim)])
@@ -129,11 +130,11 @@ class MovementMixin:
     dim = _norm_axis(dim, self.ndim)
     n = self.shape[dim]
     if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
-      if sizes <= 0: raise ValueError(f"split: the piece size must be positive, got {sizes}")
+      if sizes <= 0: raise UsageError(f"split: the piece size must be positive, got {sizes}")
       sizes = [min(int(sizes), n - at) for at in range(0, n, int(sizes))] or [0]
     sizes = list(sizes)
     if sum(sizes) != n or any(s < 0 for s in sizes):
-      raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of axis {dim} of {self.shape}")
+      raise UsageError(f"split: sizes {sizes} do not add up to {n}, the size of axis {dim} of {self.shape}")
     out, at = [], 0
     for s in sizes:
       out.append(self.shrink([(at, at + s) if k == dim else None for k in range(self.ndim)]))
@@ -141,7 +142,7 @@ class MovementMixin:
     return out
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
     """chunks pieces (fewer if the axis is short), each of ceil(n / chunks) elements but the last."""
-    if chunks <= 0: raise ValueError(f"chunk: the number of chunks must be positive, got {chunks}")
+    if chunks <= 0: raise UsageError(f"chunk: the number of chunks must be positive, got {chunks}")
     n = self.shape[_norm_axis(dim, self.ndim)]
     return self.split(max(1, math.ceil(n / chunks)), dim)
 
@@ -179,9 +180,9 @@ class MovementMixin:
     T = type(self)
     index = _index_tensor(T, index, self.shape[_norm_axis(dim, self.ndim)], "gather")
     dim = _norm_axis(dim, self.ndim)
-    if index.ndim != self.ndim: raise ValueError(f"gather: index {index.shape} needs as many axes as {self.shape}")
+    if index.ndim != self.ndim: raise UsageError(f"gather: index {index.shape} needs as many axes as {self.shape}")
     for k, (a, b) in enumerate(zip(index.shape, self.shape)):
-      if k != dim and a > b: raise ValueError(f"gather: index {index.shape} is larger than {self.shape} on axis {k}")
+      if k != dim and a > b: raise UsageError(f"gather: index {index.shape} is larger than {self.shape} on axis {k}")
     x = self.shrink([(0, s) if k != dim else None for k, s in enumerate(index.shape)])
     n = x.shape[dim]
     xl, il = x.transpose(dim, -1), index.transpose(dim, -1)                              # dim last
@@ -308,7 +309,7 @@ def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Tensor]
       if len(args) > 1 or ax is not None: raise TypeError(f"{what}: Tensor.{what}(tensors, axis) takes one axis")
       ax = args[0]
   else: tensors = [first, *args]
-  if not tensors: raise ValueError(f"{what}: needs at least one tensor")
+  if not tensors: raise UsageError(f"{what}: needs at least one tensor")
   for t in tensors:
     if not isinstance(t, MovementMixin): raise TypeError(f"{what}: expected Tensors, got {type(t).__name__}")
   return tensors, 0 if ax is None else ax
