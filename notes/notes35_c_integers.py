@@ -26,7 +26,8 @@ CASES = {   # name: (C type, plain C body, uopc's body, input, Tensor op, NumPy 
                         lambda a, b: (a + b) < 5, lambda a, b: (a + b) < 5),
   "(float)(int)3e9f": ("float", "return (float)(int)a;",
                        "return (float)((a>=-2147483648.0&&a<2147483648.0)?(int)a:(-2147483647-1));", (3e9, 0),
-                       lambda a, b: a.cast(dtypes.i32).cast(dtypes.f32), lambda a, b: a.astype(np.int32).astype(np.float32)),
+                       lambda a, b: a.cast(dtypes.i32).cast(dtypes.f32),
+                       lambda a, b: a.astype(np.int32).astype(np.float32)),
 }
 DTYPES = {"int": np.int32, "unsigned char": np.uint8, "float": np.float32}
 
