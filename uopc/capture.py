@@ -1,7 +1,7 @@
 """The record of realizes that a capture (uopc.jit.TinyJit) keeps while it runs a function once more.
 
 Tensor.realize appends (plan, options, input arrays, outputs, writes) to the innermost record under way; a read of
-a value into Python (Tensor.numpy, .item) is counted in its `reads`, since the function may branch on it.
+a value into Python (Tensor.item, `if t:`) is counted in its `reads`, since the function may branch on it.
 """
 from __future__ import annotations
 import contextlib
@@ -29,5 +29,5 @@ def capturing():
 
 
 def note_read() -> None:
-  """A value went into Python (Tensor.numpy): every capture under way counts it."""
+  """A value went into Python (Tensor.item): every capture under way counts it."""
   for rec in _records: rec.reads += 1

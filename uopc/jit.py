@@ -20,7 +20,7 @@ values as arguments, or keep them in Tensors the function assigns.
 What replay checks (a JitError names what differed): each Tensor argument's shape, dtype and device; which
 arguments were one and the same tensor; every other argument's value (a Python float is part of the capture, so a
 new value cannot be replayed: pass it as a Tensor). A function that reads a value into Python while it is captured
-(.item(), .numpy(), `if t:`) may branch on it, which replay cannot: the capture raises. A TinyJit called inside
+(.item(), `if t:`) may branch on it, which replay cannot: the capture raises. A TinyJit called inside
 another's capture runs its function plainly, so the outer capture records its realizes.
 """
 from __future__ import annotations

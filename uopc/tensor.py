@@ -161,7 +161,6 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
     return Tensor(buf if tuple(shape) == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(shape)))
 
   def numpy(self) -> np.ndarray:
-    note_read()   # a capture (TinyJit) under way cannot replay Python that looks at this value
     return self._data().reshape(self.shape)
 
   def to(self, device: str) -> Tensor:
@@ -171,6 +170,7 @@ class Tensor(ElementwiseMixin, MovementMixin, NNMixin):
 
   def item(self):
     if self.numel() != 1: raise UsageError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    note_read()   # a capture (TinyJit) under way cannot replay Python that branches on this value
     return self.numpy().reshape(-1)[0].item()
 
   # ---- creation ----
