@@ -57,6 +57,7 @@ import uopc.rangeify
 from uopc.helpers import Context, best_of
 from uopc.book import load_example
 from uopc.kernelize import make_plan, realize
+from uopc.options import Options
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.tensor import Tensor
@@ -192,7 +193,10 @@ print(plan.explain())
 # the max:
 
 # %%
-print(plan.kernels[1].src)
+# the book's kernel text: its max update ((a>b)?a:b), under the option that writes it (a pitfall in 11.4 says why)
+book_plan = make_plan([fa.attention(Tensor(q), Tensor(k), Tensor(v)).uop],
+                      options=Options(opt=Tensor.opt, book_max=True))
+print(book_plan.kernels[1].src)
 
 # %% [markdown]
 # and P re-reads S once more, recomputing the scale and the exponential, and writes the second N x N buffer:
@@ -312,7 +316,8 @@ out_uop = fa.attention(Tensor(q), Tensor(k), Tensor(v)).uop
 for fuse, opt in ((False, Tensor.opt), (True, fa.FlashOpt)):
   p = make_plan([out_uop], fuse, opt)
   print(f"fuse_reduce={fuse}: kernels {[kern.name for kern in p.kernels]}, temps {[n for _, n in p.temps]}")
-fused_plan = make_plan([out_uop], True, fa.FlashOpt)
+# the book's kernel text: its max update ((a>b)?a:b), under the option that writes it (the pitfall below says why)
+fused_plan = make_plan([out_uop], options=Options(fuse_reduce=True, opt=fa.FlashOpt, book_max=True))
 print()
 print(fused_plan.explain())
 
@@ -344,6 +349,23 @@ def head(src: str) -> str:
 fused_src = fused_plan.kernels[-1].src
 print(head(fused_src))
 print(f"\n(the whole kernel is {len(fused_src.splitlines())} lines)")
+
+# %% [markdown]
+# **Pitfall: the book's max drops a NaN.** This plan and the max kernel `r_1024` of 11.3 were made with
+# `Options(book_max=True)`, so their running max is updated as the book prints it, `acc0 = ((val2>x)?val2:x)`.
+# In C every comparison with a NaN is false. If x is NaN, the update returns x and the accumulator becomes NaN; but
+# at the next key, `NaN > y` is false again and the update returns y: the NaN is gone. Such a max is NaN only when
+# the NaN comes last. NumPy and PyTorch say a max is NaN wherever the NaN is, and so does uopc by default: it writes
+# `((a>b||a!=a)?a:b)`, where `a!=a` is true only for a NaN and keeps it. The book's text is one switch away; every
+# other max is right:
+
+# %%
+rows = ([np.nan, 1.0, 2.0], [1.0, np.nan, 2.0], [1.0, 2.0, np.nan])
+for book in (True, False):
+  got = [realize([Tensor(np.array(x, np.float32)).max().uop], options=Options(book_max=book))[0].item() for x in rows]
+  print(f"book_max={book!s:5}: max of [nan,1,2], [1,nan,2], [1,2,nan] = {got}")
+default_src = make_plan([out_uop], options=Options(fuse_reduce=True, opt=fa.FlashOpt)).kernels[-1].src
+print("uopc's update: ", next(ln.strip() for ln in default_src.splitlines() if "!=" in ln))
 
 # %% [markdown]
 # This is a nested reduction: an inner reduce (the dot product over e < 64) inside an outer reduce (max, sum, or the
@@ -382,7 +404,8 @@ def key_loops(src: str, n: int, d: int) -> tuple[int, int]:
 
 from uopc.book import flash_opt   # the book's FlashOpt with another upcast of the head dimension
 
-assert make_plan([out_uop], True, flash_opt(16)).kernels[-1].src == fused_src   # FlashOpt is flash_opt(16)
+book16 = Options(fuse_reduce=True, opt=flash_opt(16), book_max=True)
+assert make_plan([out_uop], options=book16).kernels[-1].src == fused_src   # FlashOpt is flash_opt(16)
 print(f"{'upcast':>6} {'recompute of QK^T':>18} {'2 + D/upcast':>13} {'key loops in C':>15} {'passes run':>11}"
       f" {'lines of C':>11}")
 for upcast in (8, 16, 32, 64):

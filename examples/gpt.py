@@ -95,6 +95,9 @@ def main() -> None:
   if args.load:
     state = load_npz(args.load)
     cfg = GPTConfig(**json.loads(str(state.pop("__config__"))))
+    if cfg.vocab_size != tok.vocab_size:
+      raise SystemExit(f"{args.load}: a model of {cfg.vocab_size} tokens, but this text's alphabet has "
+                       f"{tok.vocab_size} characters: it was trained on another text")
   else:
     cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block, n_layer=args.layers, n_head=args.heads,
                     n_embd=args.embd)

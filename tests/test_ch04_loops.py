@@ -135,7 +135,7 @@ def test_running_max_c():
     for (int ridx1 = 0; ridx1 < 5; ridx1++) {
       float val1 = acc0;
       float val2 = data0[((ridx0*5)+ridx1)];
-      acc0 = ((val1>val2)?val1:val2);
+      acc0 = ((val1>val2||val1!=val1)?val1:val2);
     }
     float val3 = acc0;
     data1[ridx0] = val3;
@@ -167,7 +167,7 @@ def test_read_after_the_loop_needs_the_after_edge():
   src = lines_of(render_c(no_edge, "noedge"))
   assert src.index("data1[ridx0] = val1;") < src.index("for (int ridx1 = 0; ridx1 < 5; ridx1++) {")
   with_edge = lines_of(render_c(rowmax_program(R, C), "rowmax"))
-  assert with_edge.index("data1[ridx0] = val3;") > with_edge.index("acc0 = ((val1>val2)?val1:val2);")
+  assert with_edge.index("data1[ridx0] = val3;") > with_edge.index("acc0 = ((val1>val2||val1!=val1)?val1:val2);")
 
 
 def test_same_graph_same_text():

@@ -53,7 +53,7 @@ void flash(float* restrict data0, float* restrict data1, float* restrict data2, 
       }
       float val8 = acc3;
       float alu9 = (val8*0.18033688011112042f);
-      float alu10 = ((val3>alu9)?val3:alu9);
+      float alu10 = ((val3>alu9||val3!=val3)?val3:alu9);
       float alu11 = (alu10*-1.0f);
       float alu12 = exp2f((val3+alu11));
       float alu13 = exp2f((alu9+alu11));

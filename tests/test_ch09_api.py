@@ -460,8 +460,6 @@ def test_nan_propagates_through_relu_maximum_and_clip():
   close(Tensor(x).relu6(), np.clip(x, 0, 6)); close(Tensor(x).sigmoid(), 1 / (1 + np.exp(-x)))
 
 
-@pytest.mark.xfail(strict=True, reason="the MAX reduce's update ((acc>x)?acc:x) keeps a nan only at the end; a "
-                   "consistent rule changes the generated C of every max (render_c/rangeify, issue 12's files)")
 def test_max_reduction_with_nan_is_nan_wherever_it_is():
   for x in ([np.nan, 1.0, 2.0], [1.0, np.nan, 2.0], [1.0, 2.0, np.nan]):
     assert np.isnan(Tensor(np.array(x, np.float32)).max().item())

@@ -11,6 +11,7 @@ import weakref
 from typing import Callable
 from uopc.mixin.indexing import IndexingMixin
 from uopc.uop import UOp, Ops
+from uopc.errors import UsageError
 
 # what the rules compute with: a value with the Tensor ops of uopc.mixin (the STACK rule indexes, so up to
 # IndexingMixin's). gradient() and backward() also need its graph node .uop, .lazy (the graph that computed it, once
@@ -108,7 +109,7 @@ NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD
 def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = None) -> list[TensorLike]:
   """d f / d w for each w in wrt (f a scalar, or give seed: the gradient flowing into f)."""
   if seed is None:
-    if f.numel() != 1: raise ValueError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
+    if f.numel() != 1: raise UsageError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
   T = type(f)   # the class of the tensors given: this module does not import uopc.tensor
   if f.lazy is not None: f = T(f.lazy)   # f was realized: differentiate the graph that computed it

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
 from uopc.dtype import DType, np_dtype
-from uopc.renderer import CStyleRenderer, KernelSource
+from uopc.renderer import CStyleRenderer
+from uopc.signature import KernelSource
 from uopc.helpers import cache
 
 

@@ -47,6 +47,7 @@ class dtypes:
   i32 = int32 = DType("i32", 4, "i")
   i64 = int64 = DType("i64", 8, "i")
   u8 = uint8 = DType("u8", 1, "u")
+  i8 = int8 = DType("i8", 1, "i")
   bool = DType("bool", 1, "b")
   void = DType("void", 0, "v")
   int = i32      # the type of loop indices
@@ -70,7 +71,8 @@ def _vector(d: DType, lanes: int) -> DType:
 
 
 _TO_NP = {dtypes.f32: np.float32, dtypes.f64: np.float64, dtypes.f16: np.float16, dtypes.i32: np.int32,
-          dtypes.i64: np.int64, dtypes.u8: np.uint8, dtypes.bool: np.bool_}
+          dtypes.i64: np.int64, dtypes.u8: np.uint8, dtypes.i8: np.int8,
+          dtypes.bool: np.bool_}
 _FROM_NP = {np.dtype(v): k for k, v in _TO_NP.items()}
 
 
@@ -97,13 +99,15 @@ def _limits(d: DType) -> tuple:
 # ---- promotion: which dtype an op between two dtypes computes in ----
 # One chain, as PyTorch and tinygrad order them: any float beats any integer, a wider type beats a narrower one.
 # (NumPy differs in one place: int64 with float32 gives float64 there; here, as in PyTorch, float32.)
-PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i32, dtypes.i64, dtypes.f16, dtypes.f32, dtypes.f64)
+# uint8 with int8 needs int16, which uopc lacks: int32, the next wider type that holds both.
+PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i8, dtypes.i32, dtypes.i64, dtypes.f16, dtypes.f32, dtypes.f64)
 
 
 def least_upper_dtype(*ds: DType) -> DType:
   """The smallest dtype every one of ds converts to: least_upper_dtype(i32, i64) is i64, (i64, f16) is f16."""
   for d in ds:
     if d not in PROMOTION_ORDER: raise TypeError(f"{d} does not take part in type promotion")
+  if dtypes.u8 in ds and dtypes.i8 in ds: ds = ds + (dtypes.i32,)
   return max(ds, key=PROMOTION_ORDER.index)
 
 

@@ -16,12 +16,18 @@ arguments' data, with no Python graph, no normalize and no plan lookup.
 What replay cannot see: a value the function builds from Python on each call (a learning rate as a Python float,
 a Tensor made from fresh NumPy data inside the function) is captured as it was on the second call. Pass such
 values as arguments, or keep them in Tensors the function assigns.
+
+What replay checks (a JitError names what differed): each Tensor argument's shape, dtype and device; which
+arguments were one and the same tensor; every other argument's value (a Python float is part of the capture, so a
+new value cannot be replayed: pass it as a Tensor). A function that reads a value into Python while it is captured
+(.item(), `if t:`) may branch on it, which replay cannot: the capture raises. A TinyJit called inside
+another's capture runs its function plainly, so the outer capture records its realizes.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
-from uopc.capture import capturing
+from uopc.capture import capturing, recording
 from uopc.kernelize import replay
 from uopc.tensor import Tensor
 
@@ -41,31 +47,61 @@ class JitError(RuntimeError):
 class TinyJit:
   def __init__(self, fn: Callable):
     self.fn, self.calls, self.steps = fn, 0, None
-    self.spec: list[tuple] | None = None     # (shape, dtype) of each Tensor argument, as captured
+    self.spec: list[tuple] | None = None     # (shape, dtype, device, first alias) of each Tensor argument, as captured
+    self.consts: list[tuple] | None = None   # (position, value) of each other argument, as captured
     self.returns: Any = None                 # how to rebuild the result: ("out", step, i, shape, dtype) leaves
 
   def reset(self) -> None:
     """Forget the capture: the next two calls run the function again."""
-    self.calls, self.steps, self.spec, self.returns = 0, None, None, None
+    self.calls, self.steps, self.spec, self.consts, self.returns = 0, None, None, None, None
 
   def __call__(self, *args):
+    if recording() is not None: return self.fn(*args)   # inside another capture: that one records these realizes
     tensors = [a for a in args if isinstance(a, Tensor)]
     for t in tensors: t.realize()
-    spec = [(t.shape, t.dtype) for t in tensors]
+    arrays = [t._data() for t in tensors]
+    # the first argument holding the same array: f(X, X) captured must not replay f(X, Y) as f(X, X)
+    alias = [next(j for j, b in enumerate(arrays) if b is a) for a in arrays]
+    spec = [(t.shape, t.dtype, t.device, k) for t, k in zip(tensors, alias)]
+    consts = [(n, a) for n, a in enumerate(args) if not isinstance(a, Tensor)]
     if self.steps is not None:
-      if spec != self.spec:
-        raise JitError(f"{self.fn.__name__} was captured for Tensor arguments {self.spec}, called with {spec}; "
-                       "call .reset() to capture again")
-      return self._replay([t._data() for t in tensors])
+      self._check(spec, consts)
+      return self._replay(arrays)
     self.calls += 1
     if self.calls == 1: return self.fn(*args)
     with capturing() as rec:
       out = self.fn(*args)
       leaves = [t for t in _tensors_in(out)]
       if leaves: Tensor.realize(*leaves)
-    self.steps, self.spec = self._resolve(rec, [t._data() for t in tensors]), spec
+    if rec.reads:
+      raise JitError(f"{self.fn.__name__} read a Tensor's value into Python while it was captured ({rec.reads}); "
+                     "Python code that branches on it would replay the captured branch. Keep reads outside the "
+                     "jitted function")
+    self._args = arrays
+    self.steps, self.spec, self.consts = self._resolve(rec, arrays), spec, consts
     self.returns = _structure(out, self._origin)
+    del self._args
     return out
+
+  def _check(self, spec: list[tuple], consts: list[tuple]) -> None:
+    """A JitError naming the first argument that differs from the capture."""
+    name = self.fn.__name__
+    if len(spec) != len(self.spec):
+      raise JitError(f"{name} was captured with {len(self.spec)} Tensor arguments, called with {len(spec)}")
+    for k, (now, was) in enumerate(zip(spec, self.spec)):
+      for what, a, b in zip(("shape", "dtype", "device"), now, was):
+        if a != b: raise JitError(f"{name}: Tensor argument {k} has {what} {a}, captured with {b}; call .reset() "
+                                  f"to capture again (captured for Tensor arguments {[s[:2] for s in self.spec]})")
+      if now[3] != was[3]:
+        same = lambda j: f"the same tensor as argument {j}" if j != k else "a tensor of its own"
+        raise JitError(f"{name}: Tensor argument {k} is {same(now[3])}, captured as {same(was[3])}")
+    if [n for n, _ in consts] != [n for n, _ in self.consts]:
+      raise JitError(f"{name}: arguments at {[n for n, _ in consts]} are not Tensors, captured with "
+                     f"{[n for n, _ in self.consts]}")
+    for (n, a), (_, b) in zip(consts, self.consts):
+      if type(a) is not type(b) or not _same(a, b):
+        raise JitError(f"{name}: argument {n} is {a!r}, captured as {b!r}: a value that is not a Tensor is part of "
+                       "the capture; pass values that change as Tensors")
 
   def _resolve(self, rec: list, arg_arrays: list[np.ndarray]) -> list[Step]:
     """Name where every input array of every recorded realize came from."""
@@ -85,6 +121,8 @@ class TinyJit:
   def _origin(self, t) -> tuple:
     a = t._data()
     if id(a) in self._made: return ("out",) + self._made[id(a)] + (t.shape,)
+    for k, x in enumerate(self._args):   # an argument returned: the new call's argument, not the captured one
+      if a is x: return ("arg", k, t.shape)
     return ("keep", t)
 
   def _replay(self, arg_arrays: list[np.ndarray]):
@@ -95,7 +133,7 @@ class TinyJit:
       outs = replay(st.plan, arrays, st.options)
       for i, target in st.writes: np.copyto(target, outs[i])
       results.append(outs)
-    return _rebuild(self.returns, results)
+    return _rebuild(self.returns, results, arg_arrays)
 
 
 def _tensors_in(out) -> list:
@@ -111,10 +149,16 @@ def _structure(out, origin) -> Any:
   return None
 
 
-def _rebuild(spec, results):
+def _same(a, b) -> bool:
+  try: return bool(a == b) or (a != a and b != b)   # NaN equals NaN here
+  except Exception: return a is b                    # noqa: BLE001 (== on an arbitrary object may raise)
+
+
+def _rebuild(spec, results, args):
   if spec is None: return None
   if isinstance(spec, (tuple, list)) and (not spec or not isinstance(spec[0], str)):
-    return type(spec)(_rebuild(s, results) for s in spec)
+    return type(spec)(_rebuild(s, results, args) for s in spec)
   if spec[0] == "keep": return spec[1]
+  if spec[0] == "arg": return Tensor._from_array(args[spec[1]], spec[2])
   _, k, i, shape = spec
   return Tensor._from_array(results[k][i], shape)

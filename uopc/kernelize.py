@@ -332,7 +332,7 @@ def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device)
   # an input the simplified program never reads (a slice of padding) is not a parameter of the kernel
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
   args = [a for k, a in enumerate(args) if k in used]
-  r = device.renderer.render(ast, kernel_name(body))
+  r = device.renderer.for_options(options).render(ast, kernel_name(body))
   kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, body)   # compiled by _compile_all
   if r.accesses + r.flops < options.one_thread_below: kernel.threads = 1
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself

@@ -22,6 +22,9 @@ class Options:
   # a CPU kernel whose loads, stores and float ops together number fewer than this runs on one thread: waking
   # OpenMP's workers and joining them costs more than they would save (NOTES 27); 0: every kernel uses every thread
   one_thread_below: int = 1 << 20
+  # write a float max as the book prints it, ((a>b)?a:b): a max reduction then drops a NaN that numbers follow.
+  # Off, a max is NaN wherever a NaN is (NumPy, PyTorch). Chapter 11 prints the book's kernel with it on.
+  book_max: bool = False
   lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: this CPU's
 
   def __post_init__(self):

@@ -86,7 +86,7 @@ class OpenCLRenderer(GPURenderer):
   buffer_decl = "__global {type}* restrict {name}"
   # OpenCL C has no bool or `long long` buffers: bool is stored as a byte, 64-bit ints are `long`; no half arithmetic
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long", dtypes.u8: "uchar",
-           dtypes.bool: "uchar"}
+           dtypes.i8: "char", dtypes.bool: "uchar"}
   # without cl_khr_fp16 a half is a storage format: vload_half reads one into a float
   load_only = {dtypes.f16: ("half", "float {name} = vload_half({idx}, {buf});")}
   tf32_round = "as_float((as_uint({x})+0x1000u)&0xffffe000u)"   # round half away from zero at bit 13, drop 13 bits
@@ -109,7 +109,7 @@ class CUDARenderer(GPURenderer):
   buffer_decl = "{type}* __restrict__ {name}"
   # half needs cuda_fp16.h, which NVRTC alone does not ship
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long long",
-           dtypes.u8: "unsigned char", dtypes.bool: "bool"}
+           dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
   # a half travels as its 16 bits; PTX converts it (no cuda_fp16.h under NVRTC alone)
   load_only = {dtypes.f16: ("unsigned short",
                             'float {name}; asm("cvt.f32.f16 %0, %1;" : "=f"({name}) : "h"({buf}[{idx}]));')}

@@ -13,65 +13,15 @@ writes it), so a runtime never has to read the parameters back out of the text.
 from __future__ import annotations
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 from uopc.uop import UOp, Ops, AxisType, ALU, base_alloc, is_local
 from uopc.dtype import DType, dtypes
-from uopc.helpers import prod
 from uopc.linearize import linearize, rname, declarations
 from uopc.codegen.vector import vector_dtypes
-
-
-@dataclass(frozen=True)
-class Launch:
-  """How a kernel is launched: work-groups per dimension (grid) and work-items per work-group (block)."""
-  grid: tuple[int, ...] = (1,)
-  block: tuple[int, ...] = (1,)
-
-  @property
-  def global_size(self) -> tuple[int, ...]: return tuple(g * b for g, b in zip(self.grid, self.block))
-  @property
-  def threads(self) -> int: return prod(self.block)
-  @property
-  def items(self) -> int: return prod(self.grid) * prod(self.block)
-
-
-def launch_of(topo: list[UOp]) -> Launch:
-  """The launch sizes a program's SPECIAL nodes ask for (uopc.codegen.gpudims.to_special makes them)."""
-  sizes = {u.arg: u.src[0].arg for u in topo if u.op is Ops.SPECIAL}
-  if not sizes: return Launch()
-  ndim = max(d for _, d in sizes) + 1
-  grid = tuple(sizes.get(("gidx", d), 1) for d in range(ndim))
-  return Launch(grid, tuple(sizes.get(("lidx", d), 1) for d in range(ndim)))
-
-
-@dataclass(frozen=True)
-class Param:
-  """One kernel parameter: data{slot}, a pointer to `size` elements of dtype."""
-  name: str
-  dtype: DType
-  size: int
-  writes: bool     # the kernel stores through it (an input may be read-only memory)
-
-
-@dataclass(frozen=True)
-class Signature:
-  params: tuple[Param, ...]
-  launch: Launch = Launch()     # work-groups x work-items (a GPU kernel; one of one for C)
-
-  def __len__(self): return len(self.params)
-
-
-class KernelSource(str):
-  """The text of a kernel (a str, as the book prints it) that also knows its function name and signature."""
-  name: str
-  signature: Signature
-
-  def __new__(cls, text: str, name: str, signature: Signature):
-    s = super().__new__(cls, text)
-    s.name, s.signature = name, signature
-    return s
+from uopc.codegen.cint import book_variant, int_semantics, nan_max
+# what a rendered kernel carries to the runtime; re-exported, since renderer is where readers look for them
+from uopc.signature import Launch, Param, Signature, KernelSource, check_identifier, launch_of  # noqa: F401
 
 
 @dataclass
@@ -83,16 +33,6 @@ class Rendered:
 
   @property
   def signature(self) -> Signature: return self.src.signature
-
-
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_identifier(name: str, what: str = "kernel name") -> str:
-  """Names reach the source text: only C identifiers do (no spaces, quotes, slashes or keywords of the shell)."""
-  if not isinstance(name, str) or not IDENTIFIER.fullmatch(name) or len(name) > 200:
-    raise ValueError(f"{what} {name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
-  return name
 
 
 def _fn(name: str):
@@ -114,12 +54,13 @@ class CStyleRenderer:
   load_only: ClassVar[dict[DType, tuple[str, str]]] = {}
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
-    dtypes.u8: "unsigned char", dtypes.bool: "bool"}
+    dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
+  book_max: ClassVar[bool] = False   # write a float MAX as the book prints it, ((a>b)?a:b) (Options.book_max)
   # how each ALU op is written, given the renderer, the result dtype and the rendered sources
   code_for_op: ClassVar[dict[Ops, Callable]] = {
     Ops.ADD: lambda r, d, a, b: f"({a}+{b})", Ops.MUL: lambda r, d, a, b: f"({a}*{b})",
     Ops.IDIV: lambda r, d, a, b: f"({a}/{b})", Ops.MOD: lambda r, d, a, b: f"({a}%{b})",
-    Ops.MAX: lambda r, d, a, b: f"(({a}>{b})?{a}:{b})",
+    Ops.MAX: nan_max,
     Ops.CMPLT: lambda r, d, a, b: f"({a}<{b})", Ops.CMPNE: lambda r, d, a, b: f"({a}!={b})",
     Ops.AND: lambda r, d, a, b: f"({a}&{b})", Ops.OR: lambda r, d, a, b: f"({a}|{b})",
     Ops.XOR: lambda r, d, a, b: f"({a}^{b})",
@@ -128,6 +69,14 @@ class CStyleRenderer:
     Ops.RECIP: lambda r, d, x: f"({r.const(1.0, d)}/{x})",
     Ops.CAST: lambda r, d, x: f"(({r.type(d)}){x})",
   }
+
+  def for_options(self, options) -> CStyleRenderer:
+    """This dialect as the options ask: with Options.book_max, a subclass that writes the book's MAX."""
+    return book_variant(type(self)) if getattr(options, "book_max", False) and not self.book_max else self
+
+  def alu(self, u: UOp, srcs: list[str]) -> str:
+    """One scalar ALU op's text: the table's, with NumPy's meaning where C's differs (NOTES 35, uopc.codegen.cint)."""
+    return int_semantics(self, u, srcs) or self.code_for_op[u.op](self, u.dtype, *srcs)
 
   def type(self, dtype: DType) -> str:
     if dtype.count > 1: return self.vector_type(dtype)
@@ -358,7 +307,7 @@ class _Walk:
       raise NotImplementedError(f"{type(r).__name__}: {u.op} has no form on device {r.device}")
     srcs = [names[s] for s in u.src]
     lanes = max([u.dtype.count] + [s.dtype.count for s in u.src])
-    expr = (lanes > 1 and r.vector_op(u, *srcs)) or r.code_for_op[u.op](r, u.dtype, *srcs)
+    expr = (lanes > 1 and r.vector_op(u, *srcs)) or r.alu(u, srcs)
     floats = u.dtype.is_float or any(s.dtype.is_float for s in u.src)
     ops_in[u] = floats * lanes + sum(ops_in.get(s, 0) for s in u.src)
     if u.op is Ops.MAX or any(s in self.doubles for s in u.src): self.doubles.add(u)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
-from uopc.capture import recording
+from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, to_array
 from uopc.helpers import DEBUG, DEVICE, TC
@@ -23,6 +23,7 @@ from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
 from uopc.mixin.shapes import broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: chapter 9)
 from uopc.device import canonical
+from uopc.errors import UsageError
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 
@@ -43,7 +44,7 @@ def device_of(u: UOp) -> str | None:
   if not DeviceData.made: return None   # a walk over the whole graph at every realize, saved
   found = {x.arg.device for x in u.toposort() if x.op is Ops.BUFFER and isinstance(x.arg, DeviceData)}
   if len(found) > 1:
-    raise ValueError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
+    raise UsageError(f"a Tensor computed from data on devices {sorted(found)}: move them to one with .to(device)")
   return found.pop() if found else None
 
 
@@ -119,7 +120,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     """Make x (same shape and dtype) this tensor's value, written into this tensor's own buffer when it is realized:
     an update such as p.assign(p - lr * g) leaves p holding data, so the next step's graph is the same graph."""
     x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, self.dtype)
-    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
+    if x.shape != self.shape: raise UsageError(f"assign: shape {x.shape} does not match the tensor's {self.shape}")
     if x.dtype is not self.dtype: raise TypeError(f"assign: dtype {x.dtype} does not match the tensor's {self.dtype}")
     if self._home is None:
       self.realize()
@@ -139,7 +140,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     if not isinstance(arr, np.ndarray):
       raise TypeError(f"Tensor.from_numpy takes a NumPy array, got {type(arr).__name__}")
     if not arr.flags.c_contiguous:
-      raise ValueError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
+      raise UsageError(f"Tensor.from_numpy: the array (shape {arr.shape}, strides {arr.strides}) is not C-contiguous; "
                        "pass np.ascontiguousarray(arr), or use Tensor(arr), which copies")
     from_np(arr.dtype)   # a dtype uopc has, or a TypeError that names it
     return Tensor._from_array(arr.reshape(-1), arr.shape)
@@ -159,14 +160,15 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     return Tensor._from_array(self._data(), self.shape, canonical(device))
 
   def item(self):
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    if self.numel() != 1: raise UsageError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    note_read()   # a capture (TinyJit) under way cannot replay Python that branches on this value
     return self.numpy().reshape(-1)[0].item()
 
   # ---- creation ----
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
-    if any(n < 0 for n in shape): raise ValueError(f"full: sizes must be non-negative, got {shape}")
+    if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
     return Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
   @staticmethod
   def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)

@@ -17,7 +17,7 @@ from uopc.uop import UOp, Ops, AxisType, base_alloc, is_local
 from uopc.helpers import prod
 from uopc.linearize import open_ranges, loop_nesting
 from uopc import symbolic
-from uopc.renderer import Launch, launch_of   # the launch a rendered kernel carries in its Signature
+from uopc.signature import Launch, launch_of   # the launch a rendered kernel carries in its Signature
 
 MAX_DIMS = 3                                   # OpenCL and CUDA launch in at most 3 dimensions
 MAX_GRID = (2**31 - 1, 65535, 65535)           # CUDA's limits on work-groups per dimension (OpenCL's are larger)

@@ -8,6 +8,7 @@ from typing import Sequence, TypeVar
 from uopc.dtype import DType, dtypes, least_upper_dtype, scalar_dtype
 from uopc.mixin.shapes import broadcast_shape
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 if sys.version_info >= (3, 11): from typing import Self   # the composing class (Tensor), which no mixin names
 else: Self = TypeVar("Self", bound="ElementwiseMixin")       # Python 3.10 has no typing.Self: the root mixin stands in
@@ -139,7 +140,8 @@ class ElementwiseMixin:
   def __rfloordiv__(self, x): return self._operand(x)._floordiv(self)
   def __mod__(self, x):
     x = self._operand(x)
-    return self - (self // x) * x                        # the sign of the divisor, as Python's and NumPy's %
+    r = self - (self // x) * x                           # the sign of the divisor, as Python's and NumPy's %
+    return x.eq(0).where(0, r) if r.dtype.is_int else r  # x % 0 is 0 in NumPy (x // 0 is 0 here too)
   def __rmod__(self, x): return self._operand(x) % self
   def __pow__(self, x): return self.pow(x)
   def __rpow__(self, x): return self._operand(x).pow(self)
@@ -181,7 +183,7 @@ class ElementwiseMixin:
     if rounding_mode is None: return self / x
     if rounding_mode == "floor": return self // x
     if rounding_mode != "trunc":
-      raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+      raise UsageError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
     x = self._operand(x)
     if self.dtype.is_float or x.dtype.is_float: return (self / x).trunc()
     a, b = self._int_pair(x)
@@ -231,7 +233,7 @@ class ElementwiseMixin:
     return e.eq(0).where(1.0, mag * sign)
   def clip(self, min_=None, max_=None) -> Self:
     """min_ <= x <= max_ (either may be None); the gradient passes at the bounds, as PyTorch's clamp; nan stays nan."""
-    if min_ is None and max_ is None: raise ValueError("clip: give min_, max_ or both")
+    if min_ is None and max_ is None: raise UsageError("clip: give min_, max_ or both")
     out = self
     if min_ is not None: out = (out < min_).where(min_, out)
     if max_ is not None: out = (out > max_).where(max_, out)

@@ -12,6 +12,7 @@ from uopc.dtype import dtypes
 from uopc.mixin.elementwise import Self
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.shapes import shape_arg as _shape_arg
+from uopc.errors import UsageError
 
 
 def _np_rng(cls, seed):
@@ -35,7 +36,7 @@ class NNMixin(IndexingMixin):
   @classmethod
   def randint(cls, *shape, low: int = 0, high: int = 10, seed: int | None = None, dtype=dtypes.i32) -> Self:
     """Integers low <= x < high (tinygrad's signature)."""
-    if high <= low: raise ValueError(f"randint: need low < high, got {low} and {high}")
+    if high <= low: raise UsageError(f"randint: need low < high, got {low} and {high}")
     return cls(_np_rng(cls, seed).integers(low, high, _shape_arg(shape, "randint")), dtype)
   def full_like(self, value, dtype=None) -> Self: return type(self).full(self.shape, value, dtype or self.dtype)
   def zeros_like(self, dtype=None) -> Self: return self.full_like(0, dtype)
@@ -44,8 +45,8 @@ class NNMixin(IndexingMixin):
   def multinomial(self, num_samples: int = 1, replacement: bool = False, seed: int | None = None) -> Self:
     """Class indices drawn with probability proportional to self's last axis ((C,) or (B, C)), by inverting the
     cumulative sum at uniform draws from the seeded generator. int32, shape (num_samples,) or (B, num_samples)."""
-    if self.ndim not in (1, 2): raise ValueError(f"multinomial: needs (C,) or (B, C) weights, got shape {self.shape}")
-    if num_samples < 1: raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if self.ndim not in (1, 2): raise UsageError(f"multinomial: needs (C,) or (B, C) weights, got shape {self.shape}")
+    if num_samples < 1: raise UsageError(f"multinomial: num_samples must be positive, got {num_samples}")
     if not replacement and num_samples > 1:
       raise NotImplementedError("multinomial: without replacement only num_samples=1 is supported")
     w = self.reshape(1, -1) if self.ndim == 1 else self
@@ -86,7 +87,7 @@ class NNMixin(IndexingMixin):
     x = self - self.mean(axis, keepdim=True)
     return x * (x.square().mean(axis, keepdim=True) + eps).rsqrt()
   def dropout(self, p: float = 0.5, seed: int | None = None) -> Self:
-    if not 0 <= p < 1: raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    if not 0 <= p < 1: raise UsageError(f"dropout: p must be in [0, 1), got {p}")
     if p == 0: return self
     keep = type(self).rand(*self.shape, seed=seed) >= p
     return keep.where(self * (1 / (1 - p)), 0.0)
@@ -96,30 +97,36 @@ class NNMixin(IndexingMixin):
     if reduction == "mean": return self.mean()
     if reduction == "sum": return self.sum()
     if reduction == "none": return self
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-  def _class_targets(self, Y, what: str) -> Self:
-    """Y (integer class indices of self's shape without the class axis) checked and as a Tensor."""
+    raise UsageError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+  def _class_targets(self, Y, what: str, ignore_index: int | None = None) -> Self:
+    """Y (integer class indices of self's shape without the class axis) checked and as a Tensor. An index outside
+    0..C-1 (other than ignore_index) is an IndexError, as in PyTorch: one_hot would give it a row of zeros and a
+    plausible loss. (Under a TinyJit replay the check does not run again.)"""
     T = type(self)
     Y = Y if isinstance(Y, T) else T(np.asarray(Y))
     if not Y.dtype.is_int: raise TypeError(f"{what}: class targets must be integers, got {Y.dtype}")
     if Y.shape != self.shape[:-1]:
-      raise ValueError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
+      raise UsageError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
+    ids = Y._data()
+    bad = (ids < 0) | (ids >= self.shape[-1])
+    if ignore_index is not None: bad &= ids != ignore_index
+    if bad.any(): raise IndexError(f"{what}: target {int(ids[bad][0])} is out of bounds for {self.shape[-1]} classes")
     return Y
   def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:
     """self: logits (..., C); Y: integer class indices (...) or probabilities (..., C). PyTorch's cross_entropy
     with the class axis last."""
     T = type(self)
-    if not 0 <= label_smoothing <= 1: raise ValueError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
+    if not 0 <= label_smoothing <= 1: raise UsageError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
     Yt = Y if isinstance(Y, T) else T(np.asarray(Y))
     if Yt.dtype.is_float:
-      if Yt.shape != self.shape: raise ValueError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
+      if Yt.shape != self.shape: raise UsageError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
       probs = Yt
     else: probs = self._class_targets(Yt, "cross_entropy").one_hot(self.shape[-1]).cast(self.dtype)
     probs = probs * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return (-(self.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
   def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Self:
     """self: log-probabilities (..., C); Y: class indices. Mean over the counted (weighted) targets, as PyTorch."""
-    Y = self._class_targets(Y, "nll_loss")
+    Y = self._class_targets(Y, "nll_loss", ignore_index)
     hot = Y.one_hot(self.shape[-1]).cast(self.dtype)
     w = hot if weight is None else hot * weight
     if ignore_index is not None: w = w * (Y.ne(ignore_index)).unsqueeze(-1)
@@ -129,7 +136,7 @@ class NNMixin(IndexingMixin):
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> Self:
     """tinygrad's: cross entropy of logits with class indices; targets equal to ignore_index do not count."""
-    Y = self._class_targets(Y, "sparse_categorical_crossentropy")
+    Y = self._class_targets(Y, "sparse_categorical_crossentropy", ignore_index)
     counted = Y.ne(ignore_index)
     hot = (Y * counted).one_hot(self.shape[-1]).cast(self.dtype) * counted.unsqueeze(-1)
     logp = self.log_softmax(-1)

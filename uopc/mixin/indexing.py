@@ -15,6 +15,7 @@ from uopc.mixin.movement import _norm_axis
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.shapes import broadcast_shape
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 
 class IndexingMixin(ReduceMixin):
@@ -66,9 +67,9 @@ class IndexingMixin(ReduceMixin):
     T = type(self)
     index = _index_tensor(T, index, self.shape[_norm_axis(dim, self.ndim)], "gather")
     dim = _norm_axis(dim, self.ndim)
-    if index.ndim != self.ndim: raise ValueError(f"gather: index {index.shape} needs as many axes as {self.shape}")
+    if index.ndim != self.ndim: raise UsageError(f"gather: index {index.shape} needs as many axes as {self.shape}")
     for k, (a, b) in enumerate(zip(index.shape, self.shape)):
-      if k != dim and a > b: raise ValueError(f"gather: index {index.shape} is larger than {self.shape} on axis {k}")
+      if k != dim and a > b: raise UsageError(f"gather: index {index.shape} is larger than {self.shape} on axis {k}")
     x = self.shrink([(0, s) if k != dim else None for k, s in enumerate(index.shape)])
     n = x.shape[dim]
     xl, il = x.transpose(dim, -1), index.transpose(dim, -1)                              # dim last

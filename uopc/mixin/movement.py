@@ -10,6 +10,7 @@ from uopc.helpers import prod
 from uopc.mixin.elementwise import ElementwiseMixin, Self
 from uopc.mixin.shapes import axis_index as _axis, shape_arg as _shape_arg
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 
 def _norm_axis(axis: int, ndim: int) -> int:
@@ -32,23 +33,23 @@ class MovementMixin(ElementwiseMixin):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     shape = [self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)]
     shape = list(_shape_arg(shape, "reshape"))
-    if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {tuple(shape)}")
+    if shape.count(-1) > 1: raise UsageError(f"reshape: only one -1 allowed, got {tuple(shape)}")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
-      if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: cannot reshape {self.shape} into {tuple(shape)}")
+      if rest == 0 or self.numel() % rest: raise UsageError(f"reshape: cannot reshape {self.shape} into {tuple(shape)}")
       shape[shape.index(-1)] = self.numel() // rest
     if any(s < 0 for s in shape) or prod(shape) != self.numel():
-      raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {tuple(shape)}")
+      raise UsageError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {tuple(shape)}")
     return self if tuple(shape) == self.shape else self._mv(Ops.RESHAPE, tuple(shape))
 
   def expand(self, *shape) -> Self:
     shape = _shape_arg(shape, "expand")
-    if any(n < -1 for n in shape): raise ValueError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
+    if any(n < -1 for n in shape): raise UsageError(f"expand: sizes must be non-negative (or -1 to keep), got {shape}")
     shape = tuple(s if s != -1 else o for s, o in zip(shape, (1,) * (len(shape) - self.ndim) + self.shape))
-    if len(shape) < self.ndim: raise ValueError(f"expand: {self.shape} has more dimensions than {shape}")
+    if len(shape) < self.ndim: raise UsageError(f"expand: {self.shape} has more dimensions than {shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     for a, b in zip(x.shape, shape):
-      if a != b and a != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
+      if a != b and a != 1: raise UsageError(f"expand: cannot expand {self.shape} to {shape} (only size-1 axes expand)")
     return x if shape == x.shape else x._mv(Ops.EXPAND, shape)
 
   def _broadcast(self, shape: tuple[int, ...]) -> Self:
@@ -59,7 +60,7 @@ class MovementMixin(ElementwiseMixin):
   def permute(self, *order) -> Self:
     order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
     if sorted(order) != list(range(self.ndim)):
-      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+      raise UsageError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
 
   def transpose(self, a: int = -2, b: int = -1) -> Self:
@@ -73,7 +74,7 @@ class MovementMixin(ElementwiseMixin):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Self:
     arg = tuple((0, s) if a is None else _shape_arg(tuple(a), "shrink") for a, s in zip(arg, self.shape))
-    if len(arg) != self.ndim: raise ValueError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
+    if len(arg) != self.ndim: raise UsageError(f"shrink: need one (begin, end) pair per axis of {self.shape}: {arg}")
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s:
         raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
@@ -83,15 +84,15 @@ class MovementMixin(ElementwiseMixin):
     """One (before, after) pair (or None) per axis, or PyTorch's flat form (last axis first: left, right, top, ...).
     A negative size cuts (a SHRINK); value fills the padding (PAD fills zeros; another value is a where)."""
     if all(isinstance(a, (int, np.integer)) for a in arg):   # the flat form
-      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise ValueError(f"pad: flat padding {tuple(arg)} for {self.shape}")
+      if len(arg) % 2 or len(arg) > 2 * self.ndim: raise UsageError(f"pad: flat padding {tuple(arg)} for {self.shape}")
       pairs = [tuple(arg[k:k + 2]) for k in range(0, len(arg), 2)][::-1]
       arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs
     arg = tuple((0, 0) if a is None else _shape_arg(tuple(a), "pad") for a in arg)
     if len(arg) != self.ndim or any(len(a) != 2 for a in arg):
-      raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
+      raise UsageError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
     if any(lo < 0 or hi < 0 for lo, hi in arg):     # cut first, then pad what is left
       cut = [(max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(arg, self.shape)]
-      if any(b > e for b, e in cut): raise ValueError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
+      if any(b > e for b, e in cut): raise UsageError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
       return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value)
     if all(a == (0, 0) for a in arg): return self
     out = self._mv(Ops.PAD, arg)
@@ -107,7 +108,7 @@ class MovementMixin(ElementwiseMixin):
     for v in (start, stop, step):
       if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise TypeError(f"arange: start, stop and step must be numbers, got {v!r}")
-    if step == 0: raise ValueError("arange: step must not be 0")
+    if step == 0: raise UsageError("arange: step must not be 0")
     whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
     return cls(np.arange(start, stop, step), dtype or (dtypes.int if whole else dtypes.default_float))
 
@@ -117,7 +118,7 @@ class MovementMixin(ElementwiseMixin):
     return (cls.arange(n).reshape(n, 1) == cls.arange(m).reshape(1, m)).cast(dtype)
 
   def _tri(self, k: int, lower: bool) -> Self:
-    if self.ndim < 2: raise ValueError(f"tril/triu need a tensor with at least 2 dimensions, got shape {self.shape}")
+    if self.ndim < 2: raise UsageError(f"tril/triu need a tensor with at least 2 dimensions, got shape {self.shape}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)): raise TypeError(f"tril/triu: k must be an int: {k}")
     r, c = self.shape[-2:]
     rows, cols = type(self).arange(r).reshape(r, 1) + int(k), type(self).arange(c).reshape(1, c)
@@ -147,7 +148,7 @@ class MovementMixin(ElementwiseMixin):
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
     if self.ndim == 0: return self.reshape(1)
     a, b = _norm_axis(start_dim, self.ndim), _norm_axis(end_dim, self.ndim)
-    if a > b: raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+    if a > b: raise UsageError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
     return self.reshape(self.shape[:a] + (prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
   def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
     dim = _norm_axis(dim, self.ndim)
@@ -157,8 +158,8 @@ class MovementMixin(ElementwiseMixin):
   def repeat(self, *repeats) -> Self:
     """Tile: repeat(2, 3) of a (4, 5) tensor is (8, 15). A RESHAPE, an EXPAND and a RESHAPE, no copies."""
     reps = _shape_arg(repeats, "repeat")
-    if len(reps) < self.ndim: raise ValueError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
-    if any(r < 0 for r in reps): raise ValueError(f"repeat: counts must be non-negative, got {reps}")
+    if len(reps) < self.ndim: raise UsageError(f"repeat: {reps} has fewer sizes than {self.shape} has axes")
+    if any(r < 0 for r in reps): raise UsageError(f"repeat: counts must be non-negative, got {reps}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     x = self.reshape(tuple(d for s in base for d in (1, s)))
     x = x.expand(tuple(d for r, s in zip(reps, base) for d in (r, s)))
@@ -167,7 +168,7 @@ class MovementMixin(ElementwiseMixin):
     """Tensor.stack([a, b], axis) or tinygrad's a.stack(b, dim=) and Tensor.stack(a, b, dim=)."""
     tensors, axis = _tensor_list("stack", self, args, dim, axis)
     shapes = {t.shape for t in tensors}
-    if len(shapes) != 1: raise ValueError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
+    if len(shapes) != 1: raise UsageError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
     dt = least_upper_dtype(*(t.dtype for t in tensors))   # mixed dtypes promote, as in cat and PyTorch
     out = tensors[0].cast(dt)._alu(Ops.STACK, *(t.cast(dt) for t in tensors[1:]))
     axis = _norm_axis(axis, out.ndim)
@@ -182,7 +183,7 @@ class MovementMixin(ElementwiseMixin):
     axis = _norm_axis(axis, first.ndim)
     for t in tensors:
       if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
-        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
+        raise UsageError(f"cat: shapes {[x.shape for x in tensors]} differ outside axis {axis}")
     total, at, out = sum(t.shape[axis] for t in tensors), 0, None
     for t in tensors:
       p = t.pad([(at, total - at - t.shape[axis]) if k == axis else (0, 0) for k in range(t.ndim)])
@@ -195,11 +196,11 @@ class MovementMixin(ElementwiseMixin):
     dim = _norm_axis(dim, self.ndim)
     n = self.shape[dim]
     if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
-      if sizes <= 0: raise ValueError(f"split: the piece size must be positive, got {sizes}")
+      if sizes <= 0: raise UsageError(f"split: the piece size must be positive, got {sizes}")
       sizes = [min(int(sizes), n - at) for at in range(0, n, int(sizes))] or [0]
     sizes = list(sizes)
     if sum(sizes) != n or any(s < 0 for s in sizes):
-      raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of axis {dim} of {self.shape}")
+      raise UsageError(f"split: sizes {sizes} do not add up to {n}, the size of axis {dim} of {self.shape}")
     out, at = [], 0
     for s in sizes:
       out.append(self.shrink([(at, at + s) if k == dim else None for k in range(self.ndim)]))
@@ -207,7 +208,7 @@ class MovementMixin(ElementwiseMixin):
     return out
   def chunk(self, chunks: int, dim: int = 0) -> list[Self]:
     """chunks pieces (fewer if the axis is short), each of ceil(n / chunks) elements but the last."""
-    if chunks <= 0: raise ValueError(f"chunk: the number of chunks must be positive, got {chunks}")
+    if chunks <= 0: raise UsageError(f"chunk: the number of chunks must be positive, got {chunks}")
     n = self.shape[_norm_axis(dim, self.ndim)]
     return self.split(max(1, math.ceil(n / chunks)), dim)
 
@@ -222,7 +223,7 @@ def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Movemen
       if len(args) > 1 or ax is not None: raise TypeError(f"{what}: Tensor.{what}(tensors, axis) takes one axis")
       ax = args[0]
   else: tensors = [first, *args]
-  if not tensors: raise ValueError(f"{what}: needs at least one tensor")
+  if not tensors: raise UsageError(f"{what}: needs at least one tensor")
   for t in tensors:
     if not isinstance(t, MovementMixin): raise TypeError(f"{what}: expected Tensors, got {type(t).__name__}")
   return tensors, 0 if ax is None else ax

@@ -9,6 +9,7 @@ from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import MovementMixin
 from uopc.mixin.shapes import axis_index as _axis, broadcast_shape
 from uopc.uop import Ops
+from uopc.errors import UsageError
 
 
 class ReduceMixin(MovementMixin):
@@ -26,7 +27,7 @@ class ReduceMixin(MovementMixin):
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
       if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
-        raise ValueError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
+        raise UsageError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
       out = type(self).full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
       return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
@@ -83,7 +84,7 @@ class ReduceMixin(MovementMixin):
     axis = _axis(axis, self.ndim)
     if self.ndim == 0: return T.full((), 0, dtypes.int)
     n = self.shape[axis]
-    if n == 0: raise ValueError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
+    if n == 0: raise UsageError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
     best = (self.min if smallest else self.max)(axis, keepdim=True)
     hit = self.eq(best) | (self.isnan() & best.isnan())                             # a nan is the max, as in NumPy
     count_down = T.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - axis - 1))
@@ -103,11 +104,11 @@ class ReduceMixin(MovementMixin):
   def matmul(self, w: Self) -> Self:
     """(..., n, k) @ (..., k, m): broadcast to (..., n, m, k) and sum the last axis."""
     if self.ndim == 0 or w.ndim == 0:
-      raise ValueError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
+      raise UsageError(f"matmul: scalars are not matrices (shapes {self.shape} and {w.shape})")
     x = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
     y = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
     if x.shape[-1] != y.shape[-2]:
-      raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
+      raise UsageError(f"matmul: shapes {self.shape} and {w.shape} do not match ({x.shape[-1]} != {y.shape[-2]})")
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
     # the nodes x.reshape(..., n, 1, k).expand(*batch, n, m, k) and y.transpose(-1, -2).reshape(..., 1, m, k).expand(

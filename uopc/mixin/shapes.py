@@ -1,6 +1,7 @@
 """Shapes and axes as the Tensor front end checks them: one place for the rules every Tensor method shares."""
 from __future__ import annotations
 import numpy as np
+from uopc.errors import UsageError
 
 
 def axis_index(axis: int, ndim: int) -> int:
@@ -19,7 +20,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   for k in range(n):
     sizes = {p[k] for p in padded} - {1}
     if len(sizes) > 1:
-      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
+      raise UsageError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
     out.append(sizes.pop() if sizes else 1)
   return tuple(out)
 

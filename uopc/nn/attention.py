@@ -18,6 +18,7 @@ from uopc.kernels.fa2 import fa2_ir
 from uopc.nn import flash as nn_flash
 from uopc.render_c import render_c
 from uopc.runtime import Program
+from uopc.errors import UsageError
 
 ROWS, KEYS = 8, 32          # query block and key tile (see uopc.bench attention and NOTES)
 FA2_BQ, FA2_BK = 32, 16     # on a GPU device: queries per work-group (one a work-item), keys per local tile
@@ -60,14 +61,14 @@ def _device_of(*xs) -> str:
   """The device of the Tensors among xs (CPU for arrays); they must agree."""
   from uopc.tensor import Tensor
   devices = {x.device for x in xs if isinstance(x, Tensor)}
-  if len(devices) > 1: raise ValueError(f"scaled_dot_product_attention: q, k, v are on different devices {devices}")
+  if len(devices) > 1: raise UsageError(f"scaled_dot_product_attention: q, k, v are on different devices {devices}")
   return devices.pop() if devices else "CPU"
 
 
 def _as_array(x, what: str) -> np.ndarray:
   from uopc.tensor import Tensor
   a = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
-  if a.ndim < 2: raise ValueError(f"scaled_dot_product_attention: {what} needs shape (..., N, D), got {a.shape}")
+  if a.ndim < 2: raise UsageError(f"scaled_dot_product_attention: {what} needs shape (..., N, D), got {a.shape}")
   if a.dtype != np.float32: raise TypeError(f"scaled_dot_product_attention: {what} is {a.dtype}, only float32 works")
   return a
 
@@ -92,14 +93,18 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   device = _device_of(q, k, v)
   q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
   where = "scaled_dot_product_attention"
-  if q.shape[-1] != k.shape[-1]: raise ValueError(f"{where}: q {q.shape} and k {k.shape} differ in D")
-  if k.shape[-2] != v.shape[-2]: raise ValueError(f"{where}: k {k.shape} and v {v.shape} differ in Nk")
+  if q.shape[-1] != k.shape[-1]: raise UsageError(f"{where}: q {q.shape} and k {k.shape} differ in D")
+  if k.shape[-2] != v.shape[-2]: raise UsageError(f"{where}: k {k.shape} and v {v.shape} differ in Nk")
   try: batch = q.shape[:-2] if q.shape[:-2] == k.shape[:-2] == v.shape[:-2] else \
     tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
   except ValueError:
-    raise ValueError(f"{where}: batch dims of q {q.shape}, k {k.shape}, v {v.shape} do not broadcast") from None
+    raise UsageError(f"{where}: batch dims of q {q.shape}, k {k.shape}, v {v.shape} do not broadcast") from None
   nq, nk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
   heads = math.prod(batch)
+  if d == 0 and scale is None: raise UsageError(f"{where}: q {q.shape} has D = 0, so the default scale 1/sqrt(D) is "
+                                                "infinite; give scale=")
+  if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1):
+    raise UsageError(f"{where}: splits must be a positive integer (1 turns flash-decoding off), got {splits!r}")
   scale = 1 / math.sqrt(d) if scale is None else float(scale)
   if heads == 0 or nq == 0 or nk == 0:   # nothing to attend
     return Tensor(np.zeros(batch + (nq, dv), np.float32), device=device)
@@ -112,13 +117,13 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     if m.dtype.kind in "iu": m = m != 0   # an integer mask is a boolean one (1 takes part), not scores to add
     try: m = np.broadcast_to(m, batch + (nq, nk))
     except ValueError:
-      raise ValueError(f"{where}: attn_mask {m.shape} does not broadcast to {batch + (nq, nk)}") from None
+      raise UsageError(f"{where}: attn_mask {m.shape} does not broadcast to {batch + (nq, nk)}") from None
     mask = np.where(m, 0.0, -np.inf).astype(np.float32) if m.dtype == np.bool_ else m.astype(np.float32)
   # flash-decoding when there are too few query rows to keep every thread busy
   threads = omp_threads()
   few_rows = heads * _ceil(nq, ROWS) < 2 * threads
   if splits is None: splits = min(32, max(1, nk // 256)) if few_rows and not is_causal else 1
-  if is_causal and splits > 1: raise ValueError(f"{where}: flash-decoding (splits > 1) is not causal")
+  if is_causal and splits > 1: raise UsageError(f"{where}: flash-decoding (splits > 1) is not causal")
   if device != "CPU" and mask is None and splits == 1 and (FA2_BK * d) % _fa2_bq(nq) == 0 \
      and (FA2_BK * dv) % _fa2_bq(nq) == 0:
     return _fa2(q, k, v, batch, is_causal, scale, device)

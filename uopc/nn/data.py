@@ -9,6 +9,7 @@ train/validation split and random batches.
 from __future__ import annotations
 import hashlib, pathlib
 import numpy as np
+from uopc.errors import UsageError
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "shakespeare.txt"
 
@@ -20,7 +21,7 @@ def load_text(path=DATA, verify: bool = True) -> str:
   checksum = path.with_suffix(".txt.sha256")
   if verify and checksum.exists():
     want, got = checksum.read_text().split()[0], hashlib.sha256(raw).hexdigest()
-    if want != got: raise ValueError(f"{path}: sha256 {got} does not match {checksum.name} ({want})")
+    if want != got: raise UsageError(f"{path}: sha256 {got} does not match {checksum.name} ({want})")
   return raw.decode("utf-8")
 
 
@@ -35,10 +36,15 @@ class CharTokenizer:
 
   def encode(self, s: str) -> np.ndarray:
     unknown = sorted(set(s) - set(self.stoi))
-    if unknown: raise ValueError(f"encode: characters {unknown!r} are not in the tokenizer's alphabet")
+    if unknown: raise UsageError(f"encode: characters {unknown!r} are not in the tokenizer's alphabet")
     return np.array([self.stoi[c] for c in s], np.int32)
 
-  def decode(self, ids) -> str: return "".join(self.chars[int(k)] for k in ids)
+  def decode(self, ids) -> str:
+    ids = [int(k) for k in ids]
+    bad = sorted({k for k in ids if not 0 <= k < len(self.chars)})
+    if bad: raise UsageError(f"decode: ids {bad[:5]} are outside the alphabet of {len(self.chars)} characters (a model "
+                             "trained with another vocabulary?)")
+    return "".join(self.chars[k] for k in ids)
 
 
 def split(ids: np.ndarray, train_fraction: float = 0.9) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ import numpy as np
 from uopc.dtype import DType, dtypes
 from uopc.nn.layers import Module, Linear, Embedding, LayerNorm, Dropout, _rng
 from uopc.tensor import Tensor
+from uopc.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Block(Module):
 
 class GPT(Module):
   def __init__(self, cfg: GPTConfig, seed: int = 0, dtype: DType = dtypes.f32):
-    if cfg.n_embd % cfg.n_head: raise ValueError(f"GPT: n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}")
+    if cfg.n_embd % cfg.n_head: raise UsageError(f"GPT: n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}")
     rng = _rng(seed)
     self.config = cfg
     self.wte = Embedding(cfg.vocab_size, cfg.n_embd, rng, std=0.02, dtype=dtype)        # (V, C)
@@ -100,7 +101,7 @@ class GPT(Module):
     """idx (B, T) token ids -> logits (B, T, V); with targets (B, T) also the mean cross entropy: (logits, loss)."""
     idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx, np.int32))
     B, T = idx.shape
-    if T > self.config.block_size: raise ValueError(f"GPT: {T} tokens, the block size is {self.config.block_size}")
+    if T > self.config.block_size: raise UsageError(f"GPT: {T} tokens, the block size is {self.config.block_size}")
     pos = self.wpe.weight[:T]                                                             # (T, C)
     x = self.drop(self.wte(idx) + pos)                                                    # (B, T, C)
     for block in self.blocks: x = block(x)

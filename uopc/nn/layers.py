@@ -13,6 +13,7 @@ import math
 import numpy as np
 from uopc.dtype import DType, dtypes, np_dtype
 from uopc.tensor import Tensor
+from uopc.errors import UsageError
 
 
 def _rng(seed) -> np.random.Generator:
@@ -52,7 +53,11 @@ def named_parameters(obj) -> dict[str, Tensor]:
   return out
 
 
-def save_npz(state: dict[str, np.ndarray], path) -> None: np.savez(path, **state)
+def save_npz(state: dict[str, np.ndarray], path) -> None:
+  """Write the arrays to exactly `path` (np.savez given a name appends .npz to one that lacks it; given a file, not)."""
+  with open(path, "wb") as f: np.savez(f, **state)
+
+
 def load_npz(path) -> dict[str, np.ndarray]:
   with np.load(path) as f: return {k: f[k] for k in f.files}
 
@@ -96,7 +101,7 @@ class Module:
     for k, p in params.items():
       if k not in state: continue
       a = np.asarray(state[k])
-      if a.shape != p.shape: raise ValueError(f"load_state_dict: {k} has shape {a.shape}, the model's is {p.shape}")
+      if a.shape != p.shape: raise UsageError(f"load_state_dict: {k} has shape {a.shape}, the model's is {p.shape}")
       if np_dtype(p.dtype) == a.dtype: np.copyto(p._data(), a.reshape(-1))   # into its own buffer: a captured step
       else: p.uop, p.lazy = Tensor(a).uop, None                               # (uopc.jit) sees the new weights
       p.grad = None
@@ -151,7 +156,7 @@ class Dropout(Module):
   """Zeroes each element with probability p while training and scales the rest by 1/(1-p); the identity in eval().
   Each call draws a fresh mask from the module's own generator (seeded), as a buffer, so the plan stays the same."""
   def __init__(self, p: float = 0.5, seed: int = 0):
-    if not 0 <= p < 1: raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+    if not 0 <= p < 1: raise UsageError(f"Dropout: p must be in [0, 1), got {p}")
     self.p, self._gen = p, np.random.default_rng(seed)
 
   def __call__(self, x: Tensor) -> Tensor:

@@ -15,7 +15,7 @@ import os
 import warnings
 import numpy as np
 from uopc.dtype import np_dtype
-from uopc.renderer import KernelSource
+from uopc.signature import KernelSource
 from uopc.render_gpu import CL_PRELUDE
 from uopc.runtime.toolchain import CompileError, cache_dir, numbered
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 from uopc.dtype import np_dtype
-from uopc.renderer import KernelSource
+from uopc.signature import KernelSource
 from uopc.render_gpu import CUDA_PRELUDE
 from uopc.runtime.toolchain import CompileError, numbered
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import cffi
 from uopc.dtype import np_dtype
-from uopc.renderer import Signature, check_identifier
+from uopc.signature import Signature, check_identifier
 from uopc.runtime import build, calls
 from uopc.runtime.flags import FLAGS, PRELUDE
 from uopc.runtime.toolchain import CompileError, cache_dir, compiler, numbered
