@@ -15,7 +15,9 @@ arguments' data, with no Python graph, no normalize and no plan lookup.
 
 What replay cannot see: a value the function builds from Python on each call (a learning rate as a Python float,
 a Tensor made from fresh NumPy data inside the function) is captured as it was on the second call. Pass such
-values as arguments, or keep them in Tensors the function assigns.
+values as arguments, or keep them in Tensors the function assigns. The exception is a random seed made by
+uopc.rng.draw_seed (dropout's): the capture notes it, and every replay first writes its generator's next draw into
+it, so each replay draws fresh random numbers.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 from uopc.capture import capturing
 from uopc.kernelize import replay
+from uopc.rng import refill_of
 from uopc.tensor import Tensor
 
 @dataclass
@@ -41,12 +44,13 @@ class JitError(RuntimeError):
 class TinyJit:
   def __init__(self, fn: Callable):
     self.fn, self.calls, self.steps = fn, 0, None
+    self.refills: list[Callable] = []        # per seed array (uopc.rng) the plans read: draw its next value
     self.spec: list[tuple] | None = None     # (shape, dtype) of each Tensor argument, as captured
     self.returns: Any = None                 # how to rebuild the result: ("out", step, i, shape, dtype) leaves
 
   def reset(self) -> None:
     """Forget the capture: the next two calls run the function again."""
-    self.calls, self.steps, self.spec, self.returns = 0, None, None, None
+    self.calls, self.steps, self.spec, self.returns, self.refills = 0, None, None, None, []
 
   def __call__(self, *args):
     tensors = [a for a in args if isinstance(a, Tensor)]
@@ -70,16 +74,18 @@ class TinyJit:
   def _resolve(self, rec: list, arg_arrays: list[np.ndarray]) -> list[Step]:
     """Name where every input array of every recorded realize came from."""
     made: dict[int, tuple[int, int]] = {}   # id(array) -> (step, output) of the realize that produced it
-    steps = []
+    steps, seeds = [], {}
     for k, (plan, options, arrays, outs, writes) in enumerate(rec):
       src = []
       for a in arrays:
         if any(a is x for x in arg_arrays): src.append(("arg", next(n for n, x in enumerate(arg_arrays) if a is x)))
         elif id(a) in made: src.append(("out",) + made[id(a)])
-        else: src.append(("keep", a))
+        else:
+          src.append(("keep", a))
+          if (refill := refill_of(a)) is not None: seeds.setdefault(id(a), refill)
       for i, o in enumerate(outs): made[id(o)] = (k, i)
       steps.append(Step(plan, options, src, writes))
-    self._made = made
+    self._made, self.refills = made, list(seeds.values())
     return steps
 
   def _origin(self, t) -> tuple:
@@ -89,6 +95,7 @@ class TinyJit:
 
   def _replay(self, arg_arrays: list[np.ndarray]):
     results: list[list[np.ndarray]] = []
+    for refill in self.refills: refill()     # each random seed once per replay, before any kernel reads it
     for st in self.steps:
       arrays = [arg_arrays[s[1]] if s[0] == "arg" else results[s[1]][s[2]] if s[0] == "out" else s[1]
                 for s in st.inputs]
