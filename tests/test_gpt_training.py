@@ -157,3 +157,16 @@ def test_baby_preset_trains_and_samples():
   assert PROMPT in text
   out = sample(t.model, tok, n=10, seed=0)
   assert out.startswith(PROMPT) and len(out) == len(PROMPT) + 10
+
+
+# ---- the PyTorch twin (optional: skipped without torch) ----
+def test_pytorch_twin_agrees_for_the_first_ten_steps(tmp_path):
+  pytest.importorskip("torch")
+  from uopc.bench.gpt_twin import twin
+  rows = twin("chapter", steps=10, out=tmp_path, progress=False)
+  line = next(r for r in rows if r.startswith("first 10 steps"))
+  assert float(line.split("=")[1].split(";")[0]) < 1e-3, line
+  table = np.loadtxt(tmp_path / "gpt_chapter_twin.csv", delimiter=",", skiprows=1)
+  assert table.shape == (10, 4) and np.abs(table[:, 2] - table[:, 3]).max() < 1e-3
+  assert (tmp_path / "gpt_chapter_twin.png").stat().st_size > 0
+  assert (tmp_path / "gpt_chapter_sample.txt").read_text().splitlines()[2] == PROMPT.strip()
