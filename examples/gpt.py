@@ -8,8 +8,9 @@
 The recipe is uopc.nn.train's (AdamW on two parameter groups, gradient clipping, warm-up and cosine decay); each
 step is one plan, captured and replayed (uopc.jit.TinyJit). Progress goes to stderr: a bar with the loss, the step
 time and tokens/s, and the validation loss every eval_interval steps. The loss curve is written as CSV and PNG
-(--curve PREFIX), the checkpoint as .npz. The last line on stdout is `validation loss X.XXXX (ln V = Y.YYYY)`.
-On cores shared with other work, OMP_NUM_THREADS=1 is the faster setting (NOTES 15 has the numbers).
+(--curve PREFIX; by default beside the checkpoint), the checkpoint as .npz. The last line on stdout is
+`validation loss X.XXXX (ln V = Y.YYYY)`. On cores shared with other work, OMP_NUM_THREADS=1 is the faster setting
+(NOTES 15 has the numbers).
 """
 from __future__ import annotations
 import argparse, json, math, pathlib, sys, time
@@ -76,7 +77,7 @@ def main() -> None:
   ap.add_argument("--resume", default=None, help="continue training from this checkpoint (Trainer.save's)")
   ap.add_argument("--load", default=None, help="start from the weights of this checkpoint")
   ap.add_argument("--curve", default=None, help="write the loss curve to CURVE.csv, CURVE_val.csv, CURVE.png "
-                                                "(default gpt_<preset>_loss)")
+                                                "(default: beside the checkpoint, <checkpoint>_loss)")
   ap.add_argument("--sample", type=int, default=200, help="characters to generate after training (0: none)")
   args = ap.parse_args()
   Tensor.opt = VectorOpt if args.opt == "vector" else DefaultOpt
@@ -126,7 +127,7 @@ def main() -> None:
           f"{tokens / np.median(steady):.0f} tokens/s; train loss {np.mean([r[1] for r in rows[-20:]]):.4f} "
           f"(last 20)", file=sys.stderr)
     trainer.save(args.checkpoint)
-    curve = args.curve or f"gpt_{args.preset}_loss"
+    curve = args.curve or str(pathlib.Path(args.checkpoint).with_suffix("")) + "_loss"
     write_curve(curve, rows, trainer.evals, f"uopc, preset {args.preset}: {model.num_parameters()} parameters")
     print(f"wrote {args.checkpoint}, {curve}.csv, {curve}_val.csv, {curve}.png", file=sys.stderr)
   if args.sample:
