@@ -13,16 +13,20 @@
 # character-level GPT on eight Shakespeare plays with nothing but uopc, on the CPU, and reads what the compiler
 # does with one training step. You will
 # - prepare **real text** (public-domain plays, committed with a checksum) and a character tokenizer;
-# - build the model **piece by piece**, `Linear`, `LayerNorm`, `Embedding`, causal self-attention, the whole GPT,
-#   checking each piece's forward against NumPy and its gradients against finite differences, in float64;
-# - write **AdamW** so that a training step is **one plan**: the forward, the backward and every update realized
-#   together, and the same plan reused at every step;
+# - write the pieces **yourself from Tensor ops first**: a LayerNorm, causal self-attention, an MLP block and
+#   AdamW's update, each checked against NumPy in float64, then the same pieces from `uopc.nn`;
+# - check every gradient against finite differences, and the whole GPT against its NumPy twin;
+# - train as **nanoGPT** trains: AdamW with weight decay on the 2-D weights only (parameter groups), gradient
+#   clipping by global norm, a warm-up and a cosine decay, and a training step that is **one plan**, captured and
+#   replayed;
 # - look at where a step's time goes (graph building, scheduling, kernels);
-# - train for a short run, plot the **loss curves** and sample text;
-# - reproduce **NOTES 15**, which chapter 11 cites: the same step with the LayerNorm outputs staged and unstaged.
+# - train the chapter's model, plot the **loss curves** and sample text in the corpus's own format;
+# - reproduce **NOTES 15**, which chapter 11 cites: the same step with the LayerNorm outputs staged and unstaged;
+# - read the curves of nanoGPT's CPU "baby GPT" trained by uopc and by a PyTorch twin (`make outputs`).
 #
 # The finished pieces are `uopc.nn` (`Linear`, `Embedding`, `LayerNorm`, `Dropout`, `GPT`), `uopc.optim`
-# (`SGD`, `AdamW`), `uopc.nn.data`, `examples/gpt.py` and `python -m uopc.bench gpt`. Timings were measured on the
+# (`SGD`, `AdamW`, `clip_grad_norm_`), `uopc.nn.train` (presets, the schedule, `Trainer`), `uopc.nn.data`,
+# `examples/gpt.py` and `python -m uopc.bench gpt`. Timings were measured on the
 # machine below while other work shared its two cores: read them as "measured under load".
 
 # %% tags=["nbval-ignore-output"]
@@ -64,7 +68,135 @@ x, y = get_batch(train_ids, 2, 12, np.random.default_rng(0))
 for a, b in zip(x, y): print(repr(tok.decode(a)), "->", repr(tok.decode(b)))
 
 # %% [markdown]
-# ## 14.2 The pieces, each checked
+# ## 14.2 The pieces, from Tensor ops
+#
+# A GPT block is a LayerNorm, causal self-attention, another LayerNorm and an MLP; training adds AdamW's update.
+# Each is a few lines of Tensor operations. Here they are, written in this notebook, each compared with the same
+# formula in NumPy, in float64 (so agreement to 1e-12 means the same arithmetic, not luck):
+
+# %%
+from uopc.dtype import dtypes
+from uopc.tensor import Tensor
+
+
+def layernorm(x, w, b, eps=1e-5):                                       # x (..., C)
+  mu = x.mean(-1, keepdim=True)
+  var = ((x - mu) * (x - mu)).mean(-1, keepdim=True)                    # the biased variance, as PyTorch's
+  return (x - mu) / (var + eps).sqrt() * w + b
+
+
+def self_attention(x, w_qkv, b_qkv, w_proj, b_proj, n_head):            # x (B, T, C)
+  B, T, C = x.shape
+  D = C // n_head
+  q, k, v = (x @ w_qkv.T + b_qkv).split(C, dim=-1)                      # (B, T, C) each
+  q, k, v = (t.reshape(B, T, n_head, D).transpose(1, 2) for t in (q, k, v))   # (B, H, T, D)
+  s = q @ k.transpose(-2, -1) * (1 / math.sqrt(D))                      # (B, H, T, T)
+  s = s.masked_fill(Tensor.ones(T, T, dtype=dtypes.bool).triu(1), -math.inf)  # query i never sees key j > i
+  e = (s - s.max(-1, keepdim=True)).exp()
+  y = (e / e.sum(-1, keepdim=True)) @ v                                 # (B, H, T, D)
+  return y.transpose(1, 2).reshape(B, T, C) @ w_proj.T + b_proj
+
+
+def mlp(x, w_fc, b_fc, w_proj, b_proj):
+  h = x @ w_fc.T + b_fc                                                 # (B, T, 4C)
+  h = 0.5 * h * (1 + (math.sqrt(2 / math.pi) * (h + 0.044715 * h * h * h)).tanh())   # GELU, GPT-2's tanh form
+  return h @ w_proj.T + b_proj
+
+
+def adamw_update(p, g, m, v, t, lr, b1, b2, eps, wd):                   # Tensors p, g, m, v; step t from 1
+  m = b1 * m + (1 - b1) * g
+  v = b2 * v + (1 - b2) * g * g
+  return p * (1 - lr * wd) - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps), m, v
+
+
+# the same four in NumPy
+def layernorm_np(x, w, b, eps=1e-5):
+  return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+
+def self_attention_np(x, w_qkv, b_qkv, w_proj, b_proj, n_head):
+  B, T, C = x.shape
+  qkv = np.split(x @ w_qkv.T + b_qkv, 3, -1)
+  q, k, v = (a.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3) for a in qkv)
+  s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(C // n_head)
+  s = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, s)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return ((e / e.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(B, T, C) @ w_proj.T + b_proj
+
+
+def mlp_np(x, w_fc, b_fc, w_proj, b_proj):
+  h = x @ w_fc.T + b_fc
+  return 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3))) @ w_proj.T + b_proj
+
+
+def adamw_np(p, g, m, v, t, lr, b1, b2, eps, wd):
+  m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+  return p * (1 - lr * wd) - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps), m, v
+
+
+rng = np.random.default_rng(0)
+C, H = 8, 2
+X = rng.standard_normal((2, 5, C))                                      # (B, T, C) float64
+W = {"ln_w": rng.uniform(0.5, 1.5, C), "ln_b": rng.standard_normal(C) * 0.1,
+     "qkv_w": rng.standard_normal((3 * C, C)) * 0.3, "qkv_b": rng.standard_normal(3 * C) * 0.1,
+     "proj_w": rng.standard_normal((C, C)) * 0.3, "proj_b": rng.standard_normal(C) * 0.1,
+     "fc_w": rng.standard_normal((4 * C, C)) * 0.3, "fc_b": rng.standard_normal(4 * C) * 0.1,
+     "out_w": rng.standard_normal((C, 4 * C)) * 0.3, "out_b": rng.standard_normal(C) * 0.1}
+T_ = {k: Tensor(v) for k, v in W.items()}
+
+
+def same(a, b): return bool(np.allclose(a, b, rtol=1e-12, atol=1e-12))
+
+
+mine = {"LayerNorm": layernorm(Tensor(X), T_["ln_w"], T_["ln_b"]).numpy(),
+        "causal self-attention": self_attention(Tensor(X), T_["qkv_w"], T_["qkv_b"], T_["proj_w"], T_["proj_b"],
+                                                H).numpy(),
+        "MLP": mlp(Tensor(X), T_["fc_w"], T_["fc_b"], T_["out_w"], T_["out_b"]).numpy()}
+ref = {"LayerNorm": layernorm_np(X, W["ln_w"], W["ln_b"]),
+       "causal self-attention": self_attention_np(X, W["qkv_w"], W["qkv_b"], W["proj_w"], W["proj_b"], H),
+       "MLP": mlp_np(X, W["fc_w"], W["fc_b"], W["out_w"], W["out_b"])}
+for name in mine: print(f"{name:22s} = NumPy (float64, within 1e-12): {same(mine[name], ref[name])}")
+p0, g0, m0, v0 = (rng.standard_normal((3, 4)) for _ in range(4))
+v0 = v0 * v0                                                            # a second moment is never negative
+args = (5, 1e-3, 0.9, 0.99, 1e-8, 0.1)                                  # t, lr, b1, b2, eps, weight decay
+new = [t.numpy() for t in adamw_update(*(Tensor(a) for a in (p0, g0, m0, v0)), *args)]
+print(f"{'AdamW update':22s} = NumPy (float64, within 1e-12): "
+      f"{all(same(a, b) for a, b in zip(new, adamw_np(p0, g0, m0, v0, *args)))}")
+
+# %% [markdown]
+# `uopc.nn` has the same pieces as modules that own their parameters (`LayerNorm`, and in `uopc.nn.gpt` the
+# `CausalSelfAttention` and `MLP` of a block), and `uopc.optim.AdamW` keeps m, v and the step count itself. Load
+# the weights above into them and they give the same numbers:
+
+# %%
+from uopc.nn import GPTConfig, LayerNorm
+from uopc.nn.gpt import MLP, CausalSelfAttention
+from uopc.optim import AdamW
+
+
+def load(module, arrays):
+  for p, a in zip(module.parameters(), arrays): p.uop = Tensor(a).uop
+
+
+piece_cfg = GPTConfig(vocab_size=11, block_size=5, n_layer=1, n_head=H, n_embd=C)
+ln_mod = LayerNorm(C, dtype=dtypes.f64)
+att_mod = CausalSelfAttention(piece_cfg, np.random.default_rng(1), dtypes.f64)
+mlp_mod = MLP(piece_cfg, np.random.default_rng(2), dtypes.f64)
+load(ln_mod, [W["ln_w"], W["ln_b"]])
+load(att_mod, [W["qkv_w"], W["qkv_b"], W["proj_w"], W["proj_b"]])
+load(mlp_mod, [W["fc_w"], W["fc_b"], W["out_w"], W["out_b"]])
+for name, module in (("LayerNorm", ln_mod), ("causal self-attention", att_mod), ("MLP", mlp_mod)):
+  print(f"uopc.nn {name:22s} = the notebook's: {same(module(Tensor(X)).numpy(), mine[name])}")
+p = Tensor(p0, requires_grad=True)
+opt1 = AdamW([p], lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+(p * Tensor(g0)).sum().backward()                                       # a loss whose gradient is g0
+opt1.step()
+zero = Tensor(np.zeros((3, 4)))
+step1 = adamw_update(Tensor(p0), Tensor(g0), zero, zero, 1, 1e-3, 0.9, 0.99, 1e-8, 0.1)[0]
+print(f"uopc.optim.AdamW, step 1 = the notebook's: {same(p.numpy(), step1.numpy())}")
+
+# %% [markdown]
+# ### Gradients
 #
 # Every layer is a few Tensor operations; autograd (Chapter 9) differentiates them with no rule of its own. So the
 # checks are the same for every piece: a scalar loss built with uopc, the same loss computed with NumPy in
@@ -74,9 +206,8 @@ for a, b in zip(x, y): print(repr(tok.decode(a)), "->", repr(tok.decode(b)))
 # orders of magnitude.
 
 # %%
-from uopc.nn import Embedding, LayerNorm, Linear
+from uopc.nn import Embedding, Linear
 from uopc.optim import realize
-from uopc.tensor import Tensor
 
 
 def grad_check(name, uopc_loss, numpy_loss, params, h=1e-6, per_param=3, seed=0):
@@ -197,13 +328,29 @@ grad_check(f"GPT ({len(names)} parameters)", lambda: tiny(tx, ty)[1], tiny_np, t
 
 # %%
 import inspect
-from uopc.optim import AdamW
 print(inspect.getsource(AdamW._updates))
+
+# %% [markdown]
+# Weight decay pulls every decayed parameter towards 0 at each step. nanoGPT decays only the parameters with two
+# dimensions (the Linear weights and the embedding tables) and leaves the LayerNorm gains and the biases alone: a
+# gain decayed towards 0 would shrink the normalised activations it is there to scale. `AdamW` takes **parameter
+# groups** as PyTorch's optimizers do, a list of `{"params": [...], "weight_decay": ...}`, and
+# `uopc.nn.train.configure_optimizer` builds the two groups from the model (the `wd` line above reads each
+# parameter's group). The chapter's recipe is `preset("chapter")`:
+
+# %%
+from uopc.nn.train import configure_optimizer, decays, preset
+
+_, tc = preset("chapter", tok.vocab_size)
+print(tc)
+decay, no_decay = decays(model)
+print(f"decayed: {len(decay)} tensors, {sum(p.numel() for p in decay)} parameters (2-D); "
+      f"not decayed: {len(no_decay)} tensors, {sum(p.numel() for p in no_decay)} parameters (LayerNorm gains, biases)")
 
 # %%
 from uopc.kernelize import plan_cache_size
 
-opt = AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+opt = configure_optimizer(model, tc)
 batch_rng = np.random.default_rng(0)
 counts = []
 for step in range(3):
@@ -256,11 +403,14 @@ print(f"the other {len(order) - 5} kernels: {sum(kt['kernel_s'][j] for j in orde
 # ## 14.5 A training run
 #
 # `examples/gpt.py --steps 300` trains this model from the command line (a progress bar on stderr, a checkpoint
-# `.npz`, the validation loss on stdout). Here is the same loop, short enough for the notebook: AdamW with a
-# warm-up and a cosine decay, 1000 steps of 16 windows of 32 characters, the validation loss on 4 fixed batches
-# every 100 steps. The step is wrapped in `uopc.jit.TinyJit`: the first call runs it as written, the second records
-# every realize it makes (the plan, and where each input came from), and every later call replays those kernels on
-# the new batch with no graph built at all. That works because everything the step changes lives in buffers: the
+# `.npz` that `--resume` continues exactly, the loss curve as CSV and PNG, the validation loss on stdout), with
+# `uopc.nn.train.Trainer`. Here is the same loop written out, short enough for the notebook: the chapter preset's
+# recipe (printed above), 1000 steps of 16 windows of 32 characters, the gradients clipped to a global norm of at
+# most 1 (`clip_grad_norm_`, in the step's plan), the learning rate warmed up then decayed along a cosine
+# (`lr_at`, nanoGPT's `get_lr`), and the validation loss on 4 fixed batches every 100 steps. The step is wrapped
+# in `uopc.jit.TinyJit`: the first call runs it as written, the second records every realize it makes (the plan,
+# and where each input came from), and every later call replays those kernels on the new batch with no graph built
+# at all. That works because everything the step changes lives in buffers: the
 # parameters and moments are `assign`ed in place, AdamW's $\beta^t$ are tensors it multiplies every step, and the
 # learning rate is written into its own buffer (`opt.lr = ...`). A Python float in the graph would be frozen at
 # its second-call value.
@@ -277,22 +427,27 @@ def val_loss(m, batches=4, seed=1234):
   return out
 
 
+from uopc.nn.train import lr_at
+from uopc.optim import clip_grad_norm_
+
 model = GPT(cfg, seed=0)
-opt = AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+opt = configure_optimizer(model, tc)
 
 
 @TinyJit
 def train_step(xb: Tensor, yb: Tensor) -> Tensor:
   _, loss = model(xb, yb)
-  opt.zero_grad(); loss.backward(); opt.step(loss)
+  opt.zero_grad(); loss.backward()
+  clip_grad_norm_(opt.params, tc.grad_clip)                             # lazy: part of the step's one plan
+  opt.step(loss)
   return loss
 
 
-steps, lr, batch_rng = 1000, 3e-3, np.random.default_rng(0)
+steps, batch_rng = tc.steps, np.random.default_rng(0)
 train_curve, val_curve = [], [(0, val_loss(model))]
 t0 = time.perf_counter()
 for k in range(steps):
-  opt.lr = lr * min(1.0, (k + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * k / steps))   # into its buffer
+  opt.lr = lr_at(k, tc)                                                 # into its buffer
   xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
   train_curve.append(train_step(Tensor(xb), Tensor(yb)).item())
   if (k + 1) % 100 == 0: val_curve.append((k + 1, val_loss(model)))
@@ -319,15 +474,44 @@ plt.show()
 # The loss drops fast from ln V as the model learns which characters are common, then which follow which; the
 # validation curve stays a little above the training curve and follows it down: the validation text is another
 # play (A Midsummer Night's Dream, and the end of The Tempest), and a model this small does not overfit a megabyte
-# in 1000 steps. Sampling from it, one character at a time with temperature 0.8, starting from a speaker's name:
+# in 1000 steps. Sampling from it, one character at a time with temperature 0.8 from the 20 likeliest characters
+# (top-k), after a prompt in the text's own format: a speaker's abbreviated name on a line of its own.
+
+# %%
+from uopc.nn.train import PROMPT, sample
+print(repr(PROMPT), "occurs", text.count("\n" + PROMPT), "times in the text")
 
 # %% tags=["nbval-ignore-output"]
-print(tok.decode(model.generate(tok.encode("HAMLET:\n").tolist(), 240, temperature=0.8, seed=0)))
+print(sample(model, tok, PROMPT, 240, temperature=0.8, top_k=20, seed=0))
 
 # %% [markdown]
 # Words of about the right length, line breaks, capitalised names, punctuation: the shape of a play, learned from
-# characters; only short common words are spelled right yet. Longer training and a larger model (`examples/gpt.py
-# --steps 2000 --layers 4 --embd 128 --block 64`) go further, at several times the cost per step.
+# characters; only short common words are spelled right yet. Longer training and a larger model (section 14.8)
+# go further, at several times the cost per step.
+#
+# **Dropout under replay.** A dropout mask drawn with NumPy and handed to the graph would be an array the
+# captured plan keeps: every replay would reuse the second call's mask. uopc's `Dropout` instead computes its
+# mask in the kernel from a hash of each element's index and a one-number seed buffer (`uopc.rng`), and the
+# capture notes that buffer: every replay first draws the next seed from the module's generator into it. So each
+# replay drops different elements, and the same seed reproduces the run, captured or not:
+
+# %%
+from uopc.nn import Dropout
+
+drop, lin8 = Dropout(0.5, seed=0), Linear(8, 8, seed=0)
+
+
+@TinyJit
+def noisy(xb: Tensor) -> Tensor:
+  out = drop(lin8(xb))
+  out.realize()
+  return out
+
+
+ones = Tensor(np.ones((4, 8), np.float32))
+masks = [noisy(ones).numpy() == 0 for _ in range(4)]
+print("calls 3 and 4 are replays:", noisy.steps is not None, "| their masks differ:",
+      not np.array_equal(masks[2], masks[3]), "| seeds drawn per replay:", len(noisy.refills))
 #
 # ## 14.6 NOTES 15: the LayerNorm output, staged and unstaged
 #
@@ -401,6 +585,60 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 # most of that step is building the graph in Python (the split above). This chapter's exercise 6 asks where the
 # time goes.
 #
+# ## 14.8 nanoGPT's baby GPT, and a PyTorch twin
+#
+# nanoGPT's README trains a "baby GPT" on a laptop CPU: 4 layers, 4 heads, 128 wide, a context of 64 characters,
+# batches of 12, no dropout, AdamW at 1e-3 with betas (0.9, 0.99) and weight decay 0.1 on the 2-D weights, 100
+# warm-up steps, a cosine down to 1e-4 at step 2000, gradients clipped at 1. That is `preset("baby")`:
+
+# %%
+baby_cfg, baby_tc = preset("baby", tok.vocab_size)
+print(baby_cfg)
+print(baby_tc)
+print(f"{GPT(baby_cfg).num_parameters()} parameters")
+
+# %% [markdown]
+# `python -m uopc.bench gpt --preset baby` times its step in uopc (graph built every step, and captured and
+# replayed) and in PyTorch eager, then trains it for 2000 steps twice: with uopc's `Trainer`, and, when PyTorch is
+# importable, with a PyTorch twin that starts from the same weights (copied over) and sees the same batches,
+# schedule and validation batches. `make outputs` runs it (`scripts/outputs.py --only gpt` runs just that step)
+# and writes the two loss curves, the summary and a sample into `outputs/`; the next cell reads them. Training
+# takes minutes, so it is not run here; if the files are missing, the cell says so. PyTorch is never a dependency:
+# without it the files hold uopc's curve alone.
+
+# %% tags=["nbval-ignore-output"]
+from pathlib import Path
+import uopc
+
+OUT = Path(uopc.__file__).resolve().parents[1] / "outputs"
+files = [OUT / f"gpt_baby_{name}" for name in ("twin.csv", "twin_val.csv", "twin.txt", "sample.txt")]
+if not all(f.exists() for f in files):
+  print("Not produced yet: " + ", ".join(f.name for f in files if not f.exists()) + f" missing from {OUT}. "
+        "Run `make outputs` (or `python scripts/outputs.py --only gpt`) to train the baby GPT and write them.")
+else:
+  bench_txt = OUT / "gpt_baby_bench.txt"
+  if bench_txt.exists(): print("\n".join(ln for ln in bench_txt.read_text().splitlines() if "family" in ln))
+  print(files[2].read_text())
+  curves = np.genfromtxt(files[0], delimiter=",", names=True)
+  vals = np.genfromtxt(files[1], delimiter=",", names=True, ndmin=1)
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  for name, color in (("uopc", "tab:blue"), ("torch", "tab:red")):
+    if f"{name}_loss" not in curves.dtype.names: continue
+    loss = curves[f"{name}_loss"]
+    ax.plot(curves["step"][19:], np.convolve(loss, np.ones(20) / 20, "valid"), color=color,
+            label=f"{name} train (mean of 20 steps)")
+    ax.plot(vals["step"], vals[f"{name}_val"], "o--", color=color, ms=4, label=f"{name} validation")
+  ax.set_xlabel("step"); ax.set_ylabel("cross entropy (nats per character)")
+  ax.set_title("the baby GPT: uopc and its PyTorch twin"); ax.legend(); ax.grid(alpha=0.3)
+  plt.show()
+  print(files[3].read_text())
+
+# %% [markdown]
+# Read the summary's numbers, not this paragraph's: it prints each run's wall time and final validation loss (200
+# fixed batches) and, with the twin, the largest difference between the two training losses over the first 10
+# steps, where both compute the same float32 arithmetic on the same data; later the curves drift apart by
+# rounding, and their validation losses are then compared, not their steps.
+#
 # ## Pitfalls
 # - **Anything that changes every step must be a buffer.** A learning rate or a bias correction written as a Python
 #   float becomes a CONST in the graph: a new graph shape at every step, a new plan, new compiles. Watch
@@ -411,9 +649,12 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #   (the context at the start, zeros after): causal attention keeps the padding out of the logits it reads.
 # - **Ties and names.** A tied weight is one parameter: the optimizer must update it once, and the state dict holds
 #   it once (under its first name).
-# - **A captured step replays kernels, not Python.** Whatever the step computes in Python (a dropout mask drawn
-#   with NumPy, a learning rate as a float in the graph) is frozen at its second call. Keep such values in
-#   buffers that you write, or in tensors the step assigns.
+# - **A captured step replays kernels, not Python.** Whatever the step computes in Python (a mask drawn with
+#   NumPy, a learning rate as a float in the graph) is frozen at its second call. Keep such values in buffers that
+#   you write, or in tensors the step assigns; random numbers come from a seed the replay redraws (`uopc.rng`, as
+#   `Dropout` does).
+# - **Weight decay on everything.** `AdamW(model.parameters(), weight_decay=0.1)` also decays the LayerNorm gains,
+#   the biases and nothing else you meant; use the two groups (`configure_optimizer`).
 # - **Gradient checks in float32** fail for the wrong reasons (finite differences of a float32 loss have about 3
 #   correct digits): load float64 weights (`load_state_dict` keeps the arrays' dtype) and check there.
 #
@@ -424,8 +665,10 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #    five steps, and print `plan_cache_size()` after each. Explain the numbers.
 # 3. ★★ SGD with momentum against AdamW. Train the chapter's model for 300 steps with each (tune SGD's learning
 #    rate over 3 values). Plot the validation curves on one chart; which reaches ln V - 1.5 first?
-# 4. ★★ Dropout. Train with `dropout=0.1` and compare the gap between the training and validation curves after
-#    1000 steps. Check that `model.eval()` makes the forward deterministic.
+# 4. ★★ Dropout. Train with `dropout=0.1` (the step captured, as in 14.5) and compare the gap between the training
+#    and validation curves after 1000 steps with the run without dropout. Show that two replays of the captured
+#    step drop different elements, that the same seed reproduces the whole run, and that `model.eval()` makes the
+#    forward deterministic.
 # 5. ★★ NOTES 15 by size. Run `notes/notes15_layernorm_staging.py` logic for n_embd in (32, 64, 128) at one layer.
 #    How does the unstaged / staged FLOP ratio change with C, and why (think of the 4 x 4 tile)?
 # 6. ★★★ Where the time goes. Group `kernel_times`'s per-kernel times into forward, backward and update kernels

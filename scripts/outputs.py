@@ -2,6 +2,7 @@
 
   python scripts/outputs.py                       # everything, into outputs/
   python scripts/outputs.py --quick --out /tmp/o  # tiny sizes (N = 128, 256), for the test of this script
+  python scripts/outputs.py --only gpt            # only chapter 14's files (the baby GPT, 2000 steps, both twins)
 
 Writes, every text file starting with uopc.bench.header() as `#` lines:
   flash_1024.txt, flash_2048.txt   the exact stdout of `python examples/flash_attention.py N 64`
@@ -12,6 +13,12 @@ Writes, every text file starting with uopc.bench.header() as `#` lines:
   attention_time.png               time against N, log-log
   attention_roofline.png           GFLOP/s at N = 1024 and 2048 on this machine's roofline (uopc.bench.peak)
   attention_traffic.png            bytes of N x N traffic against N, counted from the plans
+  gpt_baby_bench.txt               the stdout of `python -m uopc.bench gpt --preset baby --steps 2000`: the step
+                                   timed (uopc built every step, uopc replayed, PyTorch eager if importable), then
+                                   2000 steps trained by uopc and by its PyTorch twin, wall times and validation losses
+  gpt_baby_twin.csv, _val.csv      both loss curves (per step; validation every 250 steps), chapter 14 plots them
+  gpt_baby_twin.png, _twin.txt     the two curves on one plot; the summary rows
+  gpt_baby_sample.txt              400 characters sampled from uopc's trained model after the prompt "Ham."
 
 How traffic is counted: a plan's temporary that its kernel computes in shape (N, N) is an N x N buffer; every
 kernel that has it as an argument makes one pass over it (the kernel that computes it writes it once, every other
@@ -159,6 +166,15 @@ def traffic_table(traffic: dict[str, list[tuple[int, int, int]]], sizes: list[in
   return "\n".join(lines)
 
 
+# ---- chapter 14: the baby GPT and its PyTorch twin ----
+def gpt_run(out: Path, steps: int) -> None:
+  cmd = [sys.executable, "-m", "uopc.bench", "gpt", "--preset", "baby", "--steps", str(steps), "--out", str(out)]
+  r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)   # progress bars stay on stderr
+  if r.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed")
+  command = f"# command           python -m uopc.bench gpt --preset baby --steps {steps}\n"
+  (out / "gpt_baby_bench.txt").write_text(command + r.stdout)
+
+
 # ---- plots ----
 def plot_time(rows: list[bench.Row], sizes: list[int], reps: int, path: Path) -> None:
   import matplotlib.pyplot as plt
@@ -230,9 +246,17 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--out", default=str(ROOT / "outputs"), help="folder to write to (default: outputs/)")
   ap.add_argument("--reps", type=int, help="best of how many calls (default 5, quick 1)")
   ap.add_argument("--rounds", type=int, help="the sweep run this many times, each row its best (default 3, quick 1)")
+  ap.add_argument("--gpt-steps", type=int, help="chapter 14's baby GPT: training steps (default 2000, quick 0: none)")
+  ap.add_argument("--only", choices=["gpt"], help="rebuild only these files")
   args = ap.parse_args(argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
+  gpt_steps = args.gpt_steps if args.gpt_steps is not None else (0 if args.quick else 2000)
+  if args.only == "gpt" or gpt_steps:
+    gpt_run(out, gpt_steps or 2000)
+    if args.only == "gpt":
+      print(f"wrote gpt_baby_* to {out}")
+      return
   flash_sizes = [128, 256] if args.quick else [1024, 2048]
   sizes = [128, 256] if args.quick else [256, 512, 1024, 2048, 4096]
   roof_sizes = [128, 256] if args.quick else [1024, 2048]

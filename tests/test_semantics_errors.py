@@ -85,7 +85,8 @@ def test_gpt_example_refuses_a_checkpoint_of_another_vocabulary(tmp_path):
   from uopc.nn import GPT, GPTConfig, save_npz
   cfg = GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8)
   path = tmp_path / "other.ckpt"
-  save_npz({**GPT(cfg).state_dict(), "__config__": np.array(json.dumps(cfg.to_dict()))}, path)
+  weights = {f"model.{k}": v for k, v in GPT(cfg).state_dict().items()}   # as uopc.nn.train.Trainer.save writes it
+  save_npz({**weights, "__meta__": np.array(json.dumps({"config": cfg.to_dict()}))}, path)
   root = Path(__file__).resolve().parent.parent
   r = subprocess.run([sys.executable, str(root / "examples" / "gpt.py"), "--steps", "0", "--load", str(path),
                       "--sample", "0", "--eval-batches", "1"], capture_output=True, text=True, timeout=600,

@@ -22,6 +22,8 @@ arguments were one and the same tensor; every other argument's value (a Python f
 new value cannot be replayed: pass it as a Tensor). A function that reads a value into Python while it is captured
 (.item(), `if t:`) may branch on it, which replay cannot: the capture raises. A TinyJit called inside
 another's capture runs its function plainly, so the outer capture records its realizes.
+A random seed made by uopc.rng.draw_seed (dropout's) is the one value built afresh: the capture notes it, and
+every replay first writes its generator's next draw into it, so each replay draws fresh random numbers.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 from uopc.capture import capturing, recording
 from uopc.kernelize import replay
+from uopc.rng import refill_of
 from uopc.tensor import Tensor
 
 @dataclass
@@ -47,13 +50,14 @@ class JitError(RuntimeError):
 class TinyJit:
   def __init__(self, fn: Callable):
     self.fn, self.calls, self.steps = fn, 0, None
+    self.refills: list[Callable] = []        # per seed array (uopc.rng) the plans read: draw its next value
     self.spec: list[tuple] | None = None     # (shape, dtype, device, first alias) of each Tensor argument, as captured
     self.consts: list[tuple] | None = None   # (position, value) of each other argument, as captured
     self.returns: Any = None                 # how to rebuild the result: ("out", step, i, shape, dtype) leaves
 
   def reset(self) -> None:
     """Forget the capture: the next two calls run the function again."""
-    self.calls, self.steps, self.spec, self.consts, self.returns = 0, None, None, None, None
+    self.calls, self.steps, self.spec, self.consts, self.returns, self.refills = 0, None, None, None, None, []
 
   def __call__(self, *args):
     if recording() is not None: return self.fn(*args)   # inside another capture: that one records these realizes
@@ -106,16 +110,18 @@ class TinyJit:
   def _resolve(self, rec: list, arg_arrays: list[np.ndarray]) -> list[Step]:
     """Name where every input array of every recorded realize came from."""
     made: dict[int, tuple[int, int]] = {}   # id(array) -> (step, output) of the realize that produced it
-    steps = []
+    steps, seeds = [], {}
     for k, (plan, options, arrays, outs, writes) in enumerate(rec):
       src = []
       for a in arrays:
         if any(a is x for x in arg_arrays): src.append(("arg", next(n for n, x in enumerate(arg_arrays) if a is x)))
         elif id(a) in made: src.append(("out",) + made[id(a)])
-        else: src.append(("keep", a))
+        else:
+          src.append(("keep", a))
+          if (refill := refill_of(a)) is not None: seeds.setdefault(id(a), refill)
       for i, o in enumerate(outs): made[id(o)] = (k, i)
       steps.append(Step(plan, options, src, writes))
-    self._made = made
+    self._made, self.refills = made, list(seeds.values())
     return steps
 
   def _origin(self, t) -> tuple:
@@ -127,6 +133,7 @@ class TinyJit:
 
   def _replay(self, arg_arrays: list[np.ndarray]):
     results: list[list[np.ndarray]] = []
+    for refill in self.refills: refill()     # each random seed once per replay, before any kernel reads it
     for st in self.steps:
       arrays = [arg_arrays[s[1]] if s[0] == "arg" else results[s[1]][s[2]] if s[0] == "out" else s[1]
                 for s in st.inputs]

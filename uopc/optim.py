@@ -1,8 +1,10 @@
 """Optimizers: SGD and AdamW, with PyTorch's zero_grad() and step().
 
   opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+  opt = AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}], lr=1e-3)
   logits, loss = model(x, y)
   opt.zero_grad(); loss.backward()        # .grad: lazy Tensors, nothing has run
+  norm = clip_grad_norm_(opt.params, 1.0) # the gradients scaled to a global norm of at most 1 (lazy too)
   opt.step(loss)                          # ONE plan: the loss, every gradient and every update, realized together
 
 step() builds each parameter's new value (and the optimizer's state: momentum, Adam's m and v) as lazy Tensors,
@@ -29,12 +31,30 @@ def _data_tensor(value, like: Tensor) -> Tensor:
   return Tensor(np.array(value, np_dtype(like.dtype)))
 
 
+GROUP_KEYS = {"params", "weight_decay"}   # what a parameter group may set (PyTorch's groups may set more)
+
+
+def _groups(params, name: str) -> list[tuple[Tensor, dict]]:
+  """(parameter, its group's settings) for a list of Tensors or a list of groups {"params": [...], ...}."""
+  params = list(params)
+  if not params or not all(isinstance(g, dict) for g in params): return [(p, {}) for p in params]
+  out = []
+  for g in params:
+    if "params" not in g or set(g) - GROUP_KEYS:
+      raise ValueError(f"{name}: a parameter group is a dict with 'params' and optionally 'weight_decay', got keys "
+                       f"{sorted(g)}")
+    out += [(p, {k: v for k, v in g.items() if k != "params"}) for p in g["params"]]
+  return out
+
+
 class Optimizer:
-  def __init__(self, params: list[Tensor], lr: float):
+  def __init__(self, params, lr: float):
+    """params: Tensors, or parameter groups as PyTorch takes them: [{"params": [...], "weight_decay": 0.1}, ...]."""
     uniq: list[Tensor] = []
-    for p in params:
+    self.group_of: list[dict] = []           # per parameter: its group's settings (empty: the optimizer's own)
+    for p, group in _groups(params, type(self).__name__):
       if not isinstance(p, Tensor): raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {p!r}")
-      if all(p is not q for q in uniq): uniq.append(p)   # a tied weight is updated once
+      if all(p is not q for q in uniq): uniq.append(p); self.group_of.append(group)   # a tied weight once
     if not uniq: raise ValueError(f"{type(self).__name__}: no parameters to optimize")
     marked = requires_grad_ids()
     for p in uniq:
@@ -50,6 +70,28 @@ class Optimizer:
     np.copyto(self._lr._data(), value)
 
   def _scalar(self, t: Tensor, p: Tensor) -> Tensor: return t if t.dtype is p.dtype else t.cast(p.dtype)
+  def _setting(self, k: int, name: str): return self.group_of[k].get(name, getattr(self, name))
+
+  def state_tensors(self) -> dict[str, Tensor]:
+    """Every tensor of the optimizer's state by name (the learning rate, moments, ...): what a checkpoint saves."""
+    return {"lr": self._lr}
+
+  def state_dict(self) -> dict[str, np.ndarray]:
+    """name -> a copy of each state tensor's data. (Not `steps`: a Python count, which a replayed step does not
+    advance; the step a run is at is its trainer's, and Adam's b^t are state tensors.)"""
+    return {k: t.numpy().copy() for k, t in self.state_tensors().items()}
+
+  def load_state_dict(self, state: dict) -> None:
+    """Write each saved array into the state tensor's own buffer (a captured step sees it); shapes must match."""
+    mine = self.state_tensors()
+    if set(mine) != set(state):
+      raise KeyError(f"{type(self).__name__}.load_state_dict: missing {sorted(set(mine) - set(state))}, unexpected "
+                     f"{sorted(set(state) - set(mine))}")
+    for k, t in mine.items():
+      a = np.asarray(state[k])
+      if a.shape != t.shape:
+        raise ValueError(f"{type(self).__name__}.load_state_dict: {k} has shape {a.shape}, the state's is {t.shape}")
+      np.copyto(t._data(), a.reshape(-1))
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -78,11 +120,15 @@ class SGD(Optimizer):
     self.momentum, self.weight_decay = momentum, weight_decay
     self.b = [Tensor(np.zeros(p.shape, np_dtype(p.dtype))) for p in self.params] if momentum else []
 
+  def state_tensors(self):
+    return {"lr": self._lr, **{f"b.{k}": b for k, b in enumerate(self.b)}}
+
   def _updates(self):
     out = []
     for k, p in enumerate(self.params):
       if p.grad is None: continue
-      g = p.grad.detach() + p.detach() * self.weight_decay if self.weight_decay else p.grad.detach()
+      wd = self._setting(k, "weight_decay")
+      g = p.grad.detach() + p.detach() * wd if wd else p.grad.detach()
       if self.momentum:
         b = self.b[k] * self.momentum + g
         out.append((self.b[k], b))
@@ -106,6 +152,10 @@ class AdamW(Optimizer):
     self.v = [Tensor(np.zeros(p.shape, np_dtype(p.dtype))) for p in self.params]
     self.b1_t, self.b2_t = _data_tensor(1.0, self.params[0]), _data_tensor(1.0, self.params[0])   # b1^t, b2^t
 
+  def state_tensors(self):
+    return {"lr": self._lr, "b1_t": self.b1_t, "b2_t": self.b2_t, **{f"m.{k}": m for k, m in enumerate(self.m)},
+            **{f"v.{k}": v for k, v in enumerate(self.v)}}
+
   def _updates(self):
     b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2                  # this step's b1^t and b2^t
     out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
@@ -115,9 +165,28 @@ class AdamW(Optimizer):
       m = self.m[k] * self.b1 + g * (1 - self.b1)
       v = self.v[k] * self.b2 + g * g * (1 - self.b2)
       lr, c1, c2 = self._scalar(self._lr, p), self._scalar(1 - b1_t, p), self._scalar(1 - b2_t, p)
-      new = p.detach() * (1 - lr * self.weight_decay) - lr * (m / c1) / ((v / c2).sqrt() + self.eps)
+      wd = self._setting(k, "weight_decay")
+      decayed = p.detach() * (1 - lr * wd) if wd else p.detach()                  # a group may not decay (wd 0)
+      new = decayed - lr * (m / c1) / ((v / c2).sqrt() + self.eps)
       out += [(self.m[k], m), (self.v[k], v), (p, new)]
     return out
+
+
+def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) -> Tensor:
+  """PyTorch's clip_grad_norm_: every .grad multiplied by min(1, max_norm / (total + eps)), total the 2-norm of all
+  the gradients together. Lazy: the .grads are replaced by the scaled graphs and the total norm is returned as a
+  0-d Tensor; nothing runs until the optimizer's step realizes them (so a captured step clips at every replay)."""
+  grads = [p for p in params if p.grad is not None]
+  if not grads: raise RuntimeError("clip_grad_norm_: no parameter has a .grad; call backward()")
+  total = sum((p.grad.detach() * p.grad.detach()).sum() for p in grads).sqrt()                  # ()
+  scale = (max_norm / (total + eps)).minimum(1.0)
+  for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
+  return total
+
+
+def clip_grad_norm_numpy(grads: list[np.ndarray], max_norm: float, eps: float = 1e-6) -> tuple[list, float]:
+  total = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))
+  return [g * min(1.0, max_norm / (total + eps)) for g in grads], total
 
 
 # ---- references: one step in NumPy (float64), for the tests and the chapter ----

@@ -4,6 +4,7 @@
   python -m uopc.bench peak                 # the roofline's two lines: FP32 FMA peak and memory bandwidth
   python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
   python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
+  python -m uopc.bench gpt --preset baby    # nanoGPT's baby GPT: the step timed, then 2000 steps trained by both
 
 gemm and attention time each peer in a process of its own, one process at a time (--method isolated, the default:
 uopc.bench.isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
@@ -209,7 +210,11 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--causal", action="store_true", help="attention: also run causal (keys j <= i)")
   ap.add_argument("--rounds", type=positive_int, default=ROUNDS, help="run the sweep this many times, keep each best")
   ap.add_argument("--no-peak", action="store_true", help="skip measuring the FMA peak (no fraction-of-peak column)")
-  ap.add_argument("--layers", type=int, help="gpt: number of layers (default: examples/gpt.py's model)")
+  ap.add_argument("--layers", type=int, help="gpt: number of layers (default: the preset's)")
+  ap.add_argument("--preset", choices=["chapter", "baby"], help="gpt: the model and recipe (uopc.nn.train); "
+                  "given, the two also train side by side (uopc.bench.gpt_twin)")
+  ap.add_argument("--steps", type=int, help="gpt --preset: training steps (default: the preset's; 0: none)")
+  ap.add_argument("--out", help="gpt --preset: write the loss curves (CSV, PNG) and a sample to this folder")
   ap.add_argument("--opt", choices=["vector", "default"], default="vector",
                   help="gpt: uopc's optimizer, VectorOpt (the default here) or DefaultOpt (the book's kernels)")
   args = ap.parse_args(argv)
@@ -218,7 +223,14 @@ def main(argv: list[str] | None = None) -> None:
     from uopc.bench.gpt import gpt
     from uopc.opt import DefaultOpt, VectorOpt
     opt = VectorOpt if args.opt == "vector" else DefaultOpt
-    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt)))
+    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt, preset_name=args.preset or "chapter")),
+          flush=True)
+    if args.preset and args.steps != 0:
+      from uopc.bench.gpt_twin import twin
+      from uopc.tensor import Tensor
+      old, Tensor.opt = Tensor.opt, opt
+      try: print("\n".join(twin(args.preset, args.steps, args.out)))
+      finally: Tensor.opt = old
     return
   peak_gflops = None
   if args.what == "attention" and not args.no_peak:

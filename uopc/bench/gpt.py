@@ -1,39 +1,49 @@
-"""`python -m uopc.bench gpt`: one training step of chapter 14's GPT (forward, backward, AdamW) in uopc and, when
-importable, in PyTorch eager on the CPU with the same weights, batch and thread count; time per step, tokens/s and
-the ratio. Times are wall-clock best-of-k after warm-up steps, with the load average printed beside them."""
+"""`python -m uopc.bench gpt [--preset chapter|baby]`: one training step of a preset's GPT (forward, backward,
+gradient clipping, AdamW on two parameter groups: uopc.nn.train's recipe) in uopc and, when importable, in PyTorch
+eager on the CPU with the same weights, batch and thread count; time per step, tokens/s and the ratio. Times are
+wall-clock best-of-k after warm-up steps, with the load average printed beside them. With --preset, the two also
+train side by side (uopc.bench.gpt_twin)."""
 from __future__ import annotations
 import contextlib, math, os, time
 import numpy as np
 import uopc.kernelize
 from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.nn import GPT, GPTConfig, LayerNorm
+from uopc.nn.train import TrainConfig, configure_optimizer, preset
 from uopc.jit import TinyJit
-from uopc.optim import AdamW
+from uopc.optim import AdamW, clip_grad_norm_
 from uopc.tensor import Tensor
 from uopc.uop import UOp, Ops
 
-MODEL = dict(block_size=32, n_layer=1, n_head=2, n_embd=64)   # examples/gpt.py's model
+MODEL = dict(block_size=32, n_layer=1, n_head=2, n_embd=64)   # the chapter preset's model (notes 26 imports it)
 BATCH = 16
 
 
-def _loss_step(model: GPT, opt: AdamW, x, y):
+def _loss_step(model: GPT, opt: AdamW, x, y, clip: float = 0.0):
   _, loss = model(x, y)
-  opt.zero_grad(); loss.backward(); opt.step(loss)
+  opt.zero_grad(); loss.backward()
+  if clip: clip_grad_norm_(opt.params, clip)
+  opt.step(loss)
   return loss
 
 
-def uopc_step(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray) -> float:
+def uopc_step(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray, clip: float = 0.0) -> float:
   """The step as written: the graph built, normalized and looked up every time."""
-  return _loss_step(model, opt, x, y).item()
+  return _loss_step(model, opt, x, y, clip).item()
 
 
-def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int):
-  """The same GPT written with torch ops on a dict of leaf tensors (nanoGPT's forward), and its training step."""
+def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int, tc: TrainConfig | None = None):
+  """The same GPT written with torch ops on a dict of leaf tensors (nanoGPT's forward), and its training step
+  with tc's recipe (uopc.nn.train): AdamW on the 2-D weights with decay and the rest without, gradient clipping.
+  step(x, y, lr=None) -> loss; forward(idx, targets) -> loss tensor."""
   import torch
   import torch.nn.functional as F
+  tc = tc or preset("chapter")[1]
   torch.set_num_threads(threads)
   P = {k: torch.tensor(v, requires_grad=True) for k, v in state.items()}
-  opt = torch.optim.AdamW(list(P.values()), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+  groups = [{"params": [p for p in P.values() if p.dim() >= 2], "weight_decay": tc.weight_decay},
+            {"params": [p for p in P.values() if p.dim() < 2], "weight_decay": 0.0}]
+  opt = torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
   C, H = cfg.n_embd, cfg.n_head
   def lin(x, p): return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
   def ln(x, p): return F.layer_norm(x, (C,), P[p + ".weight"], P.get(p + ".bias"))
@@ -49,59 +59,66 @@ def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int):
       x = x + lin(F.gelu(lin(ln(x, p + ".ln2"), p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
     logits = ln(x, "ln_f") @ P["wte.weight"].T
     return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
-  def step(x: np.ndarray, y: np.ndarray) -> float:
+  def step(x: np.ndarray, y: np.ndarray, lr: float | None = None) -> float:
+    if lr is not None:
+      for g in opt.param_groups: g["lr"] = lr
     loss = forward(torch.from_numpy(x).long(), torch.from_numpy(y).long())
-    opt.zero_grad(); loss.backward(); opt.step()
+    opt.zero_grad(); loss.backward()
+    if tc.grad_clip: torch.nn.utils.clip_grad_norm_(list(P.values()), tc.grad_clip)
+    opt.step()
     return loss.item()
   return step, forward
 
 
-def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None) -> list[str]:
-  """Rows: uopc and torch (if importable) step time, tokens/s, and torch/uopc. `opt`: uopc's optimizer for the
-  run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives the kernels the book prints)."""
+def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None,
+        preset_name: str = "chapter") -> list[str]:
+  """Rows: uopc and torch (if importable) step time, tokens/s, and torch/uopc, for the preset's model and recipe.
+  `opt`: uopc's optimizer for the run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives
+  the kernels the book prints)."""
   from uopc.opt import VectorOpt
   old, Tensor.opt = Tensor.opt, opt or VectorOpt
-  try: return _gpt(reps, warmup, layers)
+  try: return _gpt(reps, warmup, layers, preset_name)
   finally: Tensor.opt = old
 
 
-def _gpt(reps: int, warmup: int, layers: int | None) -> list[str]:
+def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str) -> list[str]:
   text = load_text()
   tok = CharTokenizer(text)
   train_ids, _ = split(tok.encode(text))
-  cfg = GPTConfig(vocab_size=tok.vocab_size, **{**MODEL, **({"n_layer": layers} if layers else {})})
+  cfg, tc = preset(preset_name, tok.vocab_size, **({"n_layer": layers} if layers else {}))
+  batch = tc.batch
   threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
   model, jmodel = GPT(cfg, seed=0), GPT(cfg, seed=0)
   state = model.state_dict()
-  opt = AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
-  jopt = AdamW(jmodel.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+  opt, jopt = configure_optimizer(model, tc), configure_optimizer(jmodel, tc)
   rng = np.random.default_rng(0)
-  batches = [get_batch(train_ids, BATCH, cfg.block_size, rng) for _ in range(warmup + reps)]
-  jstep = TinyJit(lambda x, y: _loss_step(jmodel, jopt, x, y))
-  peers = {"uopc": lambda x, y: uopc_step(model, opt, x, y),
+  batches = [get_batch(train_ids, batch, cfg.block_size, rng) for _ in range(warmup + reps)]
+  jstep = TinyJit(lambda x, y: _loss_step(jmodel, jopt, x, y, tc.grad_clip))
+  peers = {"uopc": lambda x, y: uopc_step(model, opt, x, y, tc.grad_clip),
            "uopc jit": lambda x, y: jstep(Tensor(x), Tensor(y)).item()}
   try:
-    peers["torch"] = torch_peer(state, cfg, threads)[0]
+    peers["torch"] = torch_peer(state, cfg, threads, tc)[0]
   except ImportError: pass
   t0 = time.perf_counter()
-  uopc_step(model, opt, *batches[0])   # the cold plan: compiles
+  uopc_step(model, opt, *batches[0], tc.grad_clip)   # the cold plan: compiles
   compile_s = time.perf_counter() - t0
   best = {k: math.inf for k in peers}
   for n, (x, y) in enumerate(batches):   # peers in turn, on the same batches
     for k, step in peers.items():
       t = time.perf_counter(); step(x, y); dt = time.perf_counter() - t
       if n >= warmup: best[k] = min(best[k], dt)
-  tokens = BATCH * cfg.block_size
+  tokens = batch * cfg.block_size
   rows = ["# peers            uopc: graph built every step; uopc jit: the step captured and replayed (uopc.jit)",
+          f"# preset           {preset_name}: {tc}",
           f"# uopc optimizer   {Tensor.opt.__name__}",
-          f"# model            {cfg}, batch {BATCH}, {model.num_parameters()} parameters, {threads} threads",
+          f"# model            {cfg}, batch {batch}, {model.num_parameters()} parameters, {threads} threads",
           f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())} (1, 5, 15 min) after the run",
           f"# uopc cold plan   {compile_s:.1f} s (compiles, or disk-cache hits)",
           f"{'impl':<8s} {'step':>10s} {'tokens/s':>10s}"]
   for k, s in best.items(): rows.append(f"{k:<9s} {s * 1e3:7.1f} ms {tokens / s:10.0f}")
   # where uopc's step goes: building the graph in Python, normalize + plan lookup, the kernels (CPU seconds)
   x, y = batches[-1]
-  t = time.process_time(); roots = step_roots(model, opt, x, y); build = time.process_time() - t
+  t = time.process_time(); roots = step_roots(model, opt, x, y, tc.grad_clip); build = time.process_time() - t
   kt = kernel_times(roots)
   rows.append(f"# uopc step, CPU:  graph building {build * 1e3:.1f} ms, schedule {kt['schedule_s'] * 1e3:.1f} ms, "
               f"{len(kt['plan'].kernels)} kernels {kt['total_s'] * 1e3:.1f} ms ({kt['flops'] / 1e6:.0f} MFLOP)")
@@ -113,11 +130,12 @@ def _gpt(reps: int, warmup: int, layers: int | None) -> list[str]:
 
 
 # ---- the step as one plan: its roots, its kernels' times, and the LayerNorm staging experiment (NOTES 15) ----
-def step_roots(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray) -> list:
+def step_roots(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray, clip: float = 0.0) -> list:
   """The UOps one training step realizes: the loss, then every new parameter and optimizer state. Nothing runs
   and nothing is committed (the optimizer's step counter does advance)."""
   _, loss = model(x, y)
   opt.zero_grad(); loss.backward()
+  if clip: clip_grad_norm_(opt.params, clip)
   return [loss.uop] + [t.uop for t in opt.schedule_step()]
 
 

@@ -4,6 +4,7 @@
   flash.py      the vector flash kernels' tiles: heuristic, tuned (BEAM) or given, compiled once per problem
   layers.py     Module, Linear, Embedding, LayerNorm, Dropout; checkpoints as .npz
   gpt.py        GPTConfig and GPT (chapter 14)
+  train.py      nanoGPT's recipe: presets (chapter, baby), AdamW's groups, clipping, the schedule, Trainer, sampling
   data.py       the character tokenizer and batches of data/shakespeare.txt
 
 `from uopc.nn import Linear` is the name other code uses; the optimizers are uopc.optim.

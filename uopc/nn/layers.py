@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from uopc.dtype import DType, dtypes, np_dtype
+from uopc.rng import draw_seed, uniform
 from uopc.tensor import Tensor
 from uopc.errors import UsageError
 
@@ -154,12 +155,14 @@ class LayerNorm(Module):
 
 class Dropout(Module):
   """Zeroes each element with probability p while training and scales the rest by 1/(1-p); the identity in eval().
-  Each call draws a fresh mask from the module's own generator (seeded), as a buffer, so the plan stays the same."""
+  The mask is computed in the kernel from a seed (uopc.rng.uniform): each call draws the seed from the module's own
+  generator into a one-number buffer, and a captured step (uopc.jit) draws the next seed at every replay, so every
+  step has a fresh mask and the same seed reproduces a run."""
   def __init__(self, p: float = 0.5, seed: int = 0):
     if not 0 <= p < 1: raise UsageError(f"Dropout: p must be in [0, 1), got {p}")
     self.p, self._gen = p, np.random.default_rng(seed)
 
   def __call__(self, x: Tensor) -> Tensor:
     if not self.training or self.p == 0: return x
-    keep = Tensor(self._gen.random(x.shape) >= self.p)                                    # bool, x's shape
+    keep = uniform(x.shape, draw_seed(self._gen)) >= self.p                              # bool, x's shape
     return keep.where(x * (1 / (1 - self.p)), 0.0)
