@@ -28,6 +28,7 @@ EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the t
                  "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
                  "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
+                 "tests/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
                  "tests/test_visible_checks_catch.py",   # plants the solutions' wrong answers
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
 EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
