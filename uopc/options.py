@@ -22,7 +22,10 @@ class Options:
   # a CPU kernel whose loads, stores and float ops together number fewer than this runs on one thread: waking
   # OpenMP's workers and joining them costs more than they would save (NOTES 27); 0: every kernel uses every thread
   one_thread_below: int = 1 << 20
-  lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: this CPU's
+  lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: the target's
+  # the level CPU kernels are built for (UOPC_MARCH, uopc.runtime.machine): realize fills it in, so a plan made for
+  # x86-64-v3 is not reused for x86-64-v4; "" this CPU, None whatever UOPC_MARCH says when it is read
+  march: str | None = None
 
   def __post_init__(self):
     if self.lanes is not None and self.lanes not in (4, 8, 16):
