@@ -4,6 +4,8 @@
   target(march=None, cc=None)   what kernels are built for now: UOPC_MARCH (or Context(UOPC_MARCH=...)), else this CPU
   resolve(flags, t)             a kernel's flags for a target: -march=native replaced, other architectures' flags gone
   isa_of(lanes)                 the ISA a lane count means here (the current target's where the lanes agree)
+  with tiles_for(ISAS["neon"]):  tiles sized for another ISA while kernels still build for this one (what the aarch64
+                                cross-compile test renders: NEON's tiles, run here, then compiled for ARM)
 
 BLIS sizes a micro-kernel from the register file and the FMA units (haswell sgemm 6x16: 12 accumulators of 16 ymm
 registers; skx 32x6): a tile needs an accumulator register per vector of C, plus the vectors of B and a broadcast of
@@ -13,6 +15,8 @@ UOPC_MARCH=x86-64-v3 builds AVX2 code on an AVX-512 machine (or any -march value
 in Options and in tuned.json's machine key).
 """
 from __future__ import annotations
+import contextlib
+import dataclasses
 import functools
 import os
 import platform
@@ -129,10 +133,25 @@ def target_for(cc: str, march: str, arch: str = HOST_ARCH, check: bool = True) -
   return Target(arch, march, flags, ISAS[name])
 
 
+_tiles_isa: list[ISA] = []   # tiles_for's ISA, innermost last
+
+
 def target(march: str | None = None, cc: str | None = None) -> Target:
-  """What kernels are built for now: `march`, else UOPC_MARCH (a Context block may set it), else this CPU."""
+  """What kernels are built for now: `march`, else UOPC_MARCH (a Context block may set it), else this CPU; its isa is
+  tiles_for's inside such a block."""
   from uopc.runtime.toolchain import compiler
-  return target_for(cc or compiler(), str(MARCH.value if march is None else march).strip())
+  t = target_for(cc or compiler(), str(MARCH.value if march is None else march).strip())
+  return dataclasses.replace(t, isa=_tiles_isa[-1]) if _tiles_isa else t
+
+
+@contextlib.contextmanager
+def tiles_for(isa: ISA):
+  """Within the block, the heuristics and the lane count read `isa` (its registers and lanes) while the compile flags
+  stay the target's: kernels tiled for another machine, built and run on this one (for the whole process, as a
+  Context block is). Not in the caches' keys: start and end it with uopc.helpers.clear_caches()."""
+  _tiles_isa.append(isa)
+  try: yield isa
+  finally: _tiles_isa.pop()
 
 
 def resolve(flags: tuple[str, ...], t: Target) -> tuple[str, ...]:
