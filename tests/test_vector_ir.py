@@ -17,7 +17,7 @@ from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir, default_opts 
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
 from uopc.runtime import FLAGS, Program, compiler, vector_bits
-from uopc.runtime.machine import ISAS
+from uopc.runtime.machine import ISAS, X86_LEVELS
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 from uopc.codegen.vector import butterfly, hmax, hsum
 
@@ -407,7 +407,7 @@ def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64
 
 # every x86 level and the ISA its tiles are sized for: the assembly of each is read here on any x86 CPU (compiling
 # for a level needs no CPU that runs it), so an AVX-512 machine proves the AVX2 and SSE tiles too
-LEVELS = {"x86-64-v4": "avx512", "x86-64-v3": "avx2", "x86-64-v2": "sse"}
+LEVELS = X86_LEVELS
 EACH_LEVEL = [pytest.param(level, id=level, marks=pytest.mark.skipif(not X86, reason="x86 assembly"))
               for level in LEVELS]
 

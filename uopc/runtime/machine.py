@@ -176,4 +176,19 @@ def isa_of(lanes: int | ISA) -> ISA:
   return found
 
 
+# the x86-64 levels (psABI): what UOPC_MARCH names to build for another x86 machine's ISA
+X86_LEVELS = {"x86-64-v4": "avx512", "x86-64-v3": "avx2", "x86-64-v2": "sse"}
+
+
+def lower_levels() -> list[str]:
+  """The x86 levels this CPU runs whose vectors are narrower than its own: what CI tests again (an AVX-512 machine:
+  x86-64-v3 and x86-64-v2). None elsewhere."""
+  if HOST_ARCH != "x86_64": return []
+  own = target("").isa.lanes
+  def runs(level: str) -> bool:
+    try: target(level); return True
+    except MarchError: return False
+  return [lv for lv, isa in X86_LEVELS.items() if ISAS[isa].lanes < own and runs(lv)]
+
+
 cache("runtime.target_for", target_for)
