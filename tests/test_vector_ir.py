@@ -390,13 +390,13 @@ SPILLED_ASM = """\
 def test_the_spill_checker_on_hand_written_loops():
   """A stack slot outside the loop, an indexed stack address, an unconditional jmp: none of them is a hot-loop spill;
   the FMA with a stack operand and the store back to it are."""
-  (loop,) = hot_loops(CLEAN_ASM)
+  (loop,) = hot_loops(CLEAN_ASM, "vfmadd")   # AVX's FMA, whatever the target's is
   assert len(loop) == 8 and stack_spills(loop) == []
-  (loop,) = hot_loops(SPILLED_ASM)   # the inner loop only: .L2 holds .L5
+  (loop,) = hot_loops(SPILLED_ASM, "vfmadd")   # the inner loop only: .L2 holds .L5
   assert loop[0] == ".L5:" and stack_spills(loop) == ["vfmadd213ps\t3840(%rsp), %zmm4, %zmm3",
                                                       "vmovaps\t%zmm3, 3840(%rsp)"]
   assert stack_spills(["\tvmovaps\t-128(%rbp), %ymm2"])                               # a frame-pointer slot too
-  assert hot_loops(".L1:\n\tvaddps\t%zmm1, %zmm2, %zmm3\n\tjne\t.L1\n") == []   # no FMA: not a register tile
+  assert hot_loops(".L1:\n\tvaddps\t%zmm1, %zmm2, %zmm3\n\tjne\t.L1\n", "vfmadd") == []   # no FMA: not a register tile
 
 
 def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64, flags=None) -> str:
