@@ -173,7 +173,7 @@ def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[
   """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
   reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
   flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
-  flags = resolve(flags, target(cc=cc))   # -march=native -> UOPC_MARCH's level: the flags, hence the key, say which
+  if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
   path = cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so"
   if (ok := intact(path)) or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
   flags = serial_flags(flags, cc)

@@ -136,10 +136,12 @@ def target_for(cc: str, march: str, arch: str = HOST_ARCH, check: bool = True) -
 _tiles_isa: list[ISA] = []   # tiles_for's ISA, innermost last
 
 
+def compiler() -> str: return os.environ.get("CC", "cc")
+
+
 def target(march: str | None = None, cc: str | None = None) -> Target:
   """What kernels are built for now: `march`, else UOPC_MARCH (a Context block may set it), else this CPU; its isa is
   tiles_for's inside such a block."""
-  from uopc.runtime.toolchain import compiler
   t = target_for(cc or compiler(), str(MARCH.value if march is None else march).strip())
   return dataclasses.replace(t, isa=_tiles_isa[-1]) if _tiles_isa else t
 

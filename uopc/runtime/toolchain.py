@@ -17,7 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 from uopc.helpers import cache
-from uopc.runtime.machine import target
+from uopc.runtime.machine import compiler, target  # noqa: F401  (compiler: uopc.runtime exports it from here)
 
 
 class CompileError(RuntimeError):
@@ -34,9 +34,6 @@ def cache_dir() -> Path:
   """Absolute, whatever the variable says: dlopen looks a path with no slash up on the system search path."""
   if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d).expanduser().absolute()
   return (Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "uopc").absolute()
-
-
-def compiler() -> str: return os.environ.get("CC", "cc")
 
 
 _version_cache: dict[str, str] = {}
