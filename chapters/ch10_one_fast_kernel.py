@@ -49,8 +49,10 @@ print(header())
 # arithmetic better.
 #
 # `uopc.bench.peak` measures both lines with two small generated C kernels (read them in `uopc/bench/__init__.py`):
-# - `fma_peak`: per thread, ten independent chains of 16-wide vector fused multiply-adds (FMA, `x = x * b + c`),
-#   enough chains to hide the FMA's latency, so the FMA units never wait. 2 FLOPs per lane per FMA.
+# - `fma_peak`: per thread, independent chains of vector fused multiply-adds (FMA, `x = x * b + c`), as wide as
+#   the machine's vectors and as many as hide the FMA's latency on every unit without running out of registers
+#   (`uopc.runtime.machine`'s table: ten chains of 16 floats with AVX-512, twelve of 8 with AVX2). 2 FLOPs per lane
+#   per FMA.
 # - `triad`: the STREAM triad `a[i] = b[i] + 3 * c[i]` over three 128 MB arrays, far larger than any cache, so
 #   every byte comes from DRAM. 12 bytes per element.
 

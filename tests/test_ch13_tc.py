@@ -185,3 +185,18 @@ def test_padded_lanes_write_nothing_outside_the_output(lowering):
   get_device("CL").compile(CL.render(prog, "small").src)(a.reshape(-1), b.reshape(-1), res)
   np.testing.assert_allclose(res[:35].reshape(5, 7), ref(a, b), atol=1e-3)
   assert (res[35:] == 7.0).all()
+
+
+@pytest.mark.parametrize("tc", [0, 1])
+def test_an_f16_matmul_stores_halves_and_computes_in_float_on_cl(tc):
+  """f16 in and out on CL: vload_half and vstore_half are OpenCL 1.2 core, so this runs on a device without
+  cl_khr_fp16 (the renderer never asks for the extension); the products and sums are float's, rounded once."""
+  a, b = halves(100, 72), halves(72, 136)
+  with Context(TC=tc, DEBUG=4 if tc else 0): out = (Tensor(a, device="CL") @ Tensor(b, device="CL")).numpy()
+  assert out.dtype == np.float16
+  np.testing.assert_allclose(out.astype(np.float64), ref(a, b).astype(np.float16).astype(np.float64), rtol=1e-3,
+                             atol=1e-3)
+  plan = make_plan([(Tensor(a, device="CL") @ Tensor(b, device="CL")).uop], options=Options(opt=Tensor.opt, device="CL",
+                                                                                            tc=tc))
+  src = plan.kernels[-1].src
+  assert "vstore_half(" in src and "vload_half(" in src and "cl_khr_fp16" not in src and " half " not in src

@@ -8,14 +8,16 @@ and the assembly of its hot loops, which must keep every accumulator in a regist
 """
 import math
 import platform
+import re
 import numpy as np
 import pytest
 from uopc.dtype import dtypes, from_np, np_dtype
-from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir
-from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, default_opts as default_flash_opts
+from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir, default_opts as default_queries_opts
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
 from uopc.runtime import FLAGS, Program, compiler, vector_bits
+from uopc.runtime.machine import ISAS, X86_LEVELS
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 from uopc.codegen.vector import butterfly, hmax, hsum
 
@@ -390,36 +392,34 @@ SPILLED_ASM = """\
 def test_the_spill_checker_on_hand_written_loops():
   """A stack slot outside the loop, an indexed stack address, an unconditional jmp: none of them is a hot-loop spill;
   the FMA with a stack operand and the store back to it are."""
-  (loop,) = hot_loops(CLEAN_ASM)
+  (loop,) = hot_loops(CLEAN_ASM, "vfmadd")   # AVX's FMA, whatever the target's is
   assert len(loop) == 8 and stack_spills(loop) == []
-  (loop,) = hot_loops(SPILLED_ASM)   # the inner loop only: .L2 holds .L5
+  (loop,) = hot_loops(SPILLED_ASM, "vfmadd")   # the inner loop only: .L2 holds .L5
   assert loop[0] == ".L5:" and stack_spills(loop) == ["vfmadd213ps\t3840(%rsp), %zmm4, %zmm3",
                                                       "vmovaps\t%zmm3, 3840(%rsp)"]
   assert stack_spills(["\tvmovaps\t-128(%rbp), %ymm2"])                               # a frame-pointer slot too
-  assert hot_loops(".L1:\n\tvaddps\t%zmm1, %zmm2, %zmm3\n\tjne\t.L1\n") == []   # no FMA: not a register tile
+  assert hot_loops(".L1:\n\tvaddps\t%zmm1, %zmm2, %zmm3\n\tjne\t.L1\n", "vfmadd") == []   # no FMA: not a register tile
 
 
-def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64) -> str:
+def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64, flags=None) -> str:
   """The x86 assembly of the flash kernel, compiled as Program compiles it (PRELUDE first, the kernel's flags)."""
   nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn.flash pads
-  return assembly(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), opts.compile.flags)
+  return assembly(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), flags or opts.compile.flags)
 
 
-@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
-def test_hot_loops_of_the_default_flash_tile_do_not_spill():
-  """rows=6, kvec=4, dchunk=2: 24 score accumulators and 12 output accumulators, each kept in a zmm register."""
-  loops = hot_loops(flash_assembly(FlashVecOpts(rows=6, kvec=4, dchunk=2)))
-  assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read
-  assert [s for loop in loops for s in stack_spills(loop)] == []
+# every x86 level and the ISA its tiles are sized for: the assembly of each is read here on any x86 CPU (compiling
+# for a level needs no CPU that runs it), so an AVX-512 machine proves the AVX2 and SSE tiles too
+LEVELS = X86_LEVELS
+EACH_LEVEL = [pytest.param(level, id=level, marks=pytest.mark.skipif(not X86, reason="x86 assembly"))
+              for level in LEVELS]
 
 
-@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
-def test_hot_loops_of_the_default_queries_tile_do_not_spill():
-  """FlashQOpts(): 16 score accumulators (keys x 1 vector of queries), then 16 output ones (dcols x 1)."""
-  src = render_c(flash_queries_ir(1, 256, 256, 64, FlashQOpts()), "flash_vec_q")
-  loops = hot_loops(assembly(src, FlashQOpts().compile.flags))
-  assert len(loops) >= 2
-  assert [s for loop in loops for s in stack_spills(loop)] == []
+def level_flags(flags: tuple[str, ...], level: str) -> tuple[str, ...]:
+  return tuple(f"-march={level}" if f == "-march=native" else f for f in flags)
+
+
+def level_loops(src: str, flags: tuple[str, ...], level: str) -> list[list[str]]:
+  return hot_loops(assembly(src, level_flags(flags, level)), ISAS[LEVELS[level]].fma_asm)
 
 
 def compiler_is_clang() -> bool:
@@ -427,19 +427,59 @@ def compiler_is_clang() -> bool:
   return "clang" in compiler_version(compiler())
 
 
-@pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")
+@pytest.mark.parametrize("level", EACH_LEVEL)
+def test_hot_loops_of_the_default_flash_tile_do_not_spill(level):
+  """The keys layout's heuristic tile for the level's registers (AVX-512: rows=6, kvec=4, dchunk=2, 24 score and 12
+  output accumulators; 16 registers: 6 x 2), each accumulator kept in a register."""
+  opts = default_flash_opts(ISAS[LEVELS[level]])
+  nq = -(-256 // opts.rows) * opts.rows
+  loops = level_loops(render_c(flash_vector_ir(1, nq, 256, 64, opts), "flash_vec"), opts.compile.flags, level)
+  assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read
+  assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
+@pytest.mark.parametrize("level", EACH_LEVEL)
+def test_hot_loops_of_the_default_queries_tile_do_not_spill(level):
+  """The queries layout's heuristic tile (AVX-512: 16 score accumulators, then 16 output ones; 16 registers: 12, 8)."""
+  opts = default_queries_opts(ISAS[LEVELS[level]])
+  loops = level_loops(render_c(flash_queries_ir(1, 256, 256, 64, opts), "flash_vec_q"), opts.compile.flags, level)
+  assert len(loops) >= 2
+  assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
 @pytest.mark.xfail(compiler_is_clang(), strict=False,
                    reason="clang 14 unrolls the k loop and, under -mprefer-vector-width=256, spills halves of the "
                           "accumulators; on one thread it ran about as fast as without spills (NOTES 31)")
 @pytest.mark.parametrize("threads", [2, 1000], ids=["panel packed inline", "panels packed by a copy kernel"])
-def test_hot_loops_of_the_default_gemm_tile_do_not_spill(threads):
-  """8 rows x 2 vectors: 16 accumulators; inline, B's vectors come from the thread's own panel on its stack (an
-  indexed stack address, which is a load and not a spill)."""
+@pytest.mark.parametrize("level", EACH_LEVEL)
+def test_hot_loops_of_the_default_gemm_tile_do_not_spill(level, threads):
+  """The heuristic tile for the level (AVX-512: 8 rows x 2 vectors, 16 accumulators; AVX2 and SSE at 512: 4 x 2);
+  inline, B's vectors come from the thread's own panel on its stack (an indexed stack address, which is a load and
+  not a spill)."""
   from uopc.codegen import gemm_vec
-  opts = gemm_vec.heuristic_opts(16, 512, 512, 512)
-  loops = hot_loops(assembly(render_c(gemm_vec.program(512, 512, 512, opts, threads), "gemm_tune")))
+  opts = gemm_vec.heuristic_opts(ISAS[LEVELS[level]], 512, 512, 512)
+  loops = level_loops(render_c(gemm_vec.program(512, 512, 512, opts, threads), "gemm_tune"), FLAGS, level)
   assert len(loops) == 1
   assert [s for loop in loops for s in stack_spills(loop)] == []
+
+
+@pytest.mark.parametrize("level", EACH_LEVEL)
+def test_hot_loop_of_the_peak_kernel_does_not_spill(level):
+  """uopc.bench's FMA peak kernel, sized by the level's table entry: its chains, the multiplier and the addend all
+  in registers (ten chains of 64-byte vectors needed 20 of AVX2's 16 and spilled: the next test)."""
+  from uopc.bench import fma_source
+  (loop,) = level_loops(fma_source(ISAS[LEVELS[level]]), FLAGS, level)
+  assert stack_spills(loop) == []
+  assert sum(bool(re.match(rf"\s+{ISAS[LEVELS[level]].fma_asm}", line)) for line in loop) >= ISAS[LEVELS[level]].chains
+
+
+@pytest.mark.skipif(not X86, reason="x86 assembly")
+def test_the_spill_checker_sees_the_old_peak_kernel_spill_on_avx2():
+  """The peak kernel as it was: ten chains of 16-lane (two-ymm) vectors under AVX2."""
+  from uopc.bench import fma_source
+  old = fma_source(ISAS["avx512"])   # 10 chains of 64-byte vectors
+  loops = level_loops(old, FLAGS, "x86-64-v3")
+  assert any(stack_spills(loop) for loop in loops)
 
 
 @pytest.mark.skipif(not AVX512, reason="the tile is sized for 32 AVX-512 registers (x86_64 with -march=native)")

@@ -73,7 +73,7 @@ def test_operands_with_elementwise_work_and_a_transpose(vector_opt, pack):
 def test_the_plan_packs_b_then_runs_a_vector_tile(pack):
   a, b = Tensor(f32(256, 256)), Tensor(f32(256, 256))
   plan = make_plan([(a @ b).uop], options=Options(opt=VectorOpt))
-  opts = gemm_vec.heuristic_opts(VectorOpt.lanes(), 256, 256, 256)
+  opts = gemm_vec.heuristic_opts(VectorOpt.isa(), 256, 256, 256)
   src = plan.kernels[-1].src
   assert f"f32x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == opts.rows * opts.nvec
   if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k
@@ -114,7 +114,8 @@ def test_the_tile_is_the_tuners_and_its_choice_a_registered_memo(fresh_plan_cach
   a, b = f32(256, 256), f32(256, 256)
   plan = make_plan([(Tensor(a) @ Tensor(b)).uop], options=Options(opt=Rows4, lanes=8))
   assert asked == [("gemm_vec", ((), 256, 256, 256, 8), Ops.SINK)]
-  assert plan.kernels[-1].src.count("f32x8 acc") == 4 * gemm_vec._chosen[(), 256, 256, 256, 8].nvec
+  (chosen,) = gemm_vec._chosen.values()
+  assert plan.kernels[-1].src.count("f32x8 acc") == 4 * chosen.nvec
   clear_caches()
   assert gemm_vec._chosen == {}
 
@@ -222,17 +223,20 @@ def test_the_backward_matmuls_take_the_vector_path_too(vector_opt):
   assert gemm_vec.matmul_operands(body) is None and gemm_vec.as_matmul(body) is not None
 
 
-def test_a_sum_over_batch_and_time_is_one_matmul(vector_opt):
-  """dW = sum over b and t of x[b, t, i] dy[b, t, j] reduces two axes: as_matmul merges them into one K = B * T."""
+def test_a_sum_over_batch_and_time_is_one_matmul(vector_opt, monkeypatch):
+  """dW = sum over b and t of x[b, t, i] dy[b, t, j] reduces two axes: as_matmul merges them into one K = B * T.
+  16 lanes and one thread, whatever this machine has: 8 rows x 2 vectors leave N = 64 two panels, too few to pack
+  inline (with 8 lanes and one thread there would be four, packed inline)."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1)
   X, G = f32(16, 32, 128), f32(16, 32, 64)
   prod = (Tensor(X).reshape(16, 32, 128, 1) * Tensor(G).reshape(16, 32, 1, 64)).permute(2, 3, 0, 1)
   body = UOp(Ops.REDUCE, (prod.uop,), (Ops.ADD, 2))
   merged = gemm_vec.as_matmul(body)
   assert gemm_vec.matmul_operands(body) is None and merged is not None
   assert merged.arg == (Ops.ADD, 1) and merged.src[0].shape == (128, 64, 512)
-  plan = make_plan([body], options=Options(opt=VectorOpt))
-  assert "repacked" in plan.explain() and any("f32x" in k.src for k in plan.kernels)
-  dw = realize([body], options=Options(opt=VectorOpt))[0].reshape(128, 64)
+  plan = make_plan([body], options=Options(opt=VectorOpt, lanes=16))
+  assert "repacked" in plan.explain() and any("f32x16" in k.src for k in plan.kernels)
+  dw = realize([body], options=Options(opt=VectorOpt, lanes=16))[0].reshape(128, 64)
   close(dw, np.einsum("bti,btj->ij", X.astype(np.float64), G), 24)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
-from uopc.helpers import DEBUG, DEVICE, TC, cache, prod
+from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache, prod
 from uopc.codegen.online import online_fusion
 from uopc.plancache import PlanCache
 from uopc.options import Options, call_with_options
@@ -137,7 +137,7 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
 def make_plan(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
               options: Options | None = None) -> Plan:
   """Kernels, temporaries and outputs for computing roots. Cached per graph shape and options."""
-  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, tc=TC.value)
+  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, tc=TC.value, march=MARCH.value)
   return plan_for(normalize(roots)[0], options)
 
 
@@ -194,7 +194,7 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
             options: Options | None = None, observe=None) -> list[np.ndarray]:
   """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs.
   Buffers are host NumPy arrays on every device; a device's program maps them to its memory."""
-  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value, TC.value)
+  options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value, TC.value, march=MARCH.value)
   t0 = time.perf_counter()
   norm, arrays = normalize(roots)
   plan = plan_for(norm, options)

@@ -9,8 +9,8 @@ also take `options=` (uopc.options.Options): the kernelizer passes the realize's
   TiledOpt     DefaultOpt, plus local-memory tiles for GPU matmuls (uopc.codegen.localtile)
 
 The lowerings in uopc.codegen only build loop programs. What needs the machine is handed to them from here: the vector
-width (Options.lanes, or the runtime's for this CPU) and a tuner that compiles and times candidates (tuner, built on
-uopc.runtime.tune and the device's table).
+ISA (uopc.runtime.machine's table: registers and lanes of Options.lanes or of the target, UOPC_MARCH or this CPU) and
+a tuner that compiles and times candidates (tuner, built on uopc.runtime.tune and the device's table).
 """
 from __future__ import annotations
 from typing import Callable
@@ -27,7 +27,7 @@ from uopc.symbolic import linear_form
 from uopc.codegen import gemm_vec
 from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.runtime import tune
-from uopc.runtime.toolchain import native_lanes
+from uopc.runtime.machine import ISA, isa_of, target
 
 
 def last_axis_stride(view: UOp) -> int | None:
@@ -137,26 +137,33 @@ class VectorOpt(DefaultOpt):
   tuner = staticmethod(tuner)
 
   @staticmethod
-  def lanes(options: Options | None = None) -> int:
-    """Floats per vector register: options.lanes where given (it is part of the plan's key), else this CPU's."""
-    return options.lanes if options is not None and options.lanes is not None else native_lanes()
+  def isa(options: Options | None = None) -> ISA:
+    """The vector ISA the tile is sized for (uopc.runtime.machine's table): the target of options.march (UOPC_MARCH,
+    else this CPU), or the one with options.lanes lanes where given (both are part of the plan's key)."""
+    if options is not None and options.lanes is not None: return isa_of(options.lanes)
+    return target(options.march if options is not None else None).isa
+
+  @classmethod
+  def lanes(cls, options: Options | None = None) -> int:
+    """Floats per vector register: options.lanes where given, else the target's."""
+    return cls.isa(options).lanes
 
   @classmethod
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
     if options is None or options.device == "CPU":
-      lanes = cls.lanes(options)
+      isa = cls.isa(options)
       chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort()
-                if (o := gemm_vec.choose_opts(u, lanes, cls.tuner))}
+                if (o := gemm_vec.choose_opts(u, isa, cls.tuner))}
       if chosen: roots = UOp.wrap(roots, set(chosen), lambda u: gemm_vec.pack_b(u, chosen[u]) or u)
       # a matmul that packs B inline reads B as it is: no transposed copy of it first
-      return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, lanes, cls.tuner))
+      return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, isa, cls.tuner))
     return layout_pass(roots, options)
 
   @classmethod
   def lower(cls, body: UOp, out: UOp, options: Options | None = None) -> UOp:
     options = options or Options()
     if options.device == "CPU":
-      opts = gemm_vec.choose_opts(body, cls.lanes(options), cls.tuner)
+      opts = gemm_vec.choose_opts(body, cls.isa(options), cls.tuner)
       prog = opts and gemm_vec.lower_gemm(body, out, Ctx(options=options), opts)
       if prog is not None: return prog
     return DefaultOpt.lower(body, out, options)

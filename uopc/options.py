@@ -25,7 +25,10 @@ class Options:
   # write a float max as the book prints it, ((a>b)?a:b): a max reduction then drops a NaN that numbers follow.
   # Off, a max is NaN wherever a NaN is (NumPy, PyTorch). Chapter 11 prints the book's kernel with it on.
   book_max: bool = False
-  lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: this CPU's
+  lanes: int | None = None       # floats per vector register for CPU vector code (VectorOpt); None: the target's
+  # the level CPU kernels are built for (UOPC_MARCH, uopc.runtime.machine): realize fills it in, so a plan made for
+  # x86-64-v3 is not reused for x86-64-v4; "" this CPU, None whatever UOPC_MARCH says when it is read
+  march: str | None = None
 
   def __post_init__(self):
     if self.lanes is not None and self.lanes not in (4, 8, 16):

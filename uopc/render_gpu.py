@@ -86,9 +86,11 @@ class OpenCLRenderer(GPURenderer):
   buffer_decl = "__global {type}* restrict {name}"
   # OpenCL C has no bool or `long long` buffers: bool is stored as a byte, 64-bit ints are `long`; no half arithmetic
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long", dtypes.u8: "uchar",
-           dtypes.i8: "char", dtypes.bool: "uchar"}
-  # without cl_khr_fp16 a half is a storage format: vload_half reads one into a float
+           dtypes.i8: "char", dtypes.bool: "uchar", dtypes.f16: "float"}
+  # a half is a storage format (OpenCL 1.2 core, no cl_khr_fp16 needed, so every device runs it): vload_half reads
+  # one into a float, vstore_half rounds a float into one, and the arithmetic between is float's
   load_only = {dtypes.f16: ("half", "float {name} = vload_half({idx}, {buf});")}
+  store_from_float = {dtypes.f16: "vstore_half({val}, {idx}, {buf});"}
   tf32_round = "as_float((as_uint({x})+0x1000u)&0xffffe000u)"   # round half away from zero at bit 13, drop 13 bits
   code_for_workitem = {"gidx": "get_group_id({dim})", "lidx": "get_local_id({dim})"}
   barrier = "barrier(CLK_LOCAL_MEM_FENCE);"

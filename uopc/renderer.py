@@ -50,8 +50,9 @@ class CStyleRenderer:
   code_for_workitem: ClassVar[dict[str, str]] = {}     # "gidx"/"lidx" -> the expression, {dim} 0 1 2, {xyz} x y z
   barrier: ClassVar[str | None] = None
   smem_prefix: ClassVar[str | None] = None
-  # dtypes a GPU dialect can only load (into a float), never compute in: dtype -> (pointer type, load statement)
-  load_only: ClassVar[dict[DType, tuple[str, str]]] = {}
+  # dtypes a GPU dialect keeps only in memory: dtype -> (pointer type, statement loading one into a float), and the
+  load_only: ClassVar[dict[DType, tuple[str, str]]] = {}   # statement storing a float as one (it computes in `types`)
+  store_from_float: ClassVar[dict[DType, str]] = {}
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
     dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
@@ -181,7 +182,7 @@ class CStyleRenderer:
     for u in topo:
       if u.dtype in self.load_only and u.op not in (Ops.BUFFER, Ops.INDEX, Ops.LOAD): self.type(u.dtype)
     for p in signature.params:
-      if p.dtype in self.load_only and p.writes: self.type(p.dtype)
+      if p.dtype in self.load_only and p.writes and p.dtype not in self.store_from_float: self.type(p.dtype)
 
 
 INT32_MAX = 2**31 - 1
@@ -279,7 +280,7 @@ class _Walk:
     names = self.names
     names[u] = self.new_name("val")
     self.cost.access()
-    if u.dtype in self.r.load_only:   # e.g. OpenCL's vload_half: a half in memory, a float in the kernel
+    if u.dtype in self.r.load_only and base_buffer(u.src[0].src[0]) is not None:   # vload_half: a half to a float
       base, i = u.src[0].src
       self.emit(self.r.load_only[u.dtype][1].format(name=names[u], buf=names[base], idx=names[i]))
     elif u.dtype.count > u.src[0].dtype.count:   # consecutive lanes as one vector
@@ -290,7 +291,9 @@ class _Walk:
     names = self.names
     # a third source gates the store (a tile's lanes that fall outside the output store nothing)
     gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-    if u.src[1].dtype.count > u.src[0].dtype.count:   # a vector into consecutive elements
+    if (st := self.r.store_from_float.get(u.src[0].dtype)) and base_buffer(u.src[0].src[0]) is not None:   # vstore_half
+      self.emit(gate + st.format(val=names[u.src[1]], idx=names[u.src[0].src[1]], buf=names[u.src[0].src[0]]))
+    elif u.src[1].dtype.count > u.src[0].dtype.count:   # a vector into consecutive elements
       self.emit(f"{gate}*({self.itype(u.src[1].dtype)}_u*)&{names[u.src[0]]} = {names[u.src[1]]};")
     else: self.emit(f"{gate}{names[u.src[0]]} = {names[u.src[1]]};")
     self.cost.run(self.cost.ops_in.get(u.src[1], 0))

@@ -12,7 +12,7 @@ from uopc import autograd
 from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, to_array
-from uopc.helpers import DEBUG, DEVICE, TC
+from uopc.helpers import DEBUG, DEVICE, MARCH, TC
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
@@ -93,7 +93,8 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   @staticmethod
   def options() -> Options:
     """The options a realize runs with now: the book's switches on Tensor, DEVICE= and DEBUG=, read once."""
-    return Options(Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax, DEVICE.value, DEBUG.value, TC.value)
+    return Options(Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax, DEVICE.value, DEBUG.value, TC.value,
+                   march=MARCH.value)
 
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor, and any others given, in one plan (Tensor.realize(loss, *grads, *updates)): each then

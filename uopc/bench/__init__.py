@@ -24,6 +24,7 @@ from uopc.bench.cases import attention_peers  # noqa: F401  (chapter 11b imports
 from uopc.bench.isolated import MIN_SECONDS, run_isolated, warm_allocator
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
+from uopc.runtime.machine import target
 
 METHODS = {"isolated": "each peer in its own process, one at a time, best of {reps} after a warm-up (more calls where "
                        f"{MIN_SECONDS:g} s holds more)",
@@ -146,24 +147,31 @@ def gemm(sizes: list[int], reps: int, method: str = "isolated", rounds: int = 1)
 
 
 # ---- peak: the roofline's two lines ----
-FMA_SRC = """typedef float vec __attribute__((vector_size(64)));
-void fma_peak(float* restrict out, int iters) {
+def fma_source(isa) -> str:
+  """The FMA peak kernel for a vector ISA (uopc.runtime.machine's table): vectors of its width, isa.chains independent
+  chains (enough to cover the FMA latency on every unit, few enough that each stays in a register with the
+  multiplier and addend: ten 64-byte chains on AVX2 need 20 of its 16 registers, spill, and measured a quarter of
+  the peak)."""
+  n = isa.chains
+  chains = "\n".join(f"      x{i} = x{i} * b + c;" for i in range(n))
+  return f"""typedef float vec __attribute__((vector_size({isa.lanes * 4})));
+void fma_peak(float* restrict out, int iters) {{
   #pragma omp parallel
-  {
-    vec a = {0};   /* different starting values: identical chains would be merged into one by the compiler */
-    vec x0 = a, x1 = a + 1, x2 = a + 2, x3 = a + 3, x4 = a + 4;
-    vec x5 = a + 5, x6 = a + 6, x7 = a + 7, x8 = a + 8, x9 = a + 9;
+  {{
+    vec a = {{0}};   /* different starting values: identical chains would be merged into one by the compiler */
+    vec {", ".join(f"x{i} = a + {i}" for i in range(n))};
     vec b = a + 0.999999f, c = a + 1e-7f;
-    for (int i = 0; i < iters; i++) {   /* 10 independent chains hide the FMA latency */
-      x0 = x0 * b + c; x1 = x1 * b + c; x2 = x2 * b + c; x3 = x3 * b + c; x4 = x4 * b + c;
-      x5 = x5 * b + c; x6 = x6 * b + c; x7 = x7 * b + c; x8 = x8 * b + c; x9 = x9 * b + c;
-    }
-    vec s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9;
-    float t = 0; for (int k = 0; k < 16; k++) t += s[k];
+    for (int i = 0; i < iters; i++) {{   /* {n} independent chains hide the FMA latency */
+{chains}
+    }}
+    vec s = {" + ".join(f"x{i}" for i in range(n))};
+    float t = 0; for (int k = 0; k < {isa.lanes}; k++) t += s[k];
     #pragma omp atomic
     out[0] += t;
-  }
-}"""
+  }}
+}}"""
+
+
 TRIAD_SRC = """void triad(float* restrict a, float* restrict b, float* restrict c, int n) {
   #pragma omp parallel for
   for (int i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
@@ -171,14 +179,17 @@ TRIAD_SRC = """void triad(float* restrict a, float* restrict b, float* restrict 
 
 
 def peak(reps: int) -> dict[str, float]:
-  """FP32 FMA GFLOP/s (10 chains of 16-wide FMAs per thread) and STREAM-triad GB/s (three 128 MB arrays)."""
+  """FP32 FMA GFLOP/s (fma_source's chains of the target's vectors, per thread) and STREAM-triad GB/s (three 128 MB
+  arrays)."""
   threads = omp_threads()
-  fma, tri = Program(FMA_SRC, "fma_peak"), Program(TRIAD_SRC, "triad")
+  isa = target().isa
+  fma, tri = Program(fma_source(isa), "fma_peak"), Program(TRIAD_SRC, "triad")
   out, iters = np.zeros(1, np.float32), 20_000_000
   n = 32 * 1024 * 1024
   a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
   t = interleaved({"fma": lambda: fma(out, iters), "triad": lambda: tri(a, b, c, n)}, reps)
-  return {"fma_gflops": threads * iters * 10 * 16 * 2 / t["fma"] / 1e9, "triad_gbs": 3 * 4 * n / t["triad"] / 1e9}
+  return {"fma_gflops": threads * iters * isa.chains * isa.lanes * 2 / t["fma"] / 1e9,
+          "triad_gbs": 3 * 4 * n / t["triad"] / 1e9}
 
 
 # ---- attention ----

@@ -42,17 +42,35 @@ class GemmOpts:
   def nr(self) -> int: return self.nvec * self.lanes
 
 
-def heuristic_opts(lanes: int, M: int, N: int, K: int) -> GemmOpts:
-  """The tile without tuning: 8 rows x 2 vectors, 16 accumulators (half the AVX-512 registers; B's two vectors and
-  a broadcast need three more). 16 rows x 1 vector ties with it at K = 512 and runs at half speed from K = 1024, where
-  16 rows of A a multiple of 4 KB apart share L1 sets and evict each other (NOTES 24)."""
-  return GemmOpts(rows=8, nvec=2, lanes=16) if lanes == 16 else GemmOpts(rows=4, nvec=2, lanes=lanes)
+# The tiles a tuner may try: rows of C x vectors of C's columns
+ROWS, NVECS = (4, 6, 8, 12, 16), (1, 2, 3, 4)
+MAX_HEURISTIC_ROWS = 8    # 16 rows of A a multiple of 4 KB apart share L1 sets and evict each other (NOTES 24)
+MAX_HEURISTIC_ACCS = 16   # enough accumulators that B's loads stay below the FMA rate on every ISA measured
 
 
-def candidate_opts(lanes: int, M: int, N: int, K: int) -> list[GemmOpts]:
-  regs = 32 if lanes in (16, 4) else 16
-  return [GemmOpts(rows=r, nvec=v, lanes=lanes) for r in (4, 6, 8, 12, 16) for v in (1, 2, 3, 4)
-          if M % r == 0 and N % (v * lanes) == 0 and r * v <= regs // 2 + 8]
+def tile_registers(rows: int, nvec: int) -> int:
+  """Vector registers a rows x nvec tile holds in its k loop: the accumulators, B's nvec vectors, A's broadcast."""
+  return rows * nvec + nvec + 1
+
+
+def heuristic_opts(isa, M: int, N: int, K: int) -> GemmOpts:
+  """The tile without tuning, sized as BLIS sizes a micro-kernel from the register file (`isa`: lanes and registers,
+  uopc.runtime.machine's table): the most accumulators whose tile, with B's vectors and A's broadcast, fits the
+  registers (at most 16 accumulators and 8 rows), among the tiles that divide M and N; then 2 vectors, then fewer
+  rows. AVX-512 (32 registers): 8 rows x 2 vectors, as NOTES 24 measured; AVX2 and SSE (16): 6 x 2 (BLIS haswell's
+  12 accumulators) where 6 divides M, else 4 x 2. With no tile that divides the problem, the first one that fits the
+  registers (which then does not fit the problem: the default lowering takes it)."""
+  tiles = sorted((GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
+                  if r <= MAX_HEURISTIC_ROWS and r * v <= MAX_HEURISTIC_ACCS and tile_registers(r, v) <= isa.registers),
+                 key=lambda o: (-o.rows * o.nvec, abs(o.nvec - 2), o.rows))
+  return next((o for o in tiles if M % o.rows == 0 and N % o.nr == 0), tiles[0])
+
+
+def candidate_opts(isa, M: int, N: int, K: int) -> list[GemmOpts]:
+  """What the tuner tries: every tile whose accumulators leave two registers (a broadcast and one vector of B: the
+  others can be FMA memory operands), at most 24 accumulators, that divides M and N."""
+  return [GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
+          if M % r == 0 and N % (v * isa.lanes) == 0 and r * v <= min(24, isa.registers - 2)]
 
 
 # one choice per problem in a process: layout (packing) and lower must agree
@@ -93,20 +111,20 @@ def _fits(matmul: UOp, opts: GemmOpts) -> bool:
   return not (M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS)
 
 
-def choose_opts(body: UOp, lanes: int, tuner: Tuner) -> GemmOpts | None:
+def choose_opts(body: UOp, isa, tuner: Tuner) -> GemmOpts | None:
   """The opts for this matmul (the tuner's choice among the candidates that fit), or None where the vector matmul does
-  not apply."""
+  not apply. isa: the vector registers and lanes to size the tile for (uopc.runtime.machine.ISA)."""
   if (m := _matmul(body)) is None: return None
   body = m[0]
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
-  problem = (tuple(batch), M, N, K, lanes)
-  if problem not in _chosen:   # once per process: the packing (layout) and the tile (lower) must agree
-    heuristic = heuristic_opts(lanes, M, N, K)
+  problem = (tuple(batch), M, N, K, isa.lanes)
+  if (problem, isa) not in _chosen:   # once per process and ISA: the packing (layout) and the tile (lower) must agree
+    heuristic = heuristic_opts(isa, M, N, K)
     if not _fits(body, heuristic): return None
-    cands = [c for c in candidate_opts(lanes, M, N, K) if _fits(body, c)] or [heuristic]
-    _chosen[problem] = tuner("gemm_vec", problem, cands, heuristic, lambda o: program(M, N, K, o))
-  return _chosen[problem]
+    cands = [c for c in candidate_opts(isa, M, N, K) if _fits(body, c)] or [heuristic]
+    _chosen[problem, isa] = tuner("gemm_vec", problem, cands, heuristic, lambda o: program(M, N, K, o))
+  return _chosen[problem, isa]
 
 
 def program(M: int, N: int, K: int, opts: GemmOpts, threads: int | None = None) -> UOp:
@@ -140,9 +158,9 @@ def _inline(matmul: UOp, opts: GemmOpts) -> bool:
   return packs_inline(opts, math.prod(batch), N, matmul.src[0].shape[-1])
 
 
-def packs_own_panels(body: UOp, lanes: int, tuner: Tuner) -> bool:
+def packs_own_panels(body: UOp, isa, tuner: Tuner) -> bool:
   """Whether body is a matmul whose kernel packs B inline (its operands then need no layout step)."""
-  opts = choose_opts(body, lanes, tuner)
+  opts = choose_opts(body, isa, tuner)
   return opts is not None and _inline(_matmul(body)[0], opts)
 
 

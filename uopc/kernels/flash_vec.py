@@ -12,7 +12,7 @@ keys = kvec * lanes keys:
             accumulators, rescaled once per tile, then P[r][c] broadcast against dchunk vectors of V's row c
 
 The tile sizes and the flags the kernel is compiled with are its opts (FlashVecOpts): the tuner (uopc.runtime.tune)
-times candidates on this machine, and the defaults hold a 32-register machine's tile.
+times candidates on this machine, and default_opts sizes the tile to the vector ISA's registers.
 """
 from __future__ import annotations
 import math
@@ -21,6 +21,7 @@ from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
 from uopc.codegen.vector import butterfly, tree
 from uopc.runtime.flags import CompileOpts
+from uopc.runtime.machine import ISA, isa_of
 
 LOG2E = 1 / math.log(2)
 
@@ -43,22 +44,20 @@ class FlashVecOpts:
     return nq % self.rows == 0 and nk % self.keys == 0 and dv % (self.dchunk * self.lanes) == 0
 
 
-# the register file a tile is sized for: lanes -> vector registers (AVX-512 and NEON have 32, AVX2 and SSE 16)
-REGISTERS = {16: 32, 8: 16, 4: 16}
+def default_opts(isa: ISA | int) -> FlashVecOpts:
+  """The heuristic tile for a vector ISA (uopc.runtime.machine's table; a lane count means the ISA it names here):
+  6 rows x kvec score accumulators, three quarters of the registers (the rest hold a vector of K^T per column and the
+  broadcast query value), and 6 x 2 output accumulators. 32 registers (AVX-512, NEON): 6 x 4, measured on a Zen 4 in
+  NOTES 24; 16 (AVX2, SSE): 6 x 2, BLIS haswell's 12 accumulators."""
+  isa = isa_of(isa)
+  return FlashVecOpts(rows=6, kvec=max(1, isa.registers * 3 // 4 // 6), dchunk=2, lanes=isa.lanes)
 
 
-def default_opts(lanes: int) -> FlashVecOpts:
-  """The heuristic tile: rows x kvec score accumulators, three quarters of the registers (the rest hold a vector of
-  K^T per column and the broadcast query value). Measured on a Zen 4 in NOTES 24."""
-  if lanes == 16: return FlashVecOpts(rows=6, kvec=4, dchunk=2, lanes=16)
-  return FlashVecOpts(rows=4, kvec=2, dchunk=2, lanes=lanes)
-
-
-def candidate_opts(lanes: int, dv: int) -> list[FlashVecOpts]:
+def candidate_opts(isa: ISA | int, dv: int) -> list[FlashVecOpts]:
   """What the tuner tries: every tile whose accumulators fit in the registers and whose output chunk divides dv."""
-  regs = REGISTERS.get(lanes, 16)
-  return [FlashVecOpts(rows=r, kvec=k, dchunk=c, lanes=lanes) for r in (2, 4, 5, 6, 7, 8) for k in (1, 2, 3, 4)
-          for c in (1, 2, 4) if r * max(k, c) <= regs - 2 and dv % (c * lanes) == 0]
+  isa = isa_of(isa)
+  return [FlashVecOpts(rows=r, kvec=k, dchunk=c, lanes=isa.lanes) for r in (2, 4, 5, 6, 7, 8) for k in (1, 2, 3, 4)
+          for c in (1, 2, 4) if r * max(k, c) <= isa.registers - 2 and dv % (c * isa.lanes) == 0]
 
 
 def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = FlashVecOpts(), causal: bool = False,

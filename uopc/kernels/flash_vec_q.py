@@ -23,6 +23,7 @@ from uopc.uop import UOp, Ops, ParamArg, AxisType, sink, range_
 from uopc.dtype import dtypes
 from uopc.codegen.vector import tree
 from uopc.runtime.flags import CompileOpts
+from uopc.runtime.machine import ISA, isa_of
 from uopc.kernels.flash_vec import LOG2E
 
 
@@ -42,20 +43,25 @@ class FlashQOpts:
   def fits(self, dv: int) -> bool: return dv % self.dcols == 0
 
 
-REGISTERS = {16: 32, 8: 16, 4: 16}
+def default_opts(isa: ISA | int) -> FlashQOpts:
+  """The heuristic tile for a vector ISA (uopc.runtime.machine's table; a lane count means the ISA it names here):
+  keys score accumulators and dcols output ones, each at most 16 and leaving four registers (a vector of Q^T or P^T,
+  a broadcast, the running max and its correction). 32 registers: 16 and 16 (NOTES 29 measured the tile on a Zen 4);
+  16 registers: 12 and 8."""
+  isa = isa_of(isa)
+  room = min(16, isa.registers - 4)
+  return FlashQOpts(qvec=1, keys=max(k for k in KEYS if k <= room), dcols=max(c for c in DCOLS if c <= room),
+                    lanes=isa.lanes)
 
 
-def default_opts(lanes: int) -> FlashQOpts:
-  """A 32-register machine: 16 score accumulators and 16 output ones (NOTES 29 measured the tile on a Zen 4)."""
-  if lanes == 16: return FlashQOpts(qvec=1, keys=16, dcols=16, lanes=16)
-  return FlashQOpts(qvec=1, keys=8, dcols=8, lanes=lanes)
+KEYS, DCOLS = (8, 12, 16, 24), (8, 16, 32)
 
 
-def candidate_opts(lanes: int, dv: int) -> list[FlashQOpts]:
+def candidate_opts(isa: ISA | int, dv: int) -> list[FlashQOpts]:
   """Every tile whose accumulators leave two registers free and whose output chunk divides dv."""
-  regs = REGISTERS.get(lanes, 16)
-  return [FlashQOpts(qvec=v, keys=k, dcols=c, lanes=lanes) for v in (1, 2) for k in (8, 12, 16, 24)
-          for c in (8, 16, 32) if v * max(k, c) <= regs - 2 and dv % c == 0]
+  isa = isa_of(isa)
+  return [FlashQOpts(qvec=v, keys=k, dcols=c, lanes=isa.lanes) for v in (1, 2) for k in KEYS for c in DCOLS
+          if v * max(k, c) <= isa.registers - 2 and dv % c == 0]
 
 
 def flash_queries_ir(heads: int, nq: int, nk: int, d: int, opts: FlashQOpts = FlashQOpts(), causal: bool = False,

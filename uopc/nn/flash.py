@@ -19,11 +19,12 @@ from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import c_renderer
 from uopc.runtime import Program, native_lanes
 from uopc.runtime import tune
+from uopc.runtime.machine import target
 
 _programs: dict[tuple, Program] = cache("nn.flash.programs", {})   # compiled once per problem and opts
 
 
-lanes_here = native_lanes   # floats per vector register on this machine
+lanes_here = native_lanes   # floats per vector register of the target (UOPC_MARCH, else this CPU)
 
 
 def fits(d: int, dv: int) -> bool:
@@ -37,7 +38,7 @@ def _ceil_to(n: int, m: int) -> int: return -(-n // m) * m
 def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: float,
             opts: FlashVecOpts | FlashQOpts) -> Program:
   """The compiled kernel for this problem and opts (the opts' type is the layout), made once per process."""
-  key = (heads, nq, nk, d, dv, causal, scale, opts)
+  key = (heads, nq, nk, d, dv, causal, scale, opts, target().flags)   # built for the target of the moment
   if key not in _programs:
     if isinstance(opts, FlashQOpts):   # q, k, v as they are
       name, sink = "flash_vec_q", flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
@@ -78,21 +79,22 @@ _chosen: dict[tuple, FlashVecOpts | FlashQOpts] = cache("nn.flash.chosen", {})
 def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
                 scale: float) -> FlashVecOpts | FlashQOpts:
   key = (heads, nq, nk, d, dv, causal, scale)
-  if key not in _chosen: _chosen[key] = _choose(*key)
-  return _chosen[key]
+  if (key, target()) not in _chosen: _chosen[key, target()] = _choose(*key)
+  return _chosen[key, target()]
 
 
 def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
             scale: float) -> FlashVecOpts | FlashQOpts:
-  lanes = lanes_here()
-  heuristic = flash_vec_q.default_opts(lanes)
+  isa = target().isa   # the tiles are sized to its registers and lanes (uopc.runtime.machine)
+  lanes = isa.lanes
+  heuristic = flash_vec_q.default_opts(isa)
   if not heuristic.fits(dv): heuristic = dataclasses.replace(heuristic, dcols=lanes)   # fits() said lanes divide dv
   problem = (heads, nq, nk, d, dv, causal)
   def timer(opts: FlashVecOpts | FlashQOpts):
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((heads, n, x)).astype(np.float32) for n, x in ((nq, d), (nk, d), (nk, dv)))
     return lambda: run(q, k, v, causal, scale, opts)
-  candidates = flash_vec_q.candidate_opts(lanes, dv) + candidate_opts(lanes, dv)
+  candidates = flash_vec_q.candidate_opts(isa, dv) + candidate_opts(isa, dv)
   return tune.choose("flash_vec", problem, candidates, heuristic, timer)
 
 

@@ -2,7 +2,8 @@
 
   compiler(), compiler_version(cc)        $CC (default cc) and the first line of its --version
   machine_id(), native_target(cc)         the CPU and what -march=native means to cc: both part of a cache key
-  vector_bits(cc), native_lanes()         the widest vector register -march=native gives, in bits and in floats
+  vector_bits(cc), native_lanes()         the widest vector register of the target (UOPC_MARCH, else this CPU: see
+                                          uopc.runtime.machine), in bits and in floats
   cache_dir(), cache_key(src, cc, flags)  where compiled objects live, and the hash that names one
 
 CompileError (and numbered, the source with line numbers it quotes) is here too: the compiler's answer to bad C.
@@ -16,6 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 from uopc.helpers import cache
+from uopc.runtime.machine import compiler, target  # noqa: F401  (compiler: uopc.runtime exports it from here)
 
 
 class CompileError(RuntimeError):
@@ -32,9 +34,6 @@ def cache_dir() -> Path:
   """Absolute, whatever the variable says: dlopen looks a path with no slash up on the system search path."""
   if d := os.environ.get("UOPC_CACHE_DIR"): return Path(d).expanduser().absolute()
   return (Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "uopc").absolute()
-
-
-def compiler() -> str: return os.environ.get("CC", "cc")
 
 
 _version_cache: dict[str, str] = {}
@@ -84,18 +83,16 @@ def native_target(cc: str) -> str:
   return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))
 
 
-@functools.cache
 def vector_bits(cc: str) -> int:
-  """The widest vector register -march=native gives this compiler: 512 (AVX-512), 256 (AVX2), else 128 (SSE, NEON).
-  A register tile is sized by it (uopc.kernels.flash_vec, uopc.codegen.gemm_vec)."""
-  r = _run_quietly([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull])
-  macros = r.stdout if r else ""
-  return 512 if "__AVX512F__" in macros else 256 if "__AVX2__" in macros else 128
+  """The widest vector register the target gives this compiler: 512 (AVX-512), 256 (AVX2), else 128 (SSE, NEON).
+  The target is UOPC_MARCH's level where it is set, else -march=native (uopc.runtime.machine.target). A register
+  tile is sized by it (uopc.kernels.flash_vec, uopc.codegen.gemm_vec)."""
+  return target(cc=cc).isa.lanes * 32
 
 
 def native_lanes() -> int:
-  """Floats per vector register for this compiler here: 16 with AVX-512, 8 with AVX2, 4 otherwise."""
-  return vector_bits(compiler()) // 32
+  """Floats per vector register for the target: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON."""
+  return target().isa.lanes
 
 
 def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
@@ -105,4 +102,4 @@ def cache_key(src: str, cc: str, flags: tuple[str, ...]) -> str:
 
 # what the toolchain was asked once per process (versions, CPU, target, vector width): asked again after clear_caches()
 cache("runtime.compiler_versions", _version_cache)
-for _fn in (machine_id, native_target, vector_bits): cache(f"runtime.{_fn.__name__}", _fn)
+for _fn in (machine_id, native_target): cache(f"runtime.{_fn.__name__}", _fn)

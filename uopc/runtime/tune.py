@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 from uopc.helpers import ContextVar
+from uopc.runtime.machine import target
 from uopc.runtime.toolchain import cache_dir, compiler, compiler_version, machine_id
 
 BEAM = ContextVar("BEAM", 0)   # > 0: search (keep the n fastest for a second round); 0: the cached or heuristic opts
@@ -28,8 +29,10 @@ def tuned_path() -> Path: return cache_dir() / "tuned.json"
 
 
 def machine_key() -> str:
-  """The CPU and compiler a timing belongs to."""
-  return hashlib.sha256(f"{machine_id()}\0{compiler_version(compiler())}".encode()).hexdigest()[:16]
+  """The CPU, the compiler and the target it built for (UOPC_MARCH's flags, or -march=native) a timing belongs to."""
+  t = target()
+  level = f"\0{' '.join(t.flags)}" if t.march else ""   # this CPU's own keys stay what they were
+  return hashlib.sha256(f"{machine_id()}\0{compiler_version(compiler())}{level}".encode()).hexdigest()[:16]
 
 
 def entry_key(kernel: str, problem: tuple) -> str: return f"{kernel}|{problem!r}|{machine_key()}"
