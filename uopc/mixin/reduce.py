@@ -101,8 +101,8 @@ class ReduceMixin(MovementMixin):
   def argmin(self, axis=None, keepdim: bool = False) -> Self: return self._arg(axis, keepdim, True)
   def cumsum(self, axis: int = 0) -> Self:
     """out[i] = sum_{j <= i} x[j]: a lower-triangular mask times x, summed (n^2 work along the axis)."""
+    axis = _axis(axis, self.ndim)   # an IndexError for an axis the tensor lacks (a 0-d one has 0 and -1), as PyTorch
     if self.ndim == 0: return self.sum()
-    axis = _axis(axis, self.ndim)
     n = self.shape[axis]
     x = self.transpose(axis, -1)
     mask = type(self).full((n, n), True, dtypes.bool).tril()                      # (i, j): j <= i
