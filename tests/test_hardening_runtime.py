@@ -2,6 +2,7 @@
 tell apart, a compiler without OpenMP, kernels that never end, names that are not C identifiers."""
 import hashlib
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -221,6 +222,18 @@ def test_an_error_in_the_c_is_not_retried(cache, tmp_path, monkeypatch):
   with pytest.raises(runtime.CompileError, match="failed with exit code"):
     Program("void broken(float* x) { x[0] = ; }", "broken")
   assert len(kernel_builds(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("cc", ["true", "writes garbage"])
+def test_a_compiler_that_writes_nothing_is_named(cache, tmp_path, monkeypatch, cc):
+  """CC=true exits 0 and writes nothing: that was a FileNotFoundError on a temporary path (issue 30, item 5)."""
+  if cc != "true":   # exits 0, writes a file that is no shared object
+    cc = fake_cc(tmp_path, 'for a; do [ "$prev" = -o ] && echo garbage > "$a"; prev=$a; done\nexit 0\n')
+  monkeypatch.setenv("CC", cc)
+  want = "no output file" if cc == "true" else "8 bytes that are not a complete shared object"
+  with pytest.raises(runtime.CompileError, match=f"{re.escape(cc)} exited 0 but wrote {want}.*is CC a C compiler"):
+    Program(SUM, "total")
+  assert not list(cache.rglob("*.so"))   # nothing half-made is left in the cache
 
 
 # the kernel on which gcc 12.2 crashed in CI (NOTES 32), as its notes script compiles it

@@ -153,3 +153,31 @@ def test_a_search_prints_its_progress_on_stderr(capsys):
 def test_a_search_needs_candidates():
   with pytest.raises(ValueError, match="tune flash_vec: no candidate"):
     tune.choose("flash_vec", PROBLEM, [], HEURISTIC, never_timed, beam=1)
+
+
+def test_a_deeply_nested_cache_is_ignored_with_one_warning():
+  """json.loads raises RecursionError (not a ValueError) on [[[[...]]]] nested past the interpreter's limit: every
+  BEAM=0 choice, so every CPU scaled_dot_product_attention, failed with it (issue 30, item 5)."""
+  damage_cache('{"%KEY%": ' + "[" * 200_000 + "]" * 200_000 + "}")
+  with pytest.warns(RuntimeWarning, match="damaged tuning cache.*tuned.json"):
+    assert tune.choose("flash_vec", PROBLEM, CANDIDATES, HEURISTIC, never_timed, beam=0) is HEURISTIC
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")     # once per file: the second read is quiet
+    assert tune.choose("flash_vec", PROBLEM, CANDIDATES, HEURISTIC, never_timed, beam=0) is HEURISTIC
+
+
+def test_attention_runs_past_a_deeply_nested_cache():
+  from uopc.nn.attention import scaled_dot_product_attention
+  from uopc.nn import flash
+  from uopc.tensor import Tensor
+  flash._chosen.clear()
+  damage_cache("[" * 200_000 + "]" * 200_000)
+  rng = np.random.default_rng(5)
+  q, k, v = (rng.standard_normal((1, 2, 16, 32)).astype(np.float32) for _ in range(3))
+  assert flash.fits(32, 32)   # the vector kernels, the path that asks the tuner
+  with pytest.warns(RuntimeWarning, match="damaged tuning cache"):
+    out = scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v), splits=1).numpy()
+  s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(32)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(out, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)

@@ -7,3 +7,8 @@ uopc raise ValueError; code written against either catches this one.
 
 class UsageError(ValueError, RuntimeError):
   """An argument or a shape a Tensor op cannot take; the message names it."""
+
+
+class UsageTypeError(UsageError, TypeError):
+  """An argument of the wrong type where tinygrad raises ValueError and PyTorch TypeError (a Tensor given as the
+  axis of stack): catchable as either, and as UsageError."""

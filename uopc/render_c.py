@@ -23,7 +23,8 @@ class CRenderer(CStyleRenderer):
 
   # vectors: GCC's vector extensions (uopc.codegen.vector); an op missing here is written as on scalars
   def vector_type(self, dtype: DType) -> str: return c_vector_name(dtype)
-  def vector_preamble(self, used: set[DType]) -> list[str]: return c_typedefs(used, self.type) if used else []
+  def vector_preamble(self, used: set[DType]) -> list[str]:
+    return c_typedefs(used, self.type, self.book_max) if used else []
   def vectorize(self, u: UOp, srcs: list[str]) -> str:
     """Lanes of one vector in another order are a shuffle (gcc 12 and clang both have __builtin_shufflevector)."""
     v = u.src[0].src[0] if u.src[0].op is Ops.GEP else None

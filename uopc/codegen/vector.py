@@ -22,9 +22,9 @@ def c_vector_name(d: DType) -> str:
   return f"{d.name}x{d.count}"
 
 
-def c_typedefs(used: set[DType], scalar_type) -> list[str]:
+def c_typedefs(used: set[DType], scalar_type, book_max: bool = False) -> list[str]:
   """The typedef of every vector dtype the kernel uses, the select and max of its 32-bit vectors, the exp2 of its
-  float ones."""
+  float ones. book_max (Options.book_max): a float max as the book's ((a>b)?a:b), lane by lane."""
   out: list[str] = []
   lanes = sorted({d.count for d in used})
   masks = {n: f"m32x{n}" for n in lanes}
@@ -42,7 +42,8 @@ def c_typedefs(used: set[DType], scalar_type) -> list[str]:
     out.append(f"typedef int {masks[n]} __attribute__((vector_size({4 * n})));")
   for d in sorted(used, key=lambda d: (d.name, d.count)):
     # an int vector selects with the same mask (the renderer writes WHERE and MAX on it as on floats)
-    if d.kind in "fi" and d.itemsize == 4: out += _select_helpers(c_vector_name(d), masks[d.count])
+    if d.kind in "fi" and d.itemsize == 4:
+      out += _select_helpers(c_vector_name(d), masks[d.count], nan=d.kind == "f" and not book_max)
     if d.kind == "f" and d.itemsize == 4: out += _exp2_helpers(c_vector_name(d), masks[d.count])
   return out
 
@@ -50,11 +51,13 @@ def c_typedefs(used: set[DType], scalar_type) -> list[str]:
 INLINE = "static inline __attribute__((always_inline))"
 
 
-def _select_helpers(t: str, m: str) -> list[str]:
+def _select_helpers(t: str, m: str, nan: bool) -> list[str]:
+  # nan: the scalar max's rule (codegen.cint.nan_max), lane by lane: a lane that is NaN in a or in b is NaN, as in
+  # NumPy. Without it (integers, Options.book_max) the book's ((a>b)?a:b), which keeps a NaN in b but not one in a
+  keep_a = "(a > b) | (a != a)" if nan else "a > b"
   return [
     f"{INLINE} {t} uopc_where_{t}({m} c, {t} a, {t} b) {{ return ({t})((c & ({m})a) | (~c & ({m})b)); }}",
-    # the scalar ((a>b)?a:b), lane by lane: a NaN in b is kept, a NaN in a is not (NOTES 18)
-    f"{INLINE} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}(a > b, a, b); }}"]
+    f"{INLINE} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}({keep_a}, a, b); }}"]
 
 
 def _exp2_helpers(t: str, m: str) -> list[str]:

@@ -73,9 +73,16 @@ class NNMixin(IndexingMixin):
   def silu(self) -> Self: return self * self.sigmoid()
   swish = silu
   def quick_gelu(self) -> Self: return self * (self * 1.702).sigmoid()
-  def gelu(self) -> Self:
-    """The tanh approximation (GPT-2's and tinygrad's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def gelu(self, approximate: str = "tanh") -> Self:
+    """approximate="tanh" (the default, GPT-2's and tinygrad's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+    "none" (PyTorch's default): x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), written with erfc(|x| / sqrt 2) so the
+    negative tail is not 1 - 1."""
+    if approximate == "tanh":
+      return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+    if approximate == "none":
+      q = (self * (1 / math.sqrt(2))).erfc_abs()           # erfc(|x| / sqrt 2)
+      return (self < 0).where(0.5 * q, 1 - 0.5 * q) * self
+    raise UsageError(f"gelu: approximate must be 'none' or 'tanh' (PyTorch's), got {approximate!r}")
   def softplus(self, beta: float = 1.0) -> Self:
     """log(1 + e^(beta x)) / beta as relu(bx) + log(1 + e^-|bx|): nothing overflows."""
     bx = self * beta
@@ -83,7 +90,8 @@ class NNMixin(IndexingMixin):
   def mish(self) -> Self: return self * self.softplus().tanh()
   def logsigmoid(self) -> Self: return -((-self).softplus())
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Self:
-    """(x - mean) / sqrt(var + eps) over axis (biased variance, as LayerNorm), without weight and bias."""
+    """(x - mean) / sqrt(var + eps) over axis, an int or a tuple (biased variance, eps inside the root: PyTorch's
+    F.layer_norm over its normalized_shape's axes), without weight and bias."""
     x = self - self.mean(axis, keepdim=True)
     return x * (x.square().mean(axis, keepdim=True) + eps).rsqrt()
   def dropout(self, p: float = 0.5, seed: int | None = None) -> Self:
@@ -98,39 +106,49 @@ class NNMixin(IndexingMixin):
     if reduction == "sum": return self.sum()
     if reduction == "none": return self
     raise UsageError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-  def _class_targets(self, Y, what: str, ignore_index: int | None = None) -> Self:
-    """Y (integer class indices of self's shape without the class axis) checked and as a Tensor. An index outside
-    0..C-1 (other than ignore_index) is an IndexError, as in PyTorch: one_hot would give it a row of zeros and a
-    plausible loss. (Under a TinyJit replay the check does not run again.)"""
+  def _classes_last(self) -> Self:
+    """PyTorch's (N, C, d1, ...) logits with the class axis moved last, (N, d1, ..., C); (C,) and (N, C) as they are."""
+    return self.permute(0, *range(2, self.ndim), 1) if self.ndim > 2 else self
+  def _class_targets(self, Y, what: str, ignore_index: int | None = None, logits: tuple | None = None) -> Self:
+    """Y (integer class indices of self's shape without the class axis, which is last here) checked and as a Tensor.
+    An index outside 0..C-1 (other than ignore_index) is an IndexError, as in PyTorch: one_hot would give it a row of
+    zeros and a plausible loss. (Under a TinyJit replay the check does not run again.) logits: the shape the caller
+    was given, for the message."""
     T = type(self)
     Y = Y if isinstance(Y, T) else T(np.asarray(Y))
     if not Y.dtype.is_int: raise TypeError(f"{what}: class targets must be integers, got {Y.dtype}")
     if Y.shape != self.shape[:-1]:
-      raise UsageError(f"{what}: targets {Y.shape} for logits {self.shape} (need {self.shape[:-1]})")
+      shown = self.shape if logits is None else logits
+      raise UsageError(f"{what}: targets {Y.shape} for logits {shown} (need {self.shape[:-1]}: the logits' shape "
+                       f"without the class axis, which is axis {min(len(shown) - 1, 1)} as in PyTorch)")
     ids = Y._data()
     bad = (ids < 0) | (ids >= self.shape[-1])
     if ignore_index is not None: bad &= ids != ignore_index
     if bad.any(): raise IndexError(f"{what}: target {int(ids[bad][0])} is out of bounds for {self.shape[-1]} classes")
     return Y
   def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:
-    """self: logits (..., C); Y: integer class indices (...) or probabilities (..., C). PyTorch's cross_entropy
-    with the class axis last."""
+    """PyTorch's F.cross_entropy. self: logits (N, C, d1, ...), (N, C) or (C,): the class axis is 1 (0 for one
+    sample). Y: integer class indices (N, d1, ...), or class probabilities of self's shape. label_smoothing e mixes
+    the uniform distribution into the target, either kind: (1 - e) target + e / C."""
     T = type(self)
     if not 0 <= label_smoothing <= 1: raise UsageError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
+    x = self._classes_last()
     Yt = Y if isinstance(Y, T) else T(np.asarray(Y))
     if Yt.dtype.is_float:
       if Yt.shape != self.shape: raise UsageError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
-      probs = Yt
-    else: probs = self._class_targets(Yt, "cross_entropy").one_hot(self.shape[-1]).cast(self.dtype)
-    probs = probs * (1 - label_smoothing) + label_smoothing / self.shape[-1]
-    return (-(self.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
+      probs = Yt._classes_last()
+    else: probs = x._class_targets(Yt, "cross_entropy", logits=self.shape).one_hot(x.shape[-1]).cast(self.dtype)
+    probs = probs * (1 - label_smoothing) + label_smoothing / x.shape[-1]
+    return (-(x.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
   def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Self:
-    """self: log-probabilities (..., C); Y: class indices. Mean over the counted (weighted) targets, as PyTorch."""
-    Y = self._class_targets(Y, "nll_loss", ignore_index)
-    hot = Y.one_hot(self.shape[-1]).cast(self.dtype)
+    """PyTorch's F.nll_loss. self: log-probabilities (N, C, d1, ...), (N, C) or (C,); Y: class indices (N, d1, ...).
+    Mean over the counted (weighted) targets, as PyTorch."""
+    x = self._classes_last()
+    Y = x._class_targets(Y, "nll_loss", ignore_index, logits=self.shape)
+    hot = Y.one_hot(x.shape[-1]).cast(self.dtype)
     w = hot if weight is None else hot * weight
     if ignore_index is not None: w = w * (Y.ne(ignore_index)).unsqueeze(-1)
-    loss = -(self * w).sum(-1)
+    loss = -(x * w).sum(-1)
     if reduction == "mean": return loss.sum() / w.sum()
     return loss._reduction(reduction)
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0,

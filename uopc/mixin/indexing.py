@@ -29,7 +29,10 @@ class IndexingMixin(ReduceMixin):
   def flip(self, axis) -> Self:
     """Reverse the given axes. No movement op reverses, so each axis is a one-hot select of arange(n-1, -1, -1)."""
     out = self
-    for a in sorted({_norm_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}):
+    axes = [_norm_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    if len(set(axes)) != len(axes):   # PyTorch's RuntimeError: flipping an axis twice is no flip, and surely a slip
+      raise UsageError(f"flip: axis {axis} names an axis more than once (axes {axes} of shape {self.shape})")
+    for a in sorted(axes):
       if out.shape[a] > 1: out = out._take(a, type(self)(np.arange(out.shape[a] - 1, -1, -1, dtype=np.int32)))
     return out
 
@@ -77,10 +80,16 @@ class IndexingMixin(ReduceMixin):
     out = hit.where(xl.unsqueeze(-2), False if x.dtype is dtypes.bool else 0)
     return out._reduce(Ops.ADD, -1, False).transpose(dim, -1)
 
-  def one_hot(self, num_classes: int = -1) -> Self:
-    """int32 (..., num_classes) with a 1 at each entry's class (num_classes -1: max + 1, realized to find it)."""
+  def one_hot(self, num_classes: int) -> Self:
+    """int32 (..., num_classes) with a 1 at each entry's class (entries outside 0..num_classes-1 get a row of zeros).
+    num_classes must be given: PyTorch's -1 ("max + 1") would read the values back in the middle of building a graph
+    (a sync, and a TinyJit capture that replays one size), so it is an error here, as in tinygrad."""
     if not self.dtype.is_int: raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)):
+      raise TypeError(f"one_hot: num_classes must be an int, got {type(num_classes).__name__}")
+    if num_classes < 0:
+      hint = " (to infer it as PyTorch's -1 does, pass int(t.max().item()) + 1)" if num_classes == -1 else ""
+      raise UsageError(f"one_hot: num_classes must be given and non-negative, got {num_classes}{hint}")
     return (self.unsqueeze(-1) == type(self).arange(num_classes)).cast(dtypes.int)
 
   def __getitem__(self, key) -> Self:

@@ -10,7 +10,7 @@ from uopc.helpers import prod
 from uopc.mixin.elementwise import ElementwiseMixin, Self
 from uopc.mixin.shapes import axis_index as _axis, shape_arg as _shape_arg
 from uopc.uop import Ops
-from uopc.errors import UsageError
+from uopc.errors import UsageError, UsageTypeError
 
 
 def _norm_axis(axis: int, ndim: int) -> int:
@@ -80,9 +80,12 @@ class MovementMixin(ElementwiseMixin):
         raise IndexError(f"shrink: range {b}:{e} is out of bounds for an axis of size {s} (shape {self.shape})")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._mv(Ops.SHRINK, arg)
 
-  def pad(self, arg: Sequence, value=0.0) -> Self:
+  def pad(self, padding: Sequence, mode: str = "constant", value=0.0) -> Self:
     """One (before, after) pair (or None) per axis, or PyTorch's flat form (last axis first: left, right, top, ...).
-    A negative size cuts (a SHRINK); value fills the padding (PAD fills zeros; another value is a where)."""
+    A negative size cuts (a SHRINK). mode, as PyTorch's F.pad: "constant" fills with value (PAD fills zeros; another
+    value is a where), "reflect" mirrors without repeating the edge (each size below the axis's), "replicate" repeats
+    the edge, "circular" wraps around (at most once)."""
+    arg = padding
     if all(isinstance(a, (int, np.integer)) for a in arg):   # the flat form
       if len(arg) % 2 or len(arg) > 2 * self.ndim: raise UsageError(f"pad: flat padding {tuple(arg)} for {self.shape}")
       pairs = [tuple(arg[k:k + 2]) for k in range(0, len(arg), 2)][::-1]
@@ -90,15 +93,45 @@ class MovementMixin(ElementwiseMixin):
     arg = tuple((0, 0) if a is None else _shape_arg(tuple(a), "pad") for a in arg)
     if len(arg) != self.ndim or any(len(a) != 2 for a in arg):
       raise UsageError(f"pad: need one (before, after) pair per axis of {self.shape}, got {arg}")
+    if mode != "constant":
+      if mode not in _EDGE_MODES:
+        raise UsageError(f"pad: mode must be one of 'constant', {', '.join(map(repr, _EDGE_MODES))}, got {mode!r}")
+      if value != 0: raise UsageError(f"pad: mode {mode!r} takes no value (only 'constant' fills with one)")
+      return self._pad_edges(arg, mode)
     if any(lo < 0 or hi < 0 for lo, hi in arg):     # cut first, then pad what is left
       cut = [(max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(arg, self.shape)]
       if any(b > e for b, e in cut): raise UsageError(f"pad: {arg} cuts more than the axes of {self.shape} hold")
-      return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value)
+      return self.shrink(cut).pad([(max(lo, 0), max(hi, 0)) for lo, hi in arg], value=value)
     if all(a == (0, 0) for a in arg): return self
     out = self._mv(Ops.PAD, arg)
     if value == 0: return out
     inside = type(self).full(self.shape, True).pad(arg)
     return inside.where(out, value)
+
+  def _pad_edges(self, arg: tuple[tuple[int, int], ...], mode: str) -> Self:
+    """reflect / replicate / circular padding: per axis, the pieces before and after, cut from x, then a cat. As
+    PyTorch: circular cuts the negative sizes first and wraps what is left; reflect and replicate grow with the whole
+    axis in view and cut after."""
+    x = self
+    if mode == "circular": x = x.pad([(min(lo, 0), min(hi, 0)) for lo, hi in arg])
+    for d, (lo, hi) in enumerate(arg):
+      lo, hi, n = max(lo, 0), max(hi, 0), x.shape[d]
+      if not lo and not hi: continue
+      piece = lambda b, e: x.shrink([(b, e) if k == d else None for k in range(x.ndim)])
+      if mode == "reflect":
+        if lo >= n or hi >= n:
+          raise UsageError(f"pad: reflect padding ({lo}, {hi}) of axis {d} must be less than its size {n}")
+        before, after = piece(1, lo + 1).flip(d), piece(n - 1 - hi, n - 1).flip(d)
+      elif mode == "replicate":
+        if n == 0: raise UsageError(f"pad: replicate padding of axis {d}, which is empty, has no edge to repeat")
+        grow = lambda p, k: p.expand([k if j == d else s for j, s in enumerate(p.shape)])
+        before, after = grow(piece(0, 1), lo), grow(piece(n - 1, n), hi)
+      else:
+        if lo > n or hi > n:
+          raise UsageError(f"pad: circular padding ({lo}, {hi}) of axis {d} wraps around its size {n} more than once")
+        before, after = piece(n - lo, n), piece(0, hi)
+      x = before.cat(x, after, dim=d)
+    return x if mode == "circular" else x.pad([(min(lo, 0), min(hi, 0)) for lo, hi in arg])
 
   # ---- creation ----
   @classmethod
@@ -213,6 +246,9 @@ class MovementMixin(ElementwiseMixin):
     return self.split(max(1, math.ceil(n / chunks)), dim)
 
 
+_EDGE_MODES = ("reflect", "replicate", "circular")   # pad's modes besides "constant"
+
+
 def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[MovementMixin], int]:
   """cat/stack arguments in either form: ([a, b], axis) or (a, b, c, dim=)."""
   if dim is not None and axis is not None: raise TypeError(f"{what}: give dim= or axis=, not both")
@@ -224,6 +260,9 @@ def _tensor_list(what: str, first, args: tuple, dim, axis) -> tuple[list[Movemen
       ax = args[0]
   else: tensors = [first, *args]
   if not tensors: raise UsageError(f"{what}: needs at least one tensor")
+  if ax is not None and (isinstance(ax, bool) or not isinstance(ax, (int, np.integer))):
+    hint = f" (to {what} it too, put it in the list: Tensor.{what}([a, b, c]))" if isinstance(ax, MovementMixin) else ""
+    raise UsageTypeError(f"{what}: the axis must be an int, got {type(ax).__name__}{hint}")
   for t in tensors:
     if not isinstance(t, MovementMixin): raise TypeError(f"{what}: expected Tensors, got {type(t).__name__}")
   return tensors, 0 if ax is None else ax

@@ -18,6 +18,8 @@ class ReduceMixin(MovementMixin):
     """The REDUCE node: op over the last n axes of self."""
     raise NotImplementedError
   def detach(self) -> Self: raise NotImplementedError
+  def contiguous(self) -> Self: raise NotImplementedError
+  def _holds_data(self) -> bool: raise NotImplementedError
 
   # ---- reductions ----
   def _reduce(self, op: Ops, axis, keepdim: bool) -> Self:
@@ -78,23 +80,29 @@ class ReduceMixin(MovementMixin):
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.squeeze(axis if axis is not None else tuple(range(self.ndim)))
   def _arg(self, axis, keepdim: bool, smallest: bool) -> Self:
-    """The first index of the max (min): max over (x == max) ? n - i : 0 is n - (first i)."""
+    """The first index of the max (min): max over (x == max) ? n - i : 0 is n - (first i).
+
+    x is materialized first (contiguous()) unless it already holds data: the max and the comparison then read the same
+    bits. Recomputed in each kernel, a fused x can round differently in the two (-fassociative-math, a reduce fused
+    into a consumer), nothing equals the max, and the index was n, out of range (issue 30, item 2)."""
     T = type(self)
     if axis is None: return self.reshape(-1)._arg(0, False, smallest).reshape((1,) * self.ndim if keepdim else ())
     axis = _axis(axis, self.ndim)
     if self.ndim == 0: return T.full((), 0, dtypes.int)
     n = self.shape[axis]
     if n == 0: raise UsageError(f"argmax/argmin of an empty axis (shape {self.shape}) has no value")
-    best = (self.min if smallest else self.max)(axis, keepdim=True)
-    hit = self.eq(best) | (self.isnan() & best.isnan())                             # a nan is the max, as in NumPy
+    x = self if self._holds_data() else self.contiguous()
+    best = (x.min if smallest else x.max)(axis, keepdim=True)
+    hit = x.eq(best) | (x.isnan() & best.isnan())                                  # a nan is the max, as in NumPy
     count_down = T.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - axis - 1))
-    return (n - hit.where(count_down, 0).max(axis, keepdim)).cast(dtypes.int)
+    first = hit.where(count_down, 0).max(axis, keepdim).maximum(1)   # >= 1: an index < n even if nothing matched
+    return (n - first).cast(dtypes.int)
   def argmax(self, axis=None, keepdim: bool = False) -> Self: return self._arg(axis, keepdim, False)
   def argmin(self, axis=None, keepdim: bool = False) -> Self: return self._arg(axis, keepdim, True)
   def cumsum(self, axis: int = 0) -> Self:
     """out[i] = sum_{j <= i} x[j]: a lower-triangular mask times x, summed (n^2 work along the axis)."""
+    axis = _axis(axis, self.ndim)   # an IndexError for an axis the tensor lacks (a 0-d one has 0 and -1), as PyTorch
     if self.ndim == 0: return self.sum()
-    axis = _axis(axis, self.ndim)
     n = self.shape[axis]
     x = self.transpose(axis, -1)
     mask = type(self).full((n, n), True, dtypes.bool).tril()                      # (i, j): j <= i

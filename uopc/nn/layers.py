@@ -142,15 +142,35 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-  """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (biased variance, PyTorch's LayerNorm)."""
-  def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, dtype: DType = dtypes.f32):
-    self.eps = eps
-    self.weight = parameter(np.ones(dim), dtype)
-    self.bias = parameter(np.zeros(dim), dtype) if bias else None
+  """PyTorch's nn.LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) axes
+  (biased variance, eps inside the root). normalized_shape: an int (the last axis) or a tuple (the last axes)."""
+  def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+               dtype: DType = dtypes.f32):
+    shape = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
+    if not shape or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in shape):
+      raise UsageError(f"LayerNorm: normalized_shape must be positive ints, got {normalized_shape!r}")
+    self.normalized_shape, self.eps = tuple(int(n) for n in shape), eps
+    self.weight = parameter(np.ones(shape), dtype) if elementwise_affine else None
+    self.bias = parameter(np.zeros(shape), dtype) if elementwise_affine and bias else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    y = x.layernorm(-1, self.eps) * self.weight                                           # (..., dim)
+    k = len(self.normalized_shape)
+    if x.shape[x.ndim - k:] != self.normalized_shape or x.ndim < k:
+      raise UsageError(f"LayerNorm{self.normalized_shape}: the last axes of {x.shape} must be {self.normalized_shape}")
+    y = x.layernorm(tuple(range(-k, 0)) if k > 1 else -1, self.eps)                   # (..., *normalized_shape)
+    if self.weight is not None: y = y * self.weight
     return y + self.bias if self.bias is not None else y
+
+
+class LayerNorm2d(LayerNorm):
+  """tinygrad's: LayerNorm over the channel axis of (N, C, H, W) images, at every pixel."""
+  def __init__(self, channels: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+               dtype: DType = dtypes.f32):
+    super().__init__(channels, eps, elementwise_affine, bias, dtype)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim != 4: raise UsageError(f"LayerNorm2d takes (N, C, H, W) images, got shape {x.shape}")
+    return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class Dropout(Module):

@@ -74,7 +74,14 @@ def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
                     RuntimeWarning)
     if r.returncode != 0:
       raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
-    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    # a "compiler" that exits 0 without writing (CC=true, a wrapper script that lost its arguments) is named here,
+    # not left to a FileNotFoundError on the temporary path or a dlopen of garbage
+    data = out.read_bytes() if out.is_file() else None
+    if data is None or not complete_object(data):
+      wrote = "no output file" if data is None else f"{len(data)} bytes that are not a complete shared object"
+      raise CompileError(f"{cc} exited 0 but wrote {wrote} (asked for {out.name} with: {cc} {' '.join(flags)}); "
+                         f"is CC a C compiler?")
+    digest = hashlib.sha256(data).hexdigest()
     os.replace(out, so_path)
     sum_tmp = Path(tmp) / "kernel.sum"
     sum_tmp.write_text(digest)

@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 from uopc.helpers import ContextVar
@@ -38,10 +39,28 @@ def machine_key() -> str:
 def entry_key(kernel: str, problem: tuple) -> str: return f"{kernel}|{problem!r}|{machine_key()}"
 
 
+_warned: set[Path] = set()   # the damaged files already named in a warning (one warning per file and process)
+
+
 def _read() -> dict:
-  try: table = json.loads(tuned_path().read_text())
-  except (OSError, ValueError): return {}   # no file yet, or a damaged one: tuning starts again
-  return table if isinstance(table, dict) else {}   # valid JSON of another shape ([], null) is damage too
+  """The table in tuned.json: {} when there is none, or when it is damaged (not JSON, not a dict, nested too deeply
+  for the parser): then tuning starts again, with one warning that names the file."""
+  path = tuned_path()
+  try: text = path.read_text()
+  except FileNotFoundError: return {}
+  except (OSError, ValueError) as e: return _damaged(path, e)   # unreadable, or not UTF-8
+  try: table = json.loads(text)
+  except (ValueError, RecursionError) as e: return _damaged(path, e)   # RecursionError: [[[[...]]]] 100000 deep
+  return table if isinstance(table, dict) else _damaged(path, f"JSON {type(table).__name__}, not an object")
+
+
+def _damaged(path: Path, why) -> dict:
+  if path not in _warned:
+    _warned.add(path)
+    why = type(why).__name__ if isinstance(why, RecursionError) else str(why)[:200]
+    warnings.warn(f"uopc: ignoring the damaged tuning cache {path} ({why}); the next BEAM search rewrites it",
+                  RuntimeWarning, stacklevel=3)
+  return {}
 
 
 def _write(key: str, value: dict) -> None:
