@@ -2,7 +2,7 @@
 
 Two OpenMP runtimes in one process (PyTorch's and the libgomp of uopc's kernels, beside OpenBLAS's threads) disturb
 each other: a runtime's idle threads keep spinning after its call returns and steal the cores from the next peer.
-So the parent here builds and times nothing. For each peer it runs `python -m uopc.bench.isolated`, a worker that
+So the parent here builds and times nothing. For each peer it runs a fresh Python (`worker()` below), a worker that
 reads one request (JSON on stdin), builds the case's inputs from the same seed, builds only its own peer, times it
 (best_of: at least reps calls and MIN_SECONDS of them, after a warm-up), checks its result against the float64
 reference and prints one JSON line back; the parent waits for it to exit before it starts the next peer's worker, so
@@ -85,7 +85,8 @@ def measure(case: Case, peer: str, reps: int, warmup: int = 1, build: str = DEFA
   split_builder(build)   # a malformed spec fails here, not in the worker
   request = json.dumps({"case": case.to_json(), "peer": peer, "reps": reps, "warmup": warmup, "build": build})
   path = os.pathsep.join([str(PACKAGE_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-  r = subprocess.run([sys.executable, "-m", "uopc.bench.isolated"], input=request, capture_output=True, text=True,
+  # -c, not -m: uopc.bench imports this module, so `-m uopc.bench.isolated` would run it twice (runpy warns)
+  r = subprocess.run([sys.executable, "-c", WORKER], input=request, capture_output=True, text=True,
                      env=dict(os.environ, PYTHONPATH=path), timeout=timeout)
   sys.stderr.write(r.stderr)   # the worker's warnings, if any, are the caller's to see
   lines = r.stdout.strip().splitlines()
@@ -112,8 +113,11 @@ def run_isolated(case: Case, reps: int, warmup: int = 1, build: str = DEFAULT_BU
   return {name: measure(case, name, reps, warmup, build) for name in names}
 
 
+WORKER = "from uopc.bench.isolated import worker; worker()"
+
+
 def worker() -> None:
-  """`python -m uopc.bench.isolated`: one request on stdin, one JSON line on stdout (a result or an error)."""
+  """The worker process (WORKER): one request on stdin, one JSON line on stdout (a result or an error)."""
   request = json.loads(sys.stdin.read())
   try:
     m = measure_here(Case.from_json(request["case"]), request["peer"], request["reps"], request["warmup"],
@@ -124,6 +128,3 @@ def worker() -> None:
              "peer_error": isinstance(e, PeerError), "traceback": traceback.format_exc()}
   print(json.dumps(reply))
 
-
-if __name__ == "__main__":
-  worker()
