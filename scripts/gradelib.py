@@ -185,3 +185,28 @@ def weighted_count(src: str, pattern: str) -> int:
     depth += line.count("{") - line.count("}")
     while opened and depth <= opened[-1]: opened.pop(); trips.pop()
   return total
+
+
+# --- checks of what a probe recorded in the sandbox (scripts/grader/probe.py) --------------------------------------
+def expect_raised(info: Any, exc: str, what: str, mentions: tuple[str, ...] = ()) -> None:
+  """info (what probe.raised recorded: the exception's class names and message) says exc was raised, with a message
+  that mentions every string of `mentions`."""
+  if not isinstance(info, dict) or "raised" not in info: raise AssertionError(f"{what}: the call was not recorded")
+  name, msg = info.get("raised"), str(info.get("message", ""))
+  if name is None: raise AssertionError(f"{what}: raised nothing, expected {exc}")
+  classes = info.get("classes") if isinstance(info.get("classes"), list) else [name]
+  if exc not in classes: raise AssertionError(f"{what}: raised {name}({msg!r}), expected {exc}")
+  missing = [m for m in mentions if m not in msg]
+  if missing: raise AssertionError(f"{what}: raised {name}({msg!r}), which does not mention "
+                                   f"{', '.join(map(repr, missing))}")
+
+
+def expect_speedup(timing: dict, ratio: float, what: str) -> float:
+  """timing (from time_kernels: the student's kernel and the grader's reference, best of reps each) shows the
+  student's kernel at least `ratio` times faster than the reference; returns the ratio."""
+  if "error" in timing: raise AssertionError(f"{what}: {timing['error']}")
+  tm, tr = float(timing["student"]), float(timing["reference"])
+  if not tr / tm >= ratio:
+    raise AssertionError(f"{what}: {tr / tm:.2f}x faster ({tm * 1e3:.2f} ms against {tr * 1e3:.2f} ms), expected at "
+                         f"least {ratio:g}x")
+  return tr / tm
