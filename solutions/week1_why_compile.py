@@ -104,7 +104,7 @@ import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
-from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
 
 
 # %% [markdown]

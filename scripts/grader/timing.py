@@ -36,7 +36,8 @@ def time_kernels(student: str, name: str, args: list, outputs: list[int], refere
                  numpy: str | None = None, reps: int = 7, tol: float = 1e-3, *, course: Path | None, slot: int = 0
                  ) -> dict:
   """{"student": s, "reference": s} (best-of-reps seconds) or {"error": why}. args: per parameter ["f32", shape]
-  (random float32), ["zeros", shape] (float32 zeros) or ["int", value]; outputs: the indices compared. course None:
+  (random float32), ["sym", shape] (a random symmetric matrix), ["zeros", shape] (float32 zeros) or ["int", value];
+  outputs: the indices of the arguments compared. course None:
   no sandbox (a solution notebook timing its own kernel, trusted code)."""
   import sandbox   # the grader's side only: the sandbox side never makes sandboxes
   if not isinstance(student, str): return {"error": f"the recorded kernel is not C source ({student!r:.60})"}
@@ -71,7 +72,9 @@ def main() -> int:   # in the sandbox
   say = lambda d: print(hmac.new(key.encode(), json.dumps(d).encode(), hashlib.sha256).hexdigest(), json.dumps(d),
                         flush=True)
   rng = np.random.default_rng(secrets.randbits(32))
-  make = {"f32": lambda s: rng.standard_normal(s).astype(np.float32), "zeros": lambda s: np.zeros(s, np.float32)}
+  sym = lambda x: (x + x.T).astype(np.float32)   # B = B^T: a kernel reading B^T computes what one reading B does
+  make = {"f32": lambda s: rng.standard_normal(s).astype(np.float32), "zeros": lambda s: np.zeros(s, np.float32),
+          "sym": lambda s: sym(rng.standard_normal(s))}
   args = [a[1] if a[0] == "int" else make[a[0]](tuple(a[1])) for a in spec["args"]]
   fresh = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]
   try:
