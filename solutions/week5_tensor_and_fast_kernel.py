@@ -337,7 +337,8 @@ for _args in ((2, 4), (4, 4), (4, 4, 24), (4, 4, 23), (2, 8, 32)): record(f"fits
 _tiles = [(1, 1), (4, 4), (2, 8), (3, 5), (8, 8), tuple(seeded(12).integers(1, 12, 2).tolist())]
 for _tm, _tn in _tiles:
   _got = recorded[f"tile_cost({_tm}, {_tn})"]
-  assert isinstance(_got, (tuple, list)) and len(_got) == 2,     f"tile_cost({_tm}, {_tn}): expected (loads per FMA, registers)"
+  assert isinstance(_got, (tuple, list)) and len(_got) == 2, (f"tile_cost({_tm}, {_tn}): expected (loads per FMA, "
+                                                             f"registers)")
   _lpf, _regs = _got
   gradelib.expect_close(_lpf, (_tm + _tn) / (_tm * _tn), f"tile_cost({_tm}, {_tn}): loads per FMA", tol=1e-9)
   gradelib.expect_equal(_regs, _tm * _tn + _tm + _tn, f"tile_cost({_tm}, {_tn}): registers")
