@@ -11,7 +11,7 @@ WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def names(source: str) -> set[str]:
-  """Every identifier the code mentions: names, attributes, imports, and strings that are identifiers."""
+  """Every identifier the code mentions: names, attributes, imports, and strings that are one identifier."""
   try: tree = ast.parse(source)
   except (SyntaxError, ValueError): return set(WORD.findall(source))   # not Python: read every word of it
   out = set()
@@ -20,7 +20,8 @@ def names(source: str) -> set[str]:
     elif isinstance(node, ast.Attribute): out.add(node.attr)
     elif isinstance(node, ast.alias): out.update(node.name.split(".")); out.add(node.asname or "")
     elif isinstance(node, ast.ImportFrom) and node.module: out.update(node.module.split("."))
-    elif isinstance(node, ast.Constant) and isinstance(node.value, str): out.update(WORD.findall(node.value))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+      out.add(node.value)   # getattr(optim, "AdamW"), not the words of a docstring
   return out - {""}
 
 
