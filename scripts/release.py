@@ -5,8 +5,9 @@ no solutions, no hidden tests, no grader.
   python scripts/release.py /tmp/course --force  # replace what is there
 
 What goes in: the files git tracks (so no build output, caches or local scratch), minus solutions/, the grader
-(scripts/grade.py, scripts/grade_all.py, scripts/gradelib.py, scripts/grader/) and the tests of the instructor's tools (the grading tests of every week,
-the grader's, the assignment generator's, the nbgrader metadata's, this script's). The tree gets its own Makefile
+(scripts/grade.py, scripts/grade_all.py, scripts/gradelib.py, scripts/grader/) and the tests of the instructor's
+tools (the grading tests of every week, the grader's, the assignment generator's, the nbgrader metadata's, this
+script's). The tree gets its own Makefile
 (STUDENT_MAKEFILE below: setup, test, check WEEK=n, notebooks, clean), because the instructor's `make test` also
 checks assignments/ against solutions/, which a student does not have. In the student's tree `make test` passes
 before any work is done: the checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
@@ -22,7 +23,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/")
-EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/release.py",
+EXCLUDE_FILES = {"Makefile", "scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py",
+                 "scripts/release.py",
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
                  "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)

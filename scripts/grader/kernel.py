@@ -95,8 +95,10 @@ class Session:
 class Kernel:
   """The student's notebook in a kernel that is replaced when it dies or hangs, then code run after it (setup)."""
 
-  def __init__(self, cwd: Path, timeout: float, budget: float, setup: list[str], session=Session):
+  def __init__(self, cwd: Path, timeout: float, budget: float, setup: list[str], session=Session,
+               setup_timeout: float = 60):
     self.cwd, self.timeout, self.budget, self.setup, self.session_cls = cwd, timeout, budget, setup, session
+    self.setup_timeout = setup_timeout
     self.session = None
     self.ok_cells: list[str] = []   # the student's cells that ran without error, to replay in a fresh kernel
     self.restarts = 0
@@ -139,20 +141,25 @@ class Kernel:
         self.replay(t_end, setup=False)
     self.run_setup()
 
-  def replay(self, t_end: float, setup: bool = True) -> None:
-    """Run again, in a fresh kernel, the student's cells that ran without error (then the setup)."""
+  def replay(self, t_end: float, setup: bool = True) -> bool:
+    """Run again, in a fresh kernel, the student's cells that ran without error (then the setup); False when the
+    kernel does not answer after them."""
     for source in self.ok_cells:
       if time.perf_counter() > t_end: break
       out = self.session.run(source, min(self.timeout, max(1, t_end - time.perf_counter())))
       if self.lost(out):
         self.restart()   # a cell that worked once and not now: give up on the replay, keep a live kernel
         break
-    if setup: self.run_setup()
+    return self.run_setup() if setup else True
 
-  def run_setup(self) -> None:
+  def run_setup(self) -> bool:
+    """The setup cells after the student's; False when the kernel no longer answers (the student's cells broke
+    it: a fresh kernel that replays them would break the same way)."""
     for source in self.setup:
-      out = self.session.run(source, 60)
+      out = self.session.run(source, self.setup_timeout)
       if out.status != "ok": self.setup_error = short(f"probe setup failed: {out.error or out.status}")
+      if self.lost(out): return False
+    return True
 
   def close(self) -> None:
     if self.session is not None: self.session.close()

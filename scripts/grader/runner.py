@@ -36,7 +36,8 @@ def main() -> int:
   def save():   # whole or not at all: the grader may find it after a kill at any moment
     (OUT / "result.tmp").write_text(json.dumps(result))
     (OUT / "result.tmp").replace(OUT / "result.json")
-  kernel = Kernel(Path(plan["cwd"]), plan["timeout"], plan["budget"], [setup_source(plan["seed"])])
+  kernel = Kernel(Path(plan["cwd"]), plan["timeout"], plan["budget"], [setup_source(plan["seed"])],
+                  setup_timeout=plan["test_timeout"])
   try:
     kernel.start()
     kernel.run_student([tuple(c) for c in plan["cells"]])
@@ -49,9 +50,8 @@ def main() -> int:
   replays = 0
   for k, source in enumerate(plan["probes"]):
     if kernel.session is None: out = Outcome("skipped", "no kernel")
-    else:
-      kernel.session.run(f"_probe.begin({k})", 10)
-      out = kernel.session.run(source, plan["test_timeout"])
+    else:   # one cell: the values recorded from here on belong to test k
+      out = kernel.session.run(f"_probe.begin({k})\n{source}", plan["test_timeout"])
       if out.status == "timeout" and not kernel.session.responsive(): out.status = "dead"
     result["probes"].append(asdict(out))
     if out.status == "dead" and k < len(plan["probes"]) - 1:
@@ -61,7 +61,10 @@ def main() -> int:
         replays += 1
         try:
           kernel.restart()
-          kernel.replay(time.perf_counter() + plan["budget"])
+          if not kernel.replay(time.perf_counter() + plan["budget"]):   # the student's cells break every kernel
+            kernel.close()
+            kernel.session = None
+            result["note"] = "the kernel stopped answering after the student's cells: the tests left are not run"
         except Exception: kernel.session = None
     result["restarts"] = kernel.restarts
     save()
