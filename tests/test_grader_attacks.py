@@ -7,6 +7,7 @@ Each attack starts from the generated assignment (the stubs: 0 points), so any p
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -164,6 +165,8 @@ def gpt_parameters(cfg):
 
 
 CACHES = ("__pycache__/", ".hypothesis/", ".ruff_cache/", ".pytest_cache/")
+# what the grader's own judges may add to its kernel cache: uopc's compiled reference kernels, by uopc's naming
+OWN_KERNEL = re.compile(r"^[A-Za-z_]\w*-[0-9a-f]{32}\.(so|sum)$")
 
 
 def fingerprint(home: Path, cache: Path) -> dict:
@@ -171,11 +174,12 @@ def fingerprint(home: Path, cache: Path) -> dict:
   untracked and ignored ones), its virtual environment (every file's size and time), its home and its cache. Left
   out: the caches that test processes running beside this one write (.pyc files, hypothesis, ruff); the sandbox
   mounts all of it read-only or not at all, which is what this checks from the outside."""
-  def tree(root: Path, skip=()) -> str:
+  def tree(root: Path, skip=(), own=None) -> str:
     h = hashlib.sha256()
     for d, dirs, files in sorted(os.walk(root)):
       dirs[:] = sorted(x for x in dirs if x not in skip)
       for f in sorted(files):
+        if own is not None and own.match(f) and Path(d) == root: continue
         p = Path(d) / f
         st = p.lstat()
         h.update(f"{p.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
@@ -187,7 +191,7 @@ def fingerprint(home: Path, cache: Path) -> dict:
   for f in subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True).stdout.split("\0"):
     if f and (ROOT / f).is_file(): content.update(f.encode() + (ROOT / f).read_bytes())
   return {"tree": content.hexdigest(), "git status": git, "venv": tree(Path(sys.prefix), skip=("__pycache__",)),
-          "home": tree(home), "cache": tree(cache)}
+          "home": tree(home), "cache": tree(cache, own=OWN_KERNEL)}
 
 
 @pytest.fixture(scope="module")
