@@ -123,9 +123,10 @@ class Kernel:
   def lost(self, out: Outcome) -> bool:
     return out.status == "dead" or (out.status == "timeout" and not self.session.responsive())
 
-  def run_student(self, cells: list[tuple[int, str]]) -> None:
-    """The student's code cells in order. A dead or stuck kernel is replaced by a fresh one, in which the cells
-    that had run without error are run again (as "restart and run all above" would), and the next cell goes on."""
+  def run_student(self, cells: list[tuple[int, str]]) -> bool:
+    """The student's code cells in order, then the setup. A dead or stuck kernel is replaced by a fresh one, in
+    which the cells that had run without error are run again (as "restart and run all above" would), and the next
+    cell goes on. False when the kernel does not answer the setup after them."""
     t_end = time.perf_counter() + self.budget
     for n, (k, source) in enumerate(cells):
       if time.perf_counter() > t_end:
@@ -139,7 +140,7 @@ class Kernel:
       if self.lost(out):
         self.restart()
         self.replay(t_end, setup=False)
-    self.run_setup()
+    return self.run_setup()
 
   def replay(self, t_end: float, setup: bool = True) -> bool:
     """Run again, in a fresh kernel, the student's cells that ran without error (then the setup); False when the

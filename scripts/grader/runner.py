@@ -40,12 +40,15 @@ def main() -> int:
                   setup_timeout=plan["test_timeout"])
   try:
     kernel.start()
-    kernel.run_student([tuple(c) for c in plan["cells"]])
+    if not kernel.run_student([tuple(c) for c in plan["cells"]]):   # a fresh kernel replaying them would too
+      kernel.close()
+      kernel.session = None
+      result["note"] = "the kernel stopped answering after the student's cells: no test could run"
   except Exception as e:   # no kernel could be started: every probe is not run
     result["note"] = f"no kernel: {type(e).__name__}: {e}"[:600]
     kernel.session = None
   result["cells"], result["restarts"] = kernel.cells, kernel.restarts
-  if kernel.setup_error: result["note"] = kernel.setup_error
+  if kernel.setup_error and not result["note"]: result["note"] = kernel.setup_error
   save()
   replays = 0
   for k, source in enumerate(plan["probes"]):
