@@ -178,7 +178,7 @@ def _probe_outcome(r: dict, k: int) -> tuple[str, str, float]:
 
 
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
-          budget: float = 900, only: list[str] | None = None, seed: int | None = None, slot: int = 0) -> Report:
+          budget: float = 900, only: list[str] | None = None, seed: int | None = None) -> Report:
   solution = solution or find_solution(student)
   if solution is None or not solution.is_file():
     raise UsageError(f"no solution notebook for {student} (looked up: {solution}): pass --solution "
@@ -212,7 +212,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     ran = sandbox.run(["/venv/bin/python", "/grader/runner.py"] if sys.prefix != sys.base_prefix
                       else [sys.executable, "/grader/runner.py"],
                       [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")], job / "out",
-                      json.dumps(plan).encode(), slot, sandbox.Limits(wall_s=wall))
+                      json.dumps(plan).encode(), sandbox.Limits(wall_s=wall))
     result = read_result(job / "out")
     report.student_cells = _cells_report(result)
     restarts = result.get("restarts")
@@ -222,7 +222,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
                                          f"{ran.log[-300:]}")
     ns = judge.namespace(setup_cells(solution_nb), seed,
-                         time_kernels=lambda *a, **kw: timing.time_kernels(*a, course=course_tree(), slot=slot, **kw))
+                         time_kernels=lambda *a, **kw: timing.time_kernels(*a, course=course_tree(), **kw))
     given = given_cells(solution)
     for k, t in enumerate(tests):
       status, error, secs = _probe_outcome(result, k)

@@ -12,7 +12,6 @@ notebook of one batch gets the same seed (printed), so two students' hidden inpu
 from __future__ import annotations
 import argparse
 import csv
-import multiprocessing
 import secrets
 import sys
 import time
@@ -22,20 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grade  # noqa: E402
 
-_slot = 0
-
-
-def _take_slot(slots) -> None:   # each worker process keeps one sandbox slot (its own UID) for its whole life
-  global _slot
-  _slot = slots.get()
-
-
 def grade_one(nb: Path, seed: int, timeout: float, test_timeout: float, budget: float) -> dict:
   """One notebook's row: never raises (an error is the row's `error`)."""
   t0 = time.perf_counter()
   try:
     solution = grade.find_solution(nb)
-    r = grade.grade(nb, solution, timeout, test_timeout, budget, seed=seed, slot=_slot)
+    r = grade.grade(nb, solution, timeout, test_timeout, budget, seed=seed)
     week = int(grade.TABLE.match(Path(r.solution).name).group(1)) if grade.TABLE.match(Path(r.solution).name) else ""
     problems = [e["error"] for e in r.student_cells["errors"] if not e["error"].startswith("NotImplementedError")]
     return {"week": week, "tasks": {t: v["points"] for t, v in r.tasks.items()}, "total": r.total, "max": r.max,
@@ -64,9 +55,7 @@ def grade_all(folder: Path, out: Path, jobs: int = 2, seed: int | None = None, t
   seed = secrets.randbelow(2**31) if seed is None else seed
   rows: dict[Path, dict] = {}
   t0 = time.perf_counter()
-  slots = multiprocessing.Manager().Queue()
-  for k in range(jobs): slots.put(k)
-  with ProcessPoolExecutor(max_workers=jobs, initializer=_take_slot, initargs=(slots,)) as pool:
+  with ProcessPoolExecutor(max_workers=jobs) as pool:   # a worker process per job: its sandboxes get its own UID
     futures = {pool.submit(grade_one, nb, seed, timeout, test_timeout, budget): nb for nb in notebooks}
     for f in as_completed(futures):
       rows[futures[f]] = f.result()

@@ -336,6 +336,9 @@ for name, st in (("{0}", state_of(s[:1], v[:1])), ("{1, 2}", state_of(s[1:], v[1
 record("worked example", merge(state_of([1.0], [10.0]), state_of([3.0, 2.0], [20.0, 30.0])))
 _r = seeded(3)
 _s, _v = 4 * _r.standard_normal(40), _r.standard_normal((40, 8))
+_t = _s.copy()
+_t[0] = _s.max() + 1   # the first part holds the maximum: the second part's l and o must be rescaled
+record("max first", merge(state_of(_t[:13], _v[:13]), state_of(_t[13:], _v[13:])))
 for _cut in (1, 13, 39): record(f"cut {_cut}", merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:])))
 record("three", merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:])))
 _empty = (-np.inf, 0.0, np.zeros(8))
@@ -357,6 +360,9 @@ _expect_state(recorded["worked example"], _state([1.0, 3.0, 2.0], [10.0, 20.0, 3
               "merge of the worked example's keys {0} and {1, 2}")
 _r = seeded(3)
 _s, _v = 4 * _r.standard_normal(40), _r.standard_normal((40, 8))
+_t = _s.copy()
+_t[0] = _s.max() + 1
+_expect_state(recorded["max first"], _state(_t, _v), "merge of keys 0..12 and 13..39 (o a vector of 8)")
 for _cut in (1, 13, 39):
   _expect_state(recorded[f"cut {_cut}"], _state(_s, _v),
                 f"merge of keys 0..{_cut - 1} and {_cut}..39 (o a vector of 8)")

@@ -105,6 +105,15 @@ def test_a_value_comes_back_as_plain_data_or_not_at_all(tmp_path):
   with pytest.raises(AssertionError, match="nope: no value was recorded"): records.Recorded(got)["nope"]
 
 
+def test_every_hidden_test_of_the_course_is_judged_outside_the_sandbox():
+  """A hidden test without `# JUDGE` is judged inside the sandbox (its probe finishing is its pass), which a student's
+  code could fake: the course's solutions have none, and no probe holds a check or an expected value."""
+  for solution in sorted((ROOT / "solutions").glob("week*.ipynb")):
+    for t in tool.hidden_tests(nbformat.read(solution, as_version=4), str(solution)):
+      assert t.judge is not None and t.judge.strip(), f"{solution.name}, cell {t.cell}: no judge"
+      assert "gradelib" not in t.probe and "assert" not in t.probe, f"{solution.name}, cell {t.cell}: a check"
+
+
 def test_a_stub_is_reported_as_not_attempted():
   report = tool.Report("mine", "sol", tasks={"double": {"points": 0.0, "max": 3.0, "tests": [
     {"cell": 3, "kind": "values", "points": 0.0, "max": 2.0, "status": "error", "error": "NotImplementedError: double",

@@ -1,6 +1,7 @@
 """make grade-all on a class of 20 notebooks (every week's solution, every week's stubs, wrong answers, attacks):
 one gradebook row per notebook, the solutions at full marks and the stubs at zero inside the sandbox, the attacks at
-zero, and the rows the same as grading each notebook alone with the same seed."""
+zero, and the rows the same as grading each notebook alone with the same seed (but for a speed point: two timings on
+shared cores may fall either side of a threshold, the only thing that is not a function of the notebook and seed)."""
 import csv
 import json
 import shutil
@@ -72,9 +73,10 @@ def test_a_row_is_what_grading_alone_gives(batch):
   folder, out, rows = batch
   for student in ["wrong_week1", "wrong_week3", "wrong_week5", *(f"attacks/{a}" for a in ATTACKS)]:
     alone, row = grade_alone(folder / f"{student}.ipynb"), rows[student]
-    assert float(row["total"]) == alone["total"] and float(row["max"]) == alone["max"], (student, row, alone)
+    assert float(row["max"]) == alone["max"], (student, row, alone)
     for task, t in alone["tasks"].items():
-      assert float(row[f"week{row['week']}: {task}"]) == t["points"], (student, task, row)
+      speed = sum(x["max"] for x in t["tests"] if x["kind"] == "speed")
+      assert abs(float(row[f"week{row['week']}: {task}"]) - t["points"]) in (0, speed), (student, task, row, t)
   assert 0 < float(rows["wrong_week1"]["total"]) < float(rows["wrong_week1"]["max"])
 
 

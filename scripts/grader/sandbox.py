@@ -5,7 +5,7 @@ What the code inside can reach: /usr and the Python that runs the grader (read-o
 grader's checkout), the grader's in-sandbox scripts at /grader (read-only), an empty home on a tmpfs (the kernel
 cache lives there), a private /tmp, its own /proc (a new PID namespace: no grader process is visible), no network
 (a new network namespace with only loopback), and one writable folder, /job/out, that the grader reads after the
-sandbox has ended. As root the code runs as a UID of its own per job slot, so the process limit counts only it;
+sandbox has ended. As root the code runs as a UID of its own per grader process, so the process limit counts only it;
 CPU time, address space, file size and processes are limited with setrlimit, and a wall-clock timeout kills the
 whole sandbox (bwrap's PID-namespace init dies with it, and every process inside with that).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 BWRAP = "bwrap"
 HOME = "/home/student"
-BASE_UID = 61000   # as root, job slot n runs as UID 61000 + n (no account needed: nothing inside looks it up)
+BASE_UID = 61000   # as root, a grader process runs its sandboxes as a UID of its own from here (no account needed)
 PASS_ENV = ("OMP_NUM_THREADS", "CC")   # the host's choice of compiler and threads, nothing else of its environment
 
 
@@ -88,7 +88,13 @@ def python() -> tuple[str, list[tuple[str, str]]]:
   return sys.executable, binds
 
 
-def command(argv: list[str], ro: list[tuple[str, str]], out: Path, slot: int, limits: Limits) -> list[str]:
+def uid() -> int:
+  """The UID this grader process's sandboxes run as, when it runs as root: one per process (grade_all's workers,
+  two `make grade` at once), so that RLIMIT_NPROC, which counts a UID's processes, counts one sandbox only."""
+  return BASE_UID + os.getpid() % 60000
+
+
+def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limits) -> list[str]:
   """The bwrap command line that runs argv (inside paths) with the read-only binds ro and /job/out writable."""
   cmd, made = [BWRAP, "--clearenv", *namespaces()], {"/usr"}
   cmd += ["--ro-bind", "/usr", "/usr"]
@@ -107,9 +113,8 @@ def command(argv: list[str], ro: list[tuple[str, str]], out: Path, slot: int, li
          "PYTHONDONTWRITEBYTECODE": "1", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
   for k, v in env.items(): cmd += ["--setenv", k, v]
   cmd += ["--chdir", HOME]
-  if os.geteuid() == 0:   # drop to the slot's own UID with no capabilities, inside the namespaces bwrap made
-    uid = str(BASE_UID + slot)
-    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+  if os.geteuid() == 0:   # drop to this process's own UID with no capabilities, inside the namespaces bwrap made
+    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid()}", f"--regid={uid()}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
   return cmd + argv
 
@@ -126,17 +131,16 @@ def _limit(limits: Limits):
   return apply
 
 
-def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", slot: int = 0,
-        limits: Limits = Limits()) -> Result:
+def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", limits: Limits = Limits()) -> Result:
   """Run argv in a fresh sandbox; out (a host folder) is its /job/out. Returns when it has ended, or been killed at
   limits.wall_s."""
   if (why := available()) is not None: raise SandboxError(why)
   out.mkdir(parents=True, exist_ok=True)
-  if os.geteuid() == 0: os.chown(out, BASE_UID + slot, BASE_UID + slot)
+  if os.geteuid() == 0: os.chown(out, uid(), uid())
   log = out.parent / f"{out.name}.log"
   t0 = time.perf_counter()
   with open(log, "w+b") as logf:
-    p = subprocess.Popen(command(argv, ro, out, slot, limits), stdin=subprocess.PIPE, stdout=logf,
+    p = subprocess.Popen(command(argv, ro, out, limits), stdin=subprocess.PIPE, stdout=logf,
                          stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limit(limits))
     timed_out = False
     try:

@@ -33,8 +33,7 @@ def refused(src: str) -> str | None:
 
 
 def time_kernels(student: str, name: str, args: list, outputs: list[int], reference: str | None = None,
-                 numpy: str | None = None, reps: int = 7, tol: float = 1e-3, *, course: Path | None, slot: int = 0
-                 ) -> dict:
+                 numpy: str | None = None, reps: int = 7, tol: float = 1e-3, *, course: Path | None) -> dict:
   """{"student": s, "reference": s} (best-of-reps seconds) or {"error": why}. args: per parameter ["f32", shape]
   (random float32), ["sym", shape] (a random symmetric matrix), ["zeros", shape] (float32 zeros) or ["int", value];
   outputs: the indices of the arguments compared. course None:
@@ -53,7 +52,7 @@ def time_kernels(student: str, name: str, args: list, outputs: list[int], refere
   else:
     with tempfile.TemporaryDirectory(prefix="uopc-timing-") as job:
       ran = sandbox.run([sandbox.python()[0], "/grader/timing.py"], [(str(course), "/course"), (str(here), "/grader")],
-                        Path(job) / "out", json.dumps(spec).encode(), slot, sandbox.Limits(wall_s=300))
+                        Path(job) / "out", json.dumps(spec).encode(), sandbox.Limits(wall_s=300))
     if ran.timed_out: return {"error": "timing ran past 300 s"}
     log = ran.log
   for line in reversed(log.splitlines()):
