@@ -7,6 +7,8 @@
 #   make outputs      rebuild outputs/ (scripts/outputs.py)
 #   make assignments  regenerate assignments/ from solutions/
 #   make grade NB=mine.ipynb [SOL=solutions/X.ipynb]   grade a student's notebook, any file name (scripts/grade.py)
+#   make grade-all DIR=submissions [JOBS=2]   grade every notebook in DIR: DIR/grades/gradebook.csv and feedback/
+#                     (both grade in a bubblewrap sandbox: `sudo apt-get install bubblewrap` on the grading machine)
 #   make check WEEK=3 run the visible checks of week 3's assignment, task by task (tests/test_student_checks.py)
 #   make release DIR=/tmp/course   write the student's tree: no solutions, no hidden tests (scripts/release.py)
 #   make clean        remove the virtual environment, caches and build folders (never a committed file)
@@ -24,7 +26,7 @@ LOCK_CMD := uv pip compile pyproject.toml --extra dev --universal --python-versi
 NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup lock demo test notebooks outputs assignments grade check release clean
+.PHONY: setup lock demo test notebooks outputs assignments grade grade-all bwrap check release clean
 
 setup: $(STAMP)
 	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
@@ -71,9 +73,17 @@ outputs: setup
 assignments: setup
 	$(PY) scripts/assignments.py
 
-grade: setup
+# the grader runs each submission in a bubblewrap sandbox (scripts/grader/sandbox.py): Debian's package `bubblewrap`
+bwrap:
+	@command -v bwrap >/dev/null || { echo "the grader needs bubblewrap: sudo apt-get install bubblewrap"; exit 2; }
+
+grade: setup bwrap
 	@if [ -z "$(NB)" ]; then echo "usage: make grade NB=<notebook>.ipynb [SOL=solutions/<week>.ipynb]"; exit 2; fi
 	$(PY) scripts/grade.py "$(NB)" $(if $(SOL),--solution "$(SOL)")
+
+grade-all: setup bwrap
+	@if [ -z "$(DIR)" ]; then echo "usage: make grade-all DIR=<folder of notebooks> [JOBS=2]"; exit 2; fi
+	$(PY) scripts/grade_all.py "$(DIR)" --jobs $(or $(JOBS),2)
 
 check: setup
 	@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi

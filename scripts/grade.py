@@ -1,166 +1,102 @@
-"""Grade a student's notebook with the hidden tests of its solution notebook.
+"""Grade a student's notebook with the hidden tests of its solution notebook, in a sandbox.
 
   python scripts/grade.py mine.ipynb                # points per task, what went wrong, then one line of JSON
   python scripts/grade.py mine.ipynb --solution solutions/week6_flash_attention.ipynb --json score.json
   python scripts/grade.py mine.ipynb --only "merge two states" --timeout 30
 
-Which solution: --solution if given; else the one the notebook's metadata names (`uopc.assignment`, which the
-generated assignment carries), else the solution whose title week matches the notebook's (`# Week 3 ...`), else
-solutions/<the notebook's file name>. So a student's copy may have any name.
+Which solution: --solution if given (the teacher's command line); else the week's entry of a fixed table, built
+from the grader's own solutions/ (week<N>_*.ipynb): the notebook's metadata (`uopc.assignment`, which the generated
+assignment carries) or its title (`# Week 3 ...`) is only a hint, looked up in that table, so a notebook can never
+make the grader load a file of its choosing.
 
-How it grades: one Python kernel runs the student's code cells in order, each under a time limit. An error or a
-timeout is recorded, never fatal: a timed-out cell is interrupted, and a kernel that dies or does not come back is
-replaced by a fresh one, which first re-runs the cells that had worked. Then the solution's cells tagged
-`hidden-setup` run (the grader's checks, scripts/gradelib.py), then every hidden test of the solution (a code cell
-tagged `hidden-test` whose first line is `# POINTS: <task> <points> [structure|speed]`), in the same namespace, after
-all of the student's cells, each under its own time limit. A test scores its points if it finishes without an
-error. A test marked `structure` or `speed` is run only when every plain (values) test of its task scored: a fast
-kernel that computes the wrong values earns nothing. If a test kills the kernel (or hangs it), it scores 0, and the
-student's cells that ran without error are run again in a fresh kernel before the next test.
+How it grades (scripts/grader/): the student's notebook runs in a bubblewrap sandbox (sandbox.py) that sees a
+released copy of the student tree, an empty home and nothing of the grader's; there, after the student's cells, the
+probe of every hidden test (the part of the cell before `# JUDGE`) calls the student's functions on inputs drawn
+from a seed chosen now, and records what they return as plain data. Once the sandbox has ended, the judges (the
+part after `# JUDGE`) run here, in the grader's process, comparing those values with references computed here
+(judge.py). A speed test times the student's recorded kernel against a reference kernel of the grader's, in a
+second, fresh sandbox (timing.py). A test marked `structure` or `speed` counts only when every plain (values) test
+of its task scored. A task whose hidden test lists `# SHORTCUTS:` scores 0 when the student's own cells use one of
+those names of uopc (shortcuts.py). What the notebook prints is only a log.
 
 The last line printed is always the result as one line of JSON. Exit status: 0 when the notebook was graded (even
-with 0 points), 1 when no kernel could be started, 2 for a usage error (no solution, no hidden tests, unknown task).
+with 0 points), 1 when the sandbox could not be made, 2 for a usage error (no solution, no hidden tests, unknown task).
 """
 from __future__ import annotations
 import argparse
-import contextlib
+import atexit
 import json
-import math
 import os
 import re
-import subprocess
+import secrets
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "grader")]
+import judge  # noqa: E402
+import release  # noqa: E402
+import sandbox  # noqa: E402
+import shortcuts  # noqa: E402
+import timing  # noqa: E402
+from kernel import short  # noqa: E402
+
+ROOT = HERE.parent
 HIDDEN, SETUP = "hidden-test", "hidden-setup"
-POINTS = re.compile(r"^\s*#\s*POINTS:\s*(.+?)\s+(\d+(?:\.\d+)?)(?:\s+(structure|speed))?\s*$")
 WEEK = re.compile(r"^\s{0,3}#\s+Week\s+(\d+)\b", re.I | re.M)
-# the same kernel environment as scripts/notebooks.py, so tracebacks read the same
-KERNEL_ENV = {"IPYKERNEL_CELL_NAME": "<IPY-INPUT>", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-TIMEOUT_NAME = "GradingTimeout"
-MAX_REPLAYS = 2          # fresh kernels to replay the student's cells in, after hidden tests killed the kernel
-MAX_TEXT = 600           # characters of an error message kept in the report
+TABLE = re.compile(r"^week(\d+)_\w+\.ipynb$")
+COURSE = ("uopc/", "examples/", "data/", "assignments/")   # what of the student tree a notebook can import or read
+MAX_RESULT = 4 << 20
 
 
 class UsageError(ValueError):
   """The grader was called wrongly (missing solution, no hidden tests, an unknown task): exit status 2."""
 
 
-@dataclass
-class HiddenTest:
-  task: str
-  points: float
-  source: str
-  cell: int              # index of the cell in the solution notebook
-  kind: str = "values"   # values, structure or speed: the last two count only when the task's values are right
-
-
-@dataclass
-class Outcome:
-  status: str            # ok, error, timeout, dead (the kernel died), skipped
-  error: str = ""        # "Name: message" for error, timeout and dead
-  seconds: float = 0.0
-
-
-def short(text: str) -> str:
-  text = " ".join(str(text).split())
-  return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 3] + "..."
-
-
-def hidden_tests(solution: nbformat.NotebookNode, where: str) -> list[HiddenTest]:
+def hidden_tests(solution: nbformat.NotebookNode, where: str) -> list[judge.HiddenTest]:
   """Every hidden-test cell of the solution, with the task and points its first line declares."""
   tests = []
   for k, cell in enumerate(solution.cells):
     if cell.cell_type != "code" or HIDDEN not in cell.get("metadata", {}).get("tags", []): continue
-    first = cell.source.lstrip("\n").split("\n", 1)[0]
-    m = POINTS.match(first)
-    if m is None: raise UsageError(f"{where}, cell {k}: a hidden test must start with `# POINTS: <task> <points>`")
-    tests.append(HiddenTest(m.group(1), float(m.group(2)), cell.source, k, m.group(3) or "values"))
+    t = judge.parse(cell.source, k, where)
+    if t is None: raise UsageError(f"{where}, cell {k}: a hidden test must start with `# POINTS: <task> <points>`")
+    tests.append(t)
   if not tests: raise UsageError(f"{where} has no cells tagged {HIDDEN}: nothing to grade with")
   return tests
 
 
 def setup_cells(solution: nbformat.NotebookNode) -> list[str]:
-  """The code of the solution's hidden-setup cells: what its hidden tests need (the grader's checks)."""
+  """The code of the solution's hidden-setup cells: the judges' helpers (run in the grader's process only)."""
   return [c.source for c in solution.cells if c.cell_type == "code" and SETUP in c.get("metadata", {}).get("tags", [])]
 
 
-def find_solution(student: Path, solutions: Path = ROOT / "solutions") -> Path:
-  """The solution notebook a student's notebook answers (see the module docstring)."""
+def solution_table(solutions: Path = ROOT / "solutions") -> dict[int, Path]:
+  """week -> the solution notebook: the grader's own solutions/week<N>_*.ipynb, nothing else."""
+  table: dict[int, Path] = {}
+  for p in sorted(solutions.glob("week*.ipynb")):
+    if m := TABLE.match(p.name): table[int(m.group(1))] = p
+  return table
+
+
+def find_solution(student: Path, solutions: Path = ROOT / "solutions") -> Path | None:
+  """The solution a student's notebook answers: its metadata's or its title's week, looked up in the table."""
+  table = solution_table(solutions)
   try: nb = nbformat.read(student, as_version=4)
-  except Exception: nb = None   # unreadable: fall back to its name; grade() scores it 0
+  except Exception: nb = None   # unreadable: grade() scores it 0 if the name still says which week
   if nb is not None:
     name = nb.metadata.get("uopc", {}).get("assignment")
-    if name and (solutions / f"{name}.ipynb").is_file(): return solutions / f"{name}.ipynb"
-    title = next((c.source for c in nb.cells if c.cell_type == "markdown" and WEEK.search(c.source)), "")
+    by_name = {p.stem: p for p in table.values()}
+    if isinstance(name, str) and name in by_name: return by_name[name]
+    title = next((c.source for c in nb.cells if c.get("cell_type") == "markdown" and isinstance(c.get("source"), str)
+                  and WEEK.search(c.source)), "")
     if m := WEEK.search(title):
-      found = sorted(solutions.glob(f"week{int(m.group(1))}_*.ipynb"))
-      if len(found) == 1: return found[0]
-  return solutions / student.name
-
-
-class QuietClient(NotebookClient):
-  """nbclient that keeps only error outputs: grading reads nothing else, and a cell printing without end cannot
-  fill the grader's memory."""
-
-  def output(self, outs, msg, display_id, cell_index):
-    if msg["msg_type"] != "error": return None
-    return super().output(outs, msg, display_id, cell_index)
-
-
-class Session:
-  """One kernel, started in `cwd`; run() executes a piece of code in it and says how that went."""
-
-  def __init__(self, cwd: Path):
-    os.environ.update(KERNEL_ENV)
-    self.nb = new_notebook()
-    self.replies: list[dict] = []
-    self.client = QuietClient(
-      self.nb, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True, shutdown_kernel="immediate",
-      timeout_func=lambda cell: cell.metadata.get("grade_timeout"), record_timing=False,
-      error_on_timeout={"ename": TIMEOUT_NAME, "evalue": "", "traceback": []},
-      on_cell_executed=lambda cell, cell_index, execute_reply: self.replies.append(execute_reply),
-      resources={"metadata": {"path": str(cwd)}})
-    self.stack = contextlib.ExitStack()
-    # the kernel process's own output (C printf, library warnings) is not the student's notebook output
-    self.stack.enter_context(self.client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-  def run(self, source: str, timeout: float) -> Outcome:
-    limit = max(1, math.ceil(timeout))   # nbclient counts whole seconds
-    cell = new_code_cell(source)
-    cell.metadata["grade_timeout"] = limit
-    self.nb.cells.append(cell)
-    self.replies.clear()
-    t0 = time.perf_counter()
-    try: self.client.execute_cell(cell, len(self.nb.cells) - 1)
-    except DeadKernelError: return Outcome("dead", "DeadKernelError: the kernel died", time.perf_counter() - t0)
-    except CellTimeoutError as e: return Outcome("timeout", short(f"CellTimeoutError: {e}"), time.perf_counter() - t0)
-    except Exception as e:   # anything else from the kernel's side: treat the kernel as lost
-      return Outcome("dead", short(f"{type(e).__name__}: {e}"), time.perf_counter() - t0)
-    finally: cell.source = ""   # a long notebook's sources need not stay in memory twice
-    dt = time.perf_counter() - t0
-    content = self.replies[-1].get("content", {}) if self.replies and self.replies[-1] else {}
-    if content.get("ename") == TIMEOUT_NAME: return Outcome("timeout", f"Timeout: ran past {limit} s", dt)
-    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-    if content.get("status") == "error" or errors:
-      ename = content.get("ename") or (errors[0].get("ename") if errors else "Error")
-      evalue = content.get("evalue") if content.get("ename") else (errors[0].get("evalue", "") if errors else "")
-      return Outcome("error", short(f"{ename}: {evalue}"), dt)
-    return Outcome("ok", "", dt)
-
-  def responsive(self) -> bool:
-    """After a timeout: did the interrupt bring the kernel back (or is it still busy, or dead)?"""
-    return self.run("pass", 5).status == "ok"
-
-  def close(self) -> None:
-    with contextlib.suppress(Exception): self.stack.close()
+      if int(m.group(1)) in table: return table[int(m.group(1))]
+  return {p.name: p for p in table.values()}.get(student.name)
 
 
 @dataclass
@@ -173,116 +109,80 @@ class Report:
   student_cells: dict = field(default_factory=lambda: {"run": 0, "errors": [], "timeouts": 0, "skipped": 0})
   kernel_restarts: int = 0
   note: str = ""
-
-
-# A kernel can die before it answers at all ("Kernel died before replying to kernel_info", seen once in CI with two
-# xdist workers starting kernels; one known cause is two kernels started at once being handed the same port). It is
-# not the student's doing, so the grader starts one again, up to START_TRIES times.
-START_TRIES = 3
-
-
-class Grader:
-  def __init__(self, student: Path, tests: list[HiddenTest], timeout: float, test_timeout: float, budget: float,
-               setup: list[str] | None = None):
-    self.student, self.tests, self.setup = student, tests, setup or []
-    self.timeout, self.test_timeout, self.budget = timeout, test_timeout, budget
-    self.session: Session | None = None
-    self.ok_cells: list[str] = []   # the student's cells that ran without error, to replay in a fresh kernel
-    self.report = Report(str(student), "")
-    for t in tests:
-      task = self.report.tasks.setdefault(t.task, {"points": 0.0, "max": 0.0, "tests": []})
-      task["max"] += t.points
-      self.report.max += t.points
-
-  def start(self) -> None:
-    if self.session is not None: self.session.close()
-    self.session = None   # if the start below fails, there is no session
-    for attempt in range(START_TRIES):
-      try:
-        self.session = Session(self.student.resolve().parent)
-        return
-      except RuntimeError:   # "Kernel died before replying to kernel_info": not the student's doing
-        if attempt == START_TRIES - 1: raise
-        time.sleep(1.0)
-
-  def restart(self) -> None:
-    self.report.kernel_restarts += 1
-    self.start()
-
-  def run_student(self, cells: list[tuple[int, str]]) -> None:
-    """The student's code cells in order. A dead or stuck kernel is replaced by a fresh one, in which the cells
-    that had run without error are run again (as "restart and run all above" would), and the next cell goes on."""
-    t_end = time.perf_counter() + self.budget
-    cells_report = self.report.student_cells
-    for n, (k, source) in enumerate(cells):
-      if time.perf_counter() > t_end:
-        cells_report["skipped"] = len(cells) - n
-        break
-      out = self.session.run(source, min(self.timeout, max(1, t_end - time.perf_counter())))
-      cells_report["run"] += 1
-      if out.status == "ok": self.ok_cells.append(source)
-      else: cells_report["errors"].append({"cell": k, "status": out.status, "error": out.error})
-      if out.status == "timeout": cells_report["timeouts"] += 1
-      if out.status == "dead" or (out.status == "timeout" and not self.session.responsive()):
-        self.restart()
-        self.replay(t_end)
-
-  def replay(self, t_end: float) -> None:
-    """Run again, in a fresh kernel, the student's cells that ran without error."""
-    for source in self.ok_cells:
-      if time.perf_counter() > t_end: break
-      out = self.session.run(source, min(self.timeout, max(1, t_end - time.perf_counter())))
-      if out.status == "dead" or (out.status == "timeout" and not self.session.responsive()):
-        self.restart()   # a cell that worked once and not now: give up on the replay, keep a live kernel
-        break
-    self.run_setup()
-
-  def run_setup(self) -> None:
-    """The solution's hidden-setup cells (the checks its tests call); a failure shows in the tests that need them."""
-    for source in self.setup:
-      out = self.session.run(source, self.test_timeout)
-      if out.status != "ok": self.report.note = short(f"hidden setup failed: {out.error or out.status}")
-
-  def run(self, cells: list[tuple[int, str]]) -> Report:
-    self.start()
-    self.run_student(cells)
-    self.run_setup()
-    replays = 0
-    for t in self.tests:
-      values_ok = all(x["status"] == "ok" for x in self.report.tasks[t.task]["tests"] if x["kind"] == "values")
-      if self.session is None: out = Outcome("skipped", "no kernel")
-      elif t.kind != "values" and not values_ok:
-        out = Outcome("skipped", f"not run: {t.kind} points count only once the values of this task are right")
-      else:
-        out = self.session.run(t.source, self.test_timeout)
-        if out.status == "timeout" and not self.session.responsive(): out.status = "dead"
-      task = self.report.tasks[t.task]
-      got = t.points if out.status == "ok" else 0.0
-      task["points"] += got
-      self.report.total += got
-      task["tests"].append({"cell": t.cell, "kind": t.kind, "points": got, "max": t.points, **asdict(out)})
-      if out.status == "dead" and t is not self.tests[-1]:
-        self.session.close()
-        self.session = None
-        if replays < MAX_REPLAYS:   # a fresh kernel, in the state the student's notebook leaves it
-          replays += 1
-          self.restart()
-          self.replay(time.perf_counter() + self.budget)
-    if self.session is not None: self.session.close()
-    return self.report
+  seed: int = 0
 
 
 def student_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
-  """(index in the notebook, code) of every code cell the student wrote (markdown and raw cells are not run)."""
+  """(index in the notebook, code) of every code cell the student wrote (markdown and raw cells are not run, nor
+  cells tagged as the grader's: a solution notebook graded as a submission carries its hidden cells)."""
+  mine = lambda c: not {HIDDEN, SETUP} & set(c.get("metadata", {}).get("tags", []) or [])
   return [(k, c.source) for k, c in enumerate(nb.cells) if c.get("cell_type") == "code"
-          and isinstance(c.get("source"), str) and c.source.strip()]
+          and isinstance(c.get("source"), str) and c.source.strip() and mine(c)]
+
+
+_course: Path | None = None
+
+
+def course_tree() -> Path:
+  """The student tree the sandbox sees at /course: made once per process with the release's rules (scripts/release.py:
+  git-tracked files, no solutions, no grader), only the folders a notebook imports or reads."""
+  global _course
+  if _course is None:
+    dest = Path(tempfile.mkdtemp(prefix="uopc-course-"))
+    atexit.register(shutil.rmtree, dest, True)
+    for f in release.tracked(ROOT):
+      if f.startswith(COURSE) and release.wanted(f) and (ROOT / f).is_file():
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / f, dest / f)
+    for d, dirs, files in os.walk(dest):   # readable by the sandbox's UID, writable by nobody there
+      os.chmod(d, 0o755)
+      for name in files: os.chmod(os.path.join(d, name), 0o644)
+    if problems := release.leaks(dest): raise RuntimeError("the student tree leaks solutions: " + "; ".join(problems))
+    _course = dest
+  return _course
+
+
+def given_cells(solution: Path) -> set[str]:
+  """The code cells of the assignment as handed out (the shortcut check skips those the student did not change)."""
+  p = ROOT / "assignments" / solution.name
+  try: return {c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code"}
+  except Exception: return set()
+
+
+def read_result(out: Path) -> dict:
+  """The runner's result.json, as untrusted data: {} if missing, too big or malformed."""
+  p = out / "result.json"
+  try:
+    if p.is_symlink() or not p.is_file() or p.stat().st_size > MAX_RESULT: return {}
+    r = json.loads(p.read_text())
+  except (OSError, ValueError, RecursionError): return {}
+  return r if isinstance(r, dict) else {}
+
+
+def _cells_report(r: dict) -> dict:
+  c = r.get("cells") if isinstance(r.get("cells"), dict) else {}
+  num = lambda x: x if type(x) is int and x >= 0 else 0
+  errors = [{"cell": num(e.get("cell")), "status": short(e.get("status", "error"))[:10],
+             "error": short(e.get("error", ""))} for e in c.get("errors", []) if isinstance(e, dict)][:500] \
+    if isinstance(c.get("errors"), list) else []
+  return {"run": num(c.get("run")), "errors": errors, "timeouts": num(c.get("timeouts")),
+          "skipped": num(c.get("skipped"))}
+
+
+def _probe_outcome(r: dict, k: int) -> tuple[str, str, float]:
+  probes = r.get("probes") if isinstance(r.get("probes"), list) else []
+  p = probes[k] if k < len(probes) and isinstance(probes[k], dict) else {"status": "skipped", "error": "not run"}
+  status = p.get("status") if p.get("status") in ("ok", "error", "timeout", "dead", "skipped") else "error"
+  secs = p.get("seconds") if type(p.get("seconds")) in (int, float) else 0.0
+  return status, short(p.get("error", "")), float(secs)
 
 
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
-          budget: float = 900, only: list[str] | None = None) -> Report:
+          budget: float = 900, only: list[str] | None = None, seed: int | None = None) -> Report:
   solution = solution or find_solution(student)
-  if not solution.is_file():
-    raise UsageError(f"no solution notebook {solution}: pass --solution (make grade NB=... SOL=...)")
+  if solution is None or not solution.is_file():
+    raise UsageError(f"no solution notebook for {student} (looked up: {solution}): pass --solution "
+                     f"(make grade NB=... SOL=...)")
   solution_nb = nbformat.read(solution, as_version=4)
   tests = hidden_tests(solution_nb, str(solution))
   if only:
@@ -290,16 +190,62 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     unknown = [o for o in only if o.lower() not in known]
     if unknown: raise UsageError(f"unknown task(s) {unknown}; the tasks are {sorted(set(known.values()))}")
     tests = [t for t in tests if t.task.lower() in {o.lower() for o in only}]
-  grader = Grader(student, tests, timeout, test_timeout, budget, setup_cells(solution_nb))
-  grader.report.solution = str(solution)
+  seed = secrets.randbelow(2**31) if seed is None else seed
+  report = Report(str(student), str(solution), seed=seed)
+  for t in tests:
+    task = report.tasks.setdefault(t.task, {"points": 0.0, "max": 0.0, "tests": []})
+    task["max"] += t.points
+    report.max += t.points
   try: nb = nbformat.read(student, as_version=4)
   except Exception as e:   # not JSON, not a notebook, not there: scored, with every task at 0
-    grader.report.note = short(f"the notebook could not be read: {type(e).__name__}: {e}")
-    for t in tests: grader.report.tasks[t.task]["tests"].append({"cell": t.cell, "kind": t.kind, "points": 0.0,
-                                                                   "max": t.points, "status": "skipped", "error": "",
-                                                                   "seconds": 0.0})
-    return grader.report
-  return grader.run(student_cells(nb))
+    report.note = short(f"the notebook could not be read: {type(e).__name__}: {e}")
+    for t in tests: report.tasks[t.task]["tests"].append({"cell": t.cell, "kind": t.kind, "points": 0.0,
+                                                          "max": t.points, "status": "skipped", "error": "",
+                                                          "seconds": 0.0})
+    return report
+  cells = student_cells(nb)
+  job = Path(tempfile.mkdtemp(prefix="uopc-grade-"))
+  try:
+    plan = {"cwd": sandbox.HOME, "cells": cells, "probes": [t.probe for t in tests], "seed": seed,
+            "timeout": timeout, "test_timeout": test_timeout, "budget": budget}
+    wall = budget + (len(tests) + 3) * (test_timeout + 10) + 60
+    ran = sandbox.run(["/venv/bin/python", "/grader/runner.py"] if sys.prefix != sys.base_prefix
+                      else [sys.executable, "/grader/runner.py"],
+                      [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")], job / "out",
+                      json.dumps(plan).encode(), sandbox.Limits(wall_s=wall))
+    result = read_result(job / "out")
+    report.student_cells = _cells_report(result)
+    restarts = result.get("restarts")
+    report.kernel_restarts = restarts if type(restarts) is int and restarts >= 0 else 0
+    if isinstance(result.get("note"), str): report.note = short(result["note"])
+    if ran.timed_out: report.note = short(f"the sandbox ran past {wall:.0f} s and was stopped. {report.note}")
+    elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
+                                         f"{ran.log[-300:]}")
+    ns = judge.namespace(setup_cells(solution_nb), seed,
+                         time_kernels=lambda *a, **kw: timing.time_kernels(*a, course=course_tree(), **kw))
+    given = given_cells(solution)
+    for k, t in enumerate(tests):
+      status, error, secs = _probe_outcome(result, k)
+      values_ok = all(x["status"] == "ok" for x in report.tasks[t.task]["tests"] if x["kind"] == "values")
+      cut = shortcuts.used([src for _, src in cells], given, t.shortcuts)
+      t0 = time.perf_counter()
+      if cut: status, error = "error", (f"Shortcut: the notebook uses uopc's {', '.join(cut)}, which this task asks "
+                                        f"you to write yourself")
+      elif status != "ok": pass
+      elif t.kind != "values" and not values_ok:
+        status, error = "skipped", f"not run: {t.kind} points count only once the values of this task are right"
+      elif t.judge is not None:
+        status, error = judge.run(t, judge.values_of(job / "out", k), ns)
+        error, secs = short(error), secs + time.perf_counter() - t0
+      task = report.tasks[t.task]
+      got = t.points if status == "ok" else 0.0
+      task["points"] += got
+      report.total += got
+      task["tests"].append({"cell": t.cell, "kind": t.kind, "points": got, "max": t.points, "status": status,
+                            "error": error, "seconds": secs})
+  finally:
+    shutil.rmtree(job, ignore_errors=True)
+  return report
 
 
 def advice(task: str, t: dict, stubbed: set[str]) -> list[str]:
@@ -347,21 +293,22 @@ def table(r: Report) -> str:
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("notebook", type=Path, help="the student's notebook")
-  ap.add_argument("--solution", type=Path, help="the solution notebook (default: the one the notebook's metadata "
-                  "or title names)")
+  ap.add_argument("--solution", type=Path, help="the solution notebook (default: the week its metadata or title "
+                  "names, looked up in solutions/)")
   ap.add_argument("--json", type=Path, help="also write the result to this file")
   ap.add_argument("--timeout", type=float, default=120, help="seconds each student cell may run (default 120)")
   ap.add_argument("--test-timeout", type=float, default=60, help="seconds each hidden test may run (default 60)")
   ap.add_argument("--budget", type=float, default=900, help="seconds for all the student's cells (default 900)")
   ap.add_argument("--only", action="append", metavar="TASK", help="grade only this task (repeatable)")
+  ap.add_argument("--seed", type=int, help="the seed of the hidden tests' inputs (default: a fresh random one)")
   args = ap.parse_args(argv)
   solution = args.solution or find_solution(args.notebook)
   status = 0
-  try: report = grade(args.notebook, solution, args.timeout, args.test_timeout, args.budget, args.only)
+  try: report = grade(args.notebook, solution, args.timeout, args.test_timeout, args.budget, args.only, args.seed)
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     report, status = Report(str(args.notebook), str(solution), note=f"usage error: {e}"), 2
-  except Exception as e:   # the kernel could not even be started: nothing was graded
+  except Exception as e:   # the sandbox could not be made: nothing was graded
     print(f"error: grading failed: {type(e).__name__}: {e}", file=sys.stderr)
     report, status = Report(str(args.notebook), str(solution), note=short(f"grading failed: {e}")), 1
   if status == 0: print(table(report))

@@ -185,3 +185,56 @@ def weighted_count(src: str, pattern: str) -> int:
     depth += line.count("{") - line.count("}")
     while opened and depth <= opened[-1]: opened.pop(); trips.pop()
   return total
+
+
+# --- checks of what a probe recorded in the sandbox (scripts/grader/probe.py) --------------------------------------
+def expect_raised(info: Any, exc: str, what: str, mentions: tuple[str, ...] = ()) -> None:
+  """info (what probe.raised recorded: the exception's class names and message) says exc was raised, with a message
+  that mentions every string of `mentions`."""
+  if not isinstance(info, dict) or "raised" not in info: raise AssertionError(f"{what}: the call was not recorded")
+  name, msg = info.get("raised"), str(info.get("message", ""))
+  if name is None: raise AssertionError(f"{what}: raised nothing, expected {exc}")
+  classes = info.get("classes") if isinstance(info.get("classes"), list) else [name]
+  if exc not in classes: raise AssertionError(f"{what}: raised {name}({msg!r}), expected {exc}")
+  missing = [m for m in mentions if m not in msg]
+  if missing: raise AssertionError(f"{what}: raised {name}({msg!r}), which does not mention "
+                                   f"{', '.join(map(repr, missing))}")
+
+
+def expect_speedup(timing: dict, ratio: float, what: str) -> float:
+  """timing (from time_kernels: the student's kernel and the grader's reference, best of reps each) shows the
+  student's kernel at least `ratio` times faster than the reference; returns the ratio."""
+  if "error" in timing: raise AssertionError(f"{what}: {timing['error']}")
+  tm, tr = float(timing["student"]), float(timing["reference"])
+  if not tr / tm >= ratio:
+    raise AssertionError(f"{what}: {tr / tm:.2f}x faster ({tm * 1e3:.2f} ms against {tr * 1e3:.2f} ms), expected at "
+                         f"least {ratio:g}x")
+  return tr / tm
+
+
+def text(value: Any, what: str) -> str:
+  """value, which a probe recorded as generated C or other text; an AssertionError if it is not a string."""
+  if type(value) is not str: raise AssertionError(f"{what}: expected the C source as a string, found {value!r:.80}")
+  return value
+
+
+def naive_gemm_c(M: int, N: int, K: int) -> str:
+  """The grader's reference kernel for GEMM speed tests: C = A @ B, rows in parallel, then columns, then k (what the
+  week-3 loop program gemm_naive renders to)."""
+  return f"""void gemm(float* restrict data0, float* restrict data1, float* restrict data2) {{
+  #pragma omp parallel for
+  for (int ridx0 = 0; ridx0 < {M}; ridx0++) {{
+    for (int ridx1 = 0; ridx1 < {N}; ridx1++) {{
+      float acc0;
+      acc0 = 0.0f;
+      for (int ridx2 = 0; ridx2 < {K}; ridx2++) {{
+        float val1 = acc0;
+        float val2 = data0[((ridx0*{K})+ridx2)];
+        float val3 = data1[((ridx2*{N})+ridx1)];
+        acc0 = (val1+(val2*val3));
+      }}
+      float val4 = acc0;
+      data2[((ridx0*{N})+ridx1)] = val4;
+    }}
+  }}
+}}"""

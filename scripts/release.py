@@ -5,8 +5,9 @@ no solutions, no hidden tests, no grader.
   python scripts/release.py /tmp/course --force  # replace what is there
 
 What goes in: the files git tracks (so no build output, caches or local scratch), minus solutions/, the grader
-(scripts/grade.py, scripts/gradelib.py) and the tests of the instructor's tools (the grading tests of every week,
-the grader's, the assignment generator's, the nbgrader metadata's, this script's). The tree gets its own Makefile
+(scripts/grade.py, scripts/grade_all.py, scripts/gradelib.py, scripts/grader/) and the tests of the instructor's
+tools (the grading tests of every week, the grader's, the assignment generator's, the nbgrader metadata's, this
+script's). The tree gets its own Makefile
 (STUDENT_MAKEFILE below: setup, demo, test, check WEEK=n, notebooks, outputs, clean), because the instructor's
 `make test` also checks assignments/ against solutions/, which a student does not have, and its own README.md (from
 scripts/student_readme.md, with the tree's assignments listed), which names only what the tree has: no grader, no
@@ -23,15 +24,15 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-EXCLUDE_DIRS = ("solutions/", ".ci/")
+EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/")
 EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the tree gets its own
-                 "scripts/grade.py", "scripts/gradelib.py", "scripts/release.py",
+                 "scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/release.py",
                  "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
                  "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
                  "tests/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
                  "tests/test_visible_checks_catch.py",   # plants the solutions' wrong answers
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
-EXCLUDE_PREFIXES = ("tests/test_week",)   # the grading tests of each week: they read solutions/
+EXCLUDE_PREFIXES = ("tests/test_week", "tests/test_grader")   # the grading tests: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
 

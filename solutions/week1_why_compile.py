@@ -99,13 +99,15 @@ def best_time(fn, reps: int = 5) -> float:
   return best
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+
 
 # %% [markdown]
 # ## Exercise 1.1: cost table
@@ -160,13 +162,17 @@ check("cost(1024, 64, itemsize=2)['sp_bytes'] (float16: 4 MiB)", cost(1024, 64, 
 # %% tags=["hidden-test"]
 # POINTS: cost table 2
 ### BEGIN HIDDEN TESTS
-for _n, _d, _size in ((1024, 64, 4), (4096, 128, 4), (2048, 64, 2), (1000, 96, 2)):
-  _got = cost(_n, _d, _size)
+_cases = [(1024, 64, 4), (4096, 128, 4), (2048, 64, 2), (1000, 96, 2), (int(seeded(1).integers(8, 5000)), 32, 2)]
+for _n, _d, _size in _cases: record(f"cost({_n}, {_d}, {_size})", cost(_n, _d, _size))
+# JUDGE
+for _n, _d, _size in [(1024, 64, 4), (4096, 128, 4), (2048, 64, 2), (1000, 96, 2),
+                      (int(seeded(1).integers(8, 5000)), 32, 2)]:
+  _got = recorded[f"cost({_n}, {_d}, {_size})"]
   _want = {"sp_bytes": 2 * _size * _n * _n, "io_bytes": 4 * _size * _n * _d, "flops": 4 * _n * _n * _d}
   _want["ai_unfused"] = _want["flops"] / (2 * _want["sp_bytes"] + _want["io_bytes"])
   _want["ai_fused"] = _want["flops"] / _want["io_bytes"]
   for _key, _w in _want.items():
-    assert _key in _got, f"cost({_n}, {_d}, {_size}) has no entry {_key!r}"
+    assert isinstance(_got, dict) and _key in _got, f"cost({_n}, {_d}, {_size}) has no entry {_key!r}"
     gradelib.expect_close(_got[_key], _w, f"cost({_n}, D={_d}, itemsize={_size})[{_key!r}]", tol=1e-9)
 ### END HIDDEN TESTS
 
@@ -239,16 +245,30 @@ print(f"peak memory, N = 1000: blocked {peak_bytes(lambda: blocked_attention(q, 
 # POINTS: blocked attention 2
 ### BEGIN HIDDEN TESTS
 for _n, _d, _block in ((1000, 64, 128), (256, 32, 64), (70, 16, 32), (5, 8, 128)):
-  _q, _k, _v = qkv(_n, _d, seed=_n)
-  gradelib.expect_close(blocked_attention(_q, _k, _v, _block), reference(_q, _k, _v),
+  _r = seeded(_n)
+  _q, _k, _v = (_r.standard_normal((_n, _d), dtype=np.float32) for _ in range(3))
+  record(f"N={_n}", blocked_attention(_q, _k, _v, _block))
+# JUDGE
+for _n, _d, _block in ((1000, 64, 128), (256, 32, 64), (70, 16, 32), (5, 8, 128)):
+  _r = seeded(_n)
+  _q, _k, _v = (_r.standard_normal((_n, _d), dtype=np.float32) for _ in range(3))
+  gradelib.expect_close(recorded[f"N={_n}"], gradelib.attention_ref(_q, _k, _v),
                         f"blocked_attention(N={_n}, D={_d}, block={_block})", tol=1e-5)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: blocked attention 1 structure
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(2048, 64, seed=3)
-_peak = peak_bytes(lambda: blocked_attention(_q, _k, _v, 128))
+import tracemalloc as _tracemalloc
+_r = seeded(3)
+_q, _k, _v = (_r.standard_normal((2048, 64), dtype=np.float32) for _ in range(3))
+_tracemalloc.start()
+blocked_attention(_q, _k, _v, 128)
+record("peak", _tracemalloc.get_traced_memory()[1])
+_tracemalloc.stop()
+# JUDGE
+_peak = recorded["peak"]
+assert type(_peak) is int, f"blocked_attention(N=2048, block=128): the peak memory was not measured ({_peak!r})"
 assert _peak < 2048 * 2048 * 4 / 2, (f"blocked_attention(N=2048, block=128): peak memory {_peak / 2**20:.1f} MiB; one "
                                      f"N x N float32 array is 16 MiB, a (block, N) one 1 MiB: an N x N array exists")
 ### END HIDDEN TESTS
@@ -317,18 +337,26 @@ for what, bad, says in (("3 arguments for 4 parameters", (x, x, y), ("4", "3")),
 _prg = CheckedProgram("""void axpy(float* y, const double* x, int n, const int* idx) {
   for (int i = 0; i < n; i++) y[idx[i]] += (float)x[i];
 }""", "axpy")
-_y, _x, _idx = np.zeros(4, np.float32), np.arange(4, dtype=np.float64), np.array([3, 2, 1, 0], np.int32)
+_y, _x, _idx = np.zeros(4, np.float32), seeded(2).standard_normal(4), seeded(3).permutation(4).astype(np.int32)
 _prg(_y, _x, 4, _idx)
-gradelib.expect_equal(_y, np.array([3, 2, 1, 0], np.float32), "CheckedProgram(axpy) on right arguments: y")
-gradelib.expect_raises(TypeError, lambda: _prg(_y, _x, 4), "axpy called with 3 of its 4 arguments", ("4", "3"))
-gradelib.expect_raises(TypeError, lambda: _prg(_y, _x.astype(np.float32), 4, _idx),
-                       "axpy with a float32 array for `const double* x`", ("argument 1", "float32"))
-gradelib.expect_raises(TypeError, lambda: _prg(_y, _x, 4, _idx.astype(np.int64)),
-                       "axpy with an int64 array for `const int* idx`", ("argument 3", "int64"))
-gradelib.expect_raises(TypeError, lambda: _prg(np.zeros((4, 2), np.float32)[:, 1], _x, 4, _idx),
-                       "axpy with a strided view for `float* y`", ("argument 0", "contiguous"))
-gradelib.expect_raises(TypeError, lambda: _prg([0.0] * 4, _x, 4, _idx), "axpy with a list for `float* y`",
-                       ("argument 0",))
+record("y", _y)
+record("3 of 4", raised(lambda: _prg(_y, _x, 4)))
+record("float32 x", raised(lambda: _prg(_y, _x.astype(np.float32), 4, _idx)))
+record("int64 idx", raised(lambda: _prg(_y, _x, 4, _idx.astype(np.int64))))
+record("strided y", raised(lambda: _prg(np.zeros((4, 2), np.float32)[:, 1], _x, 4, _idx)))
+record("list y", raised(lambda: _prg([0.0] * 4, _x, 4, _idx)))
+# JUDGE
+_x, _idx, _want = seeded(2).standard_normal(4), seeded(3).permutation(4), np.zeros(4, np.float32)
+_want[_idx] += _x.astype(np.float32)
+gradelib.expect_close(recorded["y"], _want, "CheckedProgram(axpy) on right arguments: y", tol=1e-6)
+gradelib.expect_raised(recorded["3 of 4"], "TypeError", "axpy called with 3 of its 4 arguments", ("4", "3"))
+gradelib.expect_raised(recorded["float32 x"], "TypeError", "axpy with a float32 array for `const double* x`",
+                       ("argument 1", "float32"))
+gradelib.expect_raised(recorded["int64 idx"], "TypeError", "axpy with an int64 array for `const int* idx`",
+                       ("argument 3", "int64"))
+gradelib.expect_raised(recorded["strided y"], "TypeError", "axpy with a strided view for `float* y`",
+                       ("argument 0", "contiguous"))
+gradelib.expect_raised(recorded["list y"], "TypeError", "axpy with a list for `float* y`", ("argument 0",))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -384,18 +412,26 @@ print(f"n = {n}: C {t_c * 1e3:.2f} ms, NumPy {t_np * 1e3:.2f} ms: NumPy/C = {t_n
 # POINTS: a fused kernel 2
 ### BEGIN HIDDEN TESTS
 for _n in (1, 7, 1000):
-  _a, _b, _c, _d = (np.random.default_rng(_s).standard_normal(_n).astype(np.float32) for _s in range(4))
+  _r = seeded(_n)
+  _a, _b, _c, _d = (_r.standard_normal(_n).astype(np.float32) for _ in range(4))
   _out = np.full(_n, np.nan, np.float32)
   MiniProgram(fused_source(), "fused")(_a, _b, _c, _d, _out, _n)
-  gradelib.expect_close(_out, _a * _b + _c * _d - _a, f"fused, n = {_n}: out", tol=1e-5)
+  record(f"n = {_n}", _out)
+# JUDGE
+for _n in (1, 7, 1000):
+  _r = seeded(_n)
+  _a, _b, _c, _d = (_r.standard_normal(_n).astype(np.float32) for _ in range(4))
+  gradelib.expect_close(recorded[f"n = {_n}"], _a * _b + _c * _d - _a, f"fused, n = {_n}: out", tol=1e-5)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: a fused kernel 1 speed
 ### BEGIN HIDDEN TESTS
+record("fused", fused_source())
+# JUDGE
+# timed in a sandbox of its own against NumPy there: the student's C, never the notebook's Python
 _n = 1 << 22
-_a, _b, _c, _d = (np.random.default_rng(_s).standard_normal(_n).astype(np.float32) for _s in range(4))
-_out, _fused = np.zeros(_n, np.float32), MiniProgram(fused_source(), "fused")
-_ratio = gradelib.expect_faster(lambda: _fused(_a, _b, _c, _d, _out, _n), lambda: _a * _b + _c * _d - _a, 1.3,
-                                "fused against NumPy's a * b + c * d - a at n = 4M")
+_timing = time_kernels(recorded["fused"], "fused", [["f32", [_n]]] * 4 + [["zeros", [_n]], ["int", _n]], outputs=[4],
+                       numpy="a * b + c * d - a", tol=1e-5)
+_ratio = gradelib.expect_speedup(_timing, 1.3, "fused against NumPy's a * b + c * d - a at n = 4M")
 ### END HIDDEN TESTS

@@ -41,7 +41,7 @@ import random
 import numpy as np
 from uopc.dtype import dtypes
 from uopc.uop import AxisType, Ops, ParamArg, Pat, UOp, graph_rewrite, range_, sink
-from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules
+from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules  # noqa: F401 (simplify: yours to use in your rules)
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.checks import check
@@ -71,26 +71,41 @@ def disagreement(e: UOp, rewritten: UOp, points: int = 200, seed: int = 0) -> di
 i, j = range_(64, 0), range_(48, 1)
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
-import re
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+import re
+from uopc.symbolic import evaluate as _evaluate, simplify as _simplify
+from uopc.uop import range_ as _range
 
 
-def _expect_rewrite(rules, e, want, what):
-  """simplify_with(e, rules) is want (None: unchanged by the rules, whatever simplify makes of it), and keeps
-  e's value at every point."""
-  got = simplify_with(e, rules)
-  if (bad := disagreement(e, got)) is not None:
-    at = ", ".join(f"ridx{r.arg[0]}={v}" for r, v in bad.items())
-    raise AssertionError(f"{what}: {e.render()} was rewritten to {got.render()}, which differs at {at}: "
-                         f"{evaluate(e, bad)} before, {evaluate(got, bad)} after")
-  want = simplify(e) if want is None else want
-  if got is not want: raise AssertionError(f"{what}: {e.render()} became {got.render()}, expected {want.render()}")
+def _points(n: int = 200) -> list[tuple[int, int]]:
+  """(i, k) at which a probe evaluates a rewritten expression (i in range 64, k in range 100): seeded, so the
+  judge has the same ones."""
+  return list(zip(seeded(1).integers(0, 64, n).tolist(), seeded(2).integers(0, 100, n).tolist()))
+
+
+def _expect_rewrite(got, e, want, what):
+  """got (a probe's (render, values at _points()) of simplify_with(e, rules)) is want (None: unchanged by the rules,
+  whatever simplify makes of it), and keeps e's value at every point. e and want are built here, with the
+  grader's uopc, on ranges i (64, axis 0) and k (100, axis 2)."""
+  i, k = _range(64, 0), _range(100, 2)
+  if not (isinstance(got, tuple) and len(got) == 2 and type(got[0]) is str and isinstance(got[1], list)):
+    raise AssertionError(f"{what}: {e.render()} was not rewritten to an expression ({got!r:.80})")
+  text, values = got
+  for (vi, vk), value in zip(_points(), values + [None] * (len(_points()) - len(values))):
+    before = _evaluate(e, {i: vi, k: vk})
+    if value != before:
+      raise AssertionError(f"{what}: {e.render()} was rewritten to {text}, which differs at ridx0={vi}, "
+                           f"ridx2={vk}: {before} before, {value} after")
+  want = _simplify(e) if want is None else want
+  if text != want.render(): raise AssertionError(f"{what}: {e.render()} became {text}, expected {want.render()}")
+
 
 # %% [markdown]
 # ## Exercise 3.2: the divmod rule
@@ -146,12 +161,29 @@ for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16)
 # POINTS: the divmod rule 2
 ### BEGIN HIDDEN TESTS
 _k = range_(100, 2)
+
+
+def _rewritten(name, rules, e):
+  """Record e rewritten by rules: its text, and its value at the grader's points (i, k)."""
+  _r = simplify_with(e, rules)
+  record(name, (_r.render(), [evaluate(_r, {i: _a, _k: _b}) for _a, _b in
+                              zip(seeded(1).integers(0, 64, 200).tolist(), seeded(2).integers(0, 100, 200).tolist())]))
+
+
 _x = i * 3 + _k
-_expect_rewrite(divmod_rules(), (i // 4) * 4 + i % 4, i, "divmod_rules")
-_expect_rewrite(divmod_rules(), _k % 7 + (_k // 7) * 7, _k, "divmod_rules, terms the other way round")
-_expect_rewrite(divmod_rules(), (_x // 16) * 16 + _x % 16, simplify(_x), "divmod_rules, x a sum")
-_expect_rewrite(divmod_rules(), (i // 4) * 4 + _k % 4, None, "divmod_rules, two different x")
-_expect_rewrite(divmod_rules(), (i // 4) * 4 + i % 8, None, "divmod_rules, two different constants")
+_rewritten("a", divmod_rules(), (i // 4) * 4 + i % 4)
+_rewritten("b", divmod_rules(), _k % 7 + (_k // 7) * 7)
+_rewritten("c", divmod_rules(), (_x // 16) * 16 + _x % 16)
+_rewritten("d", divmod_rules(), (i // 4) * 4 + _k % 4)
+_rewritten("e", divmod_rules(), (i // 4) * 4 + i % 8)
+# JUDGE
+_i, _k = _range(64, 0), _range(100, 2)
+_x = _i * 3 + _k
+_expect_rewrite(recorded["a"], (_i // 4) * 4 + _i % 4, _i, "divmod_rules")
+_expect_rewrite(recorded["b"], _k % 7 + (_k // 7) * 7, _k, "divmod_rules, terms the other way round")
+_expect_rewrite(recorded["c"], (_x // 16) * 16 + _x % 16, _simplify(_x), "divmod_rules, x a sum")
+_expect_rewrite(recorded["d"], (_i // 4) * 4 + _k % 4, None, "divmod_rules, two different x")
+_expect_rewrite(recorded["e"], (_i // 4) * 4 + _i % 8, None, "divmod_rules, two different constants")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -200,10 +232,25 @@ print("without the condition, (i % 6) % 4 at i = 6:", (6 % 6) % 4, "but i % 4:",
 # POINTS: mod of a mod 2
 ### BEGIN HIDDEN TESTS
 _k = range_(100, 2)
-_expect_rewrite(mod_mod_rules(), (i % 8) % 4, i % 4, "mod_mod_rules")
-_expect_rewrite(mod_mod_rules(), ((i * 3 + _k) % 24) % 6, simplify((i * 3 + _k) % 6), "mod_mod_rules, x a sum")
-_expect_rewrite(mod_mod_rules(), (_k % 6) % 4, None, "mod_mod_rules, 4 does not divide 6")
-_expect_rewrite(mod_mod_rules(), (_k % 10) % 3, None, "mod_mod_rules, 3 does not divide 10")
+
+
+def _rewritten(name, rules, e):
+  """Record e rewritten by rules: its text, and its value at the grader's points (i, k)."""
+  _r = simplify_with(e, rules)
+  record(name, (_r.render(), [evaluate(_r, {i: _a, _k: _b}) for _a, _b in
+                              zip(seeded(1).integers(0, 64, 200).tolist(), seeded(2).integers(0, 100, 200).tolist())]))
+
+
+_rewritten("a", mod_mod_rules(), (i % 8) % 4)
+_rewritten("b", mod_mod_rules(), ((i * 3 + _k) % 24) % 6)
+_rewritten("c", mod_mod_rules(), (_k % 6) % 4)
+_rewritten("d", mod_mod_rules(), (_k % 10) % 3)
+# JUDGE
+_i, _k = _range(64, 0), _range(100, 2)
+_expect_rewrite(recorded["a"], (_i % 8) % 4, _i % 4, "mod_mod_rules")
+_expect_rewrite(recorded["b"], ((_i * 3 + _k) % 24) % 6, _simplify((_i * 3 + _k) % 6), "mod_mod_rules, x a sum")
+_expect_rewrite(recorded["c"], (_k % 6) % 4, None, "mod_mod_rules, 4 does not divide 6")
+_expect_rewrite(recorded["d"], (_k % 10) % 3, None, "mod_mod_rules, 3 does not divide 10")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -281,19 +328,27 @@ check("accumulators declared before the parallel loop (one variable shared by al
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng(5)
-for _what, _a in (("random", _rng.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _rng.integers(0, 3, (50, 9))),
-                  ("one column", _rng.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
-                  ("the max last", np.tile(np.arange(10.0), (4, 1)))):
-  gradelib.expect_equal(run_argmax(argmax_program, _a), np.argmax(_a, 1).astype(np.int32),
+_r = seeded(5)
+_cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
+          ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
+          ("the max last", np.tile(np.arange(10.0), (4, 1))))
+for _what, _a in _cases: record(_what, run_argmax(argmax_program, _a))
+# JUDGE
+_r = seeded(5)
+_cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
+          ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
+          ("the max last", np.tile(np.arange(10.0), (4, 1))))
+for _what, _a in _cases:
+  gradelib.expect_equal(recorded[_what], np.argmax(_a, 1).astype(np.int32),
                         f"argmax_program on {_what} {_a.shape}: the index per row")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 1 structure
 ### BEGIN HIDDEN TESTS
-_src = render_c(argmax_program(16, 8), "argmax")
-_lines = _src.splitlines()
+record("src", str(render_c(argmax_program(16, 8), "argmax")))
+# JUDGE
+_lines = gradelib.text(recorded["src"], "argmax_program(16, 8)").splitlines()
 _par = next((n for n, line in enumerate(_lines) if "#pragma omp parallel for" in line), None)
 assert _par is not None, "argmax_program: no parallel loop (make the row loop AxisType.THREAD)"
 _outside = [line.strip() for line in _lines[:_par] if re.match(r"\s*(float|int) acc\d+", line)]
@@ -360,7 +415,10 @@ check("run_prefix_sum of 100 random numbers against np.cumsum", run_prefix_sum(x
 # POINTS: prefix sum 2
 ### BEGIN HIDDEN TESTS
 for _n in (1, 2, 17, 1000):
-  _a = np.random.default_rng(_n).standard_normal(_n).astype(np.float32)
-  gradelib.expect_close(run_prefix_sum(_a), np.cumsum(_a.astype(np.float64)), f"prefix_sum_program({_n}): out",
+  record(f"n = {_n}", run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32)))
+# JUDGE
+for _n in (1, 2, 17, 1000):
+  _a = seeded(_n).standard_normal(_n).astype(np.float32)
+  gradelib.expect_close(recorded[f"n = {_n}"], np.cumsum(_a.astype(np.float64)), f"prefix_sum_program({_n}): out",
                         tol=1e-4)
 ### END HIDDEN TESTS

@@ -110,13 +110,15 @@ def loops(src: str) -> list[str]:
 SHAPES = [(1, 1, 1), (4, 4, 4), (5, 7, 3), (64, 64, 64), (67, 33, 29), (128, 96, 200)]
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+
 
 # %% [markdown]
 # ## Exercise 5.1: naive GEMM
@@ -176,14 +178,32 @@ check_gemm("gemm_naive", gemm_naive)
 # %% tags=["hidden-test"]
 # POINTS: naive GEMM 2
 ### BEGIN HIDDEN TESTS
-for _shape in [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]:
-  gradelib.expect_close(*run_gemm(gemm_naive, *_shape), f"gemm_naive{_shape}: C", tol=1e-3)
+_shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
+  compile_gemm(gemm_naive, _M, _N, _K)(_a, _b, _c)
+  record(f"{_shape}", _c)
+# JUDGE
+_shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _want = _a.astype(np.float64) @ _b.astype(np.float64)
+  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_naive{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: naive GEMM 1 structure
 ### BEGIN HIDDEN TESTS
-_src = render_c(gemm_naive(67, 33, 29), "gemm")
+record("src", str(render_c(gemm_naive(67, 33, 29), "gemm")))
+# JUDGE
+_src = gradelib.text(recorded["src"], "gemm_naive(67, 33, 29)")
 gradelib.expect_loops(_src, [(0, 67), (1, 33), (2, 29)], "gemm_naive(67, 33, 29): rows, columns, k")
 assert gradelib.parallel_loops(_src) == 1, f"gemm_naive: {gradelib.parallel_loops(_src)} parallel loops, expected 1"
 ### END HIDDEN TESTS
@@ -295,14 +315,32 @@ print(f"n = {n}: naive {t_naive * 1e3:.2f} ms, 4x4 tile {t_tiled * 1e3:.2f} ms: 
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 3
 ### BEGIN HIDDEN TESTS
-for _shape in [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]:
-  gradelib.expect_close(*run_gemm(gemm_tiled, *_shape), f"gemm_tiled{_shape}: C", tol=1e-3)
+_shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
+  compile_gemm(gemm_tiled, _M, _N, _K)(_a, _b, _c)
+  record(f"{_shape}", _c)
+# JUDGE
+_shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _want = _a.astype(np.float64) @ _b.astype(np.float64)
+  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_tiled{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 structure
 ### BEGIN HIDDEN TESTS
-_src = render_c(gemm_tiled(68, 36, 29), "gemm")
+record("src", str(render_c(gemm_tiled(68, 36, 29), "gemm")))
+# JUDGE
+_src = gradelib.text(recorded["src"], "gemm_tiled(68, 36, 29)")
 gradelib.expect_loops(_src, [(0, 17), (1, 9), (2, 29)], "gemm_tiled(68, 36, 29): tile rows, tile columns, k")
 _k_body = _src.split("for (int ridx2 = 0;")[1].split("\n    }\n")[0]
 _fmas = len(re.findall(r"acc\d+ = \(", _k_body))
@@ -312,11 +350,12 @@ assert _fmas == 16, f"gemm_tiled: {_fmas} accumulator updates per step of k, exp
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 speed
 ### BEGIN HIDDEN TESTS
-_n = 256
-_a, _b, _c = np.ones((_n, _n), np.float32), np.ones((_n, _n), np.float32), np.zeros((_n, _n), np.float32)
-_naive, _tiled = compile_gemm(gemm_naive, _n, _n, _n), compile_gemm(gemm_tiled, _n, _n, _n)
-_ratio = gradelib.expect_faster(lambda: _tiled(_a, _b, _c), lambda: _naive(_a, _b, _c), 2.0,
-                                "gemm_tiled against gemm_naive at n = 256")
+record("tiled", str(render_c(gemm_tiled(256, 256, 256), "gemm")))
+# JUDGE
+# the student's C timed in a sandbox of its own against the grader's naive kernel (never the student's own naive)
+_timing = time_kernels(recorded["tiled"], "gemm", [["f32", [256, 256]], ["f32", [256, 256]], ["zeros", [256, 256]]],
+                       outputs=[2], reference=gradelib.naive_gemm_c(256, 256, 256))
+_ratio = gradelib.expect_speedup(_timing, 2.0, "gemm_tiled against a naive GEMM at n = 256")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -370,18 +409,35 @@ print(f"n = {n}: naive {t_naive * 1e3:.1f} ms, naive with B^T {t_bt * 1e3:.1f} m
 # %% tags=["hidden-test"]
 # POINTS: B transposed 2
 ### BEGIN HIDDEN TESTS
-for _shape in [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]:
-  gradelib.expect_close(*run_gemm(gemm_naive_bt, *_shape, b_transposed=True), f"gemm_naive_bt{_shape}: C", tol=1e-3)
+_shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
+  compile_gemm(gemm_naive_bt, _M, _N, _K)(_a, np.ascontiguousarray(_b.T), _c)
+  record(f"{_shape}", _c)
+# JUDGE
+_shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
+_shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
+for _shape in _shapes:
+  _M, _N, _K = _shape
+  _r = seeded(*_shape)
+  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
+  _want = _a.astype(np.float64) @ _b.astype(np.float64)
+  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_naive_bt{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: B transposed 1 speed
 ### BEGIN HIDDEN TESTS
-_n = 512
-_a, _b, _c = np.ones((_n, _n), np.float32), np.ones((_n, _n), np.float32), np.zeros((_n, _n), np.float32)
-_naive, _bt = compile_gemm(gemm_naive, _n, _n, _n), compile_gemm(gemm_naive_bt, _n, _n, _n)
-_ratio = gradelib.expect_faster(lambda: _bt(_a, _b, _c), lambda: _naive(_a, _b, _c), 1.5,
-                                "gemm_naive_bt against gemm_naive at n = 512", reps=3)
+record("bt", str(render_c(gemm_naive_bt(512, 512, 512), "gemm")))
+# JUDGE
+# B symmetric, so B^T = B: the student's kernel (reading B^T) and the grader's naive one (reading B) agree
+_timing = time_kernels(recorded["bt"], "gemm", [["f32", [512, 512]], ["sym", [512, 512]], ["zeros", [512, 512]]],
+                       outputs=[2], reference=gradelib.naive_gemm_c(512, 512, 512), reps=3)
+_ratio = gradelib.expect_speedup(_timing, 1.5, "gemm_naive_bt against a naive GEMM at n = 512")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -441,10 +497,9 @@ check("k_step_counts(1x4 tile + strip, 64 x 66 x 64): (loads, multiply-adds)",
 # POINTS: loads and multiply-adds 2
 ### BEGIN HIDDEN TESTS
 _A, _B, _C = buf(0, 20 * 8), buf(1, 8 * 12), buf(2, 20 * 12)
-_naive_src = render_c(sink(gemm_strip(_A, _B, _C, 12, 8, (0, 20), (0, 12), 0, 0)), "gemm")
-gradelib.expect_equal(k_step_counts(_naive_src), (2, 1), "k_step_counts(naive GEMM)")
-gradelib.expect_equal(k_step_counts(render_c(gemm_1x4(8, 9, 8), "gemm")), (5, 4), "k_step_counts(1x4 tile + strip)")
-gradelib.expect_equal(k_step_counts(render_c(matvec(16, 8), "mv")), (0, 0), "k_step_counts(matvec: no loop at depth 2)")
+record("naive", k_step_counts(render_c(sink(gemm_strip(_A, _B, _C, 12, 8, (0, 20), (0, 12), 0, 0)), "gemm")))
+record("1x4", k_step_counts(render_c(gemm_1x4(8, 9, 8), "gemm")))
+record("matvec", k_step_counts(render_c(matvec(16, 8), "mv")))
 _tile_2x2 = """void gemm(float* restrict data0, float* restrict data1, float* restrict data2) {
   for (int ridx0 = 0; ridx0 < 2; ridx0++) {
     for (int ridx1 = 0; ridx1 < 2; ridx1++) {
@@ -463,7 +518,12 @@ _tile_2x2 = """void gemm(float* restrict data0, float* restrict data1, float* re
     }
   }
 }"""
-gradelib.expect_equal(k_step_counts(_tile_2x2), (4, 4), "k_step_counts(a hand-written 2x2 tile)")
+record("2x2", k_step_counts(_tile_2x2))
+# JUDGE
+gradelib.expect_equal(recorded["naive"], (2, 1), "k_step_counts(naive GEMM)")
+gradelib.expect_equal(recorded["1x4"], (5, 4), "k_step_counts(1x4 tile + strip)")
+gradelib.expect_equal(recorded["matvec"], (0, 0), "k_step_counts(matvec: no loop at depth 2)")
+gradelib.expect_equal(recorded["2x2"], (4, 4), "k_step_counts(a hand-written 2x2 tile)")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -535,9 +595,17 @@ for N, D, want in ((32, 4, 5120), (64, 8, 36864)):
 # %% tags=["hidden-test"]
 # POINTS: count the exps 1
 ### BEGIN HIDDEN TESTS
-for _N, _D in ((32, 4), (48, 8), (16, 16)):
-  _counted = gradelib.weighted_count(fused_attention_src(_N, _D), r"exp2f\(")
-  gradelib.expect_equal(predicted_exps(_N, _D), _counted,
+_cases = [(32, 4), (48, 8), (16, 16), (int(seeded(5).integers(2, 40)), int(seeded(6).integers(1, 20)))]
+for _N, _D in _cases: record(f"{_N}, {_D}", predicted_exps(_N, _D))
+# JUDGE
+from uopc.kernelize import make_plan as _make_plan
+from uopc.tensor import Tensor as _Tensor
+_cases = [(32, 4), (48, 8), (16, 16), (int(seeded(5).integers(2, 40)), int(seeded(6).integers(1, 20)))]
+for _N, _D in _cases:
+  _q, _k, _v = (_Tensor(np.ones((_N, _D), np.float32)) for _ in range(3))
+  _src = _make_plan([((_q @ _k.T * (1 / math.sqrt(_D))).softmax(-1) @ _v).uop], True, None).kernels[-1].src
+  _counted = gradelib.weighted_count(_src, r"exp2f\(")
+  gradelib.expect_equal(recorded[f"{_N}, {_D}"], _counted,
                         f"predicted_exps({_N}, {_D}) (the fused kernel's C computes {_counted})")
 ### END HIDDEN TESTS
 
@@ -549,5 +617,18 @@ _fused, _unfused = (make_plan([_x.softmax(-1).uop], _fuse, None).kernels[-1].src
 for _what, _src in (("fused attention (32, 4)", fused_attention_src(32, 4)), ("fused softmax (8, 16)", _fused),
                     ("the last kernel of unfused softmax (8, 16)", _unfused),
                     ("a kernel with no exp", render_c(matvec(4, 4), "mv"))):
-  gradelib.expect_equal(count_exps(_src), gradelib.weighted_count(_src, r"exp2f\("), f"count_exps({_what})")
+  record(_what, count_exps(_src))
+# JUDGE
+# the same four kernels made here, with the grader's uopc: the counts are of these, not of what the notebook made
+from uopc.kernelize import make_plan as _make_plan
+from uopc.tensor import Tensor as _Tensor
+_x = _Tensor(np.ones((8, 16), np.float32))
+_q = _Tensor(np.ones((32, 4), np.float32))
+_attention = ((_q @ _q.T * (1 / math.sqrt(4))).softmax(-1) @ _q).uop
+_fused, _unfused = (_make_plan([_x.softmax(-1).uop], _f, None).kernels[-1].src for _f in (True, False))
+_matvec = "void mv(float* restrict data0) {\n  for (int ridx0 = 0; ridx0 < 4; ridx0++) data0[ridx0] = 1.0f;\n}"
+for _what, _src in (("fused attention (32, 4)", _make_plan([_attention], True, None).kernels[-1].src),
+                    ("fused softmax (8, 16)", _fused), ("the last kernel of unfused softmax (8, 16)", _unfused),
+                    ("a kernel with no exp", _matvec)):
+  gradelib.expect_equal(recorded[_what], gradelib.weighted_count(_src, r"exp2f\("), f"count_exps({_what})")
 ### END HIDDEN TESTS

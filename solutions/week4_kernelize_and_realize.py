@@ -133,13 +133,15 @@ x_np = rng.standard_normal((4, 6)).astype(np.float32)
 print("mini kernelizer, softmax matches NumPy:", np.allclose(out, np.exp(x_np) / np.exp(x_np).sum(-1, keepdims=True)))
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+
 
 # %% [markdown]
 # ## Exercise 7.1: shrink and pad
@@ -185,16 +187,19 @@ check("run_plan(x[1:, 1:3].pad(((1, 0), (2, 1))))", got, np.pad(x_np[1:, 1:3], (
 # %% tags=["hidden-test"]
 # POINTS: shrink and pad 2
 ### BEGIN HIDDEN TESTS
-_x_np = np.random.default_rng(4).standard_normal((5, 6)).astype(np.float32)
+_x_np = seeded(4).standard_normal((5, 6)).astype(np.float32)
 _x = Tensor(_x_np)
-for _what, _t, _want in (
-    ("cat([x, x * 2], 1).sum(1)", Tensor.cat([_x, _x * 2], 1).sum(1), np.concatenate([_x_np, 2 * _x_np], 1).sum(1)),
-    ("x[1:4, 2:]", _x[1:4, 2:] + 0, _x_np[1:4, 2:]),
-    ("x.pad(((1, 2), (0, 3)))", _x.pad(((1, 2), (0, 3))) + 0, np.pad(_x_np, ((1, 2), (0, 3)))),
-    ("cat([x[:, :2], x], 1).max(1)", Tensor.cat([_x[:, :2], _x], 1).max(1),
-     np.concatenate([_x_np[:, :2], _x_np], 1).max(1))):
+for _what, _t in (("cat([x, x * 2], 1).sum(1)", Tensor.cat([_x, _x * 2], 1).sum(1)), ("x[1:4, 2:]", _x[1:4, 2:] + 0),
+                  ("x.pad(((1, 2), (0, 3)))", _x.pad(((1, 2), (0, 3))) + 0),
+                  ("cat([x[:, :2], x], 1).max(1)", Tensor.cat([_x[:, :2], _x], 1).max(1))):
   (_got,) = run_plan([_t.uop], False)
-  gradelib.expect_close(_got, _want, f"run_plan({_what})", tol=1e-5)
+  record(_what, _got)
+# JUDGE
+_x = seeded(4).standard_normal((5, 6)).astype(np.float32)
+for _what, _want in (("cat([x, x * 2], 1).sum(1)", np.concatenate([_x, 2 * _x], 1).sum(1)), ("x[1:4, 2:]", _x[1:4, 2:]),
+                     ("x.pad(((1, 2), (0, 3)))", np.pad(_x, ((1, 2), (0, 3)))),
+                     ("cat([x[:, :2], x], 1).max(1)", np.concatenate([_x[:, :2], _x], 1).max(1))):
+  gradelib.expect_close(recorded[_what], _want, f"run_plan({_what})", tol=1e-5)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -237,9 +242,19 @@ for shape in ((64, 32, 16), (100, 7, 33)):
 # %% tags=["hidden-test"]
 # POINTS: matmul FLOPs 2
 ### BEGIN HIDDEN TESTS
-for _shape in ((64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2)):
-  gradelib.expect_equal(matmul_flops(*_shape), plan_flops(*_shape),
-                        f"matmul_flops{_shape} (the plan's kernels count {plan_flops(*_shape)})")
+_shapes = [(64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2), tuple(seeded(7).integers(1, 50, 3).tolist())]
+for _shape in _shapes: record(f"{_shape}", matmul_flops(*_shape))
+# JUDGE
+# the FLOPs the grader's own plan of the matmul counts
+from uopc.kernelize import make_plan as _make_plan
+from uopc.opt import DefaultOpt as _DefaultOpt
+from uopc.tensor import Tensor as _Tensor
+_shapes = [(64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2), tuple(seeded(7).integers(1, 50, 3).tolist())]
+for _n, _m, _k in _shapes:
+  _a, _b = _Tensor(np.ones((_n, _k), np.float32)), _Tensor(np.ones((_k, _m), np.float32))
+  _counted = sum(_kern.flops for _kern in _make_plan([(_a @ _b).uop], False, _DefaultOpt).kernels)
+  gradelib.expect_equal(recorded[f"{(_n, _m, _k)}"], _counted,
+                        f"matmul_flops{(_n, _m, _k)} (the plan's kernels count {_counted})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -306,29 +321,45 @@ check("the two runs' outputs share memory", np.shares_memory(out1, out2), False)
 _runner = PlanRunner()
 _outs = []
 for _seed in (1, 2, 3):
-  _qkv = [np.random.default_rng(_seed * 10 + _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+  _qkv = [seeded(_seed, _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
   _roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
   _plan = make_plan(_roots, False, DefaultOpt)
   (_out,) = _runner.run(_plan, _inputs)
   _outs.append(_out)
-  gradelib.expect_close(_out.reshape(64, 8), reference(*_qkv), f"PlanRunner.run, attention N=64, run {_seed}", 1e-4)
-assert not np.shares_memory(_outs[0], _outs[1]), "PlanRunner.run: two runs returned the same output array"
+  record(f"run {_seed}", _out.copy())
+record("shares memory", bool(np.shares_memory(_outs[0], _outs[1])))
+# JUDGE
+for _seed in (1, 2, 3):
+  _qkv = [seeded(_seed, _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+  _got = recorded[f"run {_seed}"]
+  _got = _got.reshape(64, 8) if isinstance(_got, np.ndarray) and _got.size == 64 * 8 else _got
+  gradelib.expect_close(_got, gradelib.attention_ref(*_qkv), f"PlanRunner.run, attention N=64, run {_seed}", 1e-4)
+assert recorded["shares memory"] is False, "PlanRunner.run: two runs returned the same output array"
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: reused temporaries 1 structure
 ### BEGIN HIDDEN TESTS
 _runner = PlanRunner()
-_qkv = [np.random.default_rng(_j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+_qkv = [seeded(_j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
 _roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
 _plan = make_plan(_roots, False, DefaultOpt)
 _runner.run(_plan, _inputs)
-assert id(_plan) in _runner.temps, "PlanRunner.run: the plan's temporaries are not kept in self.temps[id(plan)]"
+record("kept", id(_plan) in _runner.temps)
 _first = list(_runner.temps[id(_plan)])
-gradelib.expect_equal([t.size for t in _first], [n for _, n in _plan.temps], "PlanRunner: sizes of the temporaries")
+record("sizes", [int(t.size) for t in _first])
 _runner.run(_plan, _inputs)
-_new = [k for k, (a, b) in enumerate(zip(_runner.temps[id(_plan)], _first)) if a is not b]
-assert not _new, f"PlanRunner.run: the second run of the plan replaced its temporaries {_new} with new arrays"
+record("replaced", [k for k, (a, b) in enumerate(zip(_runner.temps[id(_plan)], _first)) if a is not b])
+# JUDGE
+from uopc.kernelize import make_plan as _make_plan, normalize as _normalize
+from uopc.opt import DefaultOpt as _DefaultOpt
+from uopc.tensor import Tensor as _Tensor
+assert recorded["kept"] is True, "PlanRunner.run: the plan's temporaries are not kept in self.temps[id(plan)]"
+_q = _Tensor(np.ones((64, 8), np.float32))
+_plan = _make_plan(_normalize([((_q @ _q.T * (1 / math.sqrt(8))).softmax(-1) @ _q).uop])[0], False, _DefaultOpt)
+gradelib.expect_equal(recorded["sizes"], [n for _, n in _plan.temps], "PlanRunner: sizes of the temporaries")
+assert recorded["replaced"] == [], (f"PlanRunner.run: the second run of the plan replaced its temporaries "
+                                    f"{recorded['replaced']} with new arrays")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -374,10 +405,13 @@ check('debug_line("e_16_128", 2e-05, 0)', debug_line("e_16_128", 2e-05, 0),
 # %% tags=["hidden-test"]
 # POINTS: DEBUG lines 2
 ### BEGIN HIDDEN TESTS
+for _args in (("r_128_128_16", 0.000125, 524288), ("e_16_128", 2e-05, 0), ("r_1024_1024_64", 0.0123456, 134217728)):
+  record(f"{_args}", debug_line(*_args))
+# JUDGE
 for _args, _want in ((("r_128_128_16", 0.000125, 524288),
                       "  r_128_128_16                      0.125 ms     4.19 GFLOP/s"),
                      (("e_16_128", 2e-05, 0), "  e_16_128                          0.020 ms     0.00 GFLOP/s"),
                      (("r_1024_1024_64", 0.0123456, 134217728),
                       "  r_1024_1024_64                   12.346 ms    10.87 GFLOP/s")):
-  gradelib.expect_equal(debug_line(*_args), _want, f"debug_line{_args}")
+  gradelib.expect_equal(recorded[f"{_args}"], _want, f"debug_line{_args}")
 ### END HIDDEN TESTS

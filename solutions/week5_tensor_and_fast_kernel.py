@@ -58,13 +58,31 @@ def finite_differences(fn, xs, eps=1e-6):
 rng = np.random.default_rng(0)
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+
+
+def _finite_differences(fn, xs, eps=1e-6):
+  """The judges' own central differences (the notebook's may have been changed)."""
+  grads = []
+  for k, x in enumerate(xs):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
+      plus[k][i] += eps; minus[k][i] -= eps
+      g[i] = (fn(*plus) - fn(*minus)) / (2 * eps)
+    grads.append(g)
+  return grads
+
+
+def _np_layernorm(a, eps=1e-5): return (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + eps)
+
 
 # %% [markdown]
 # ## Exercise 9.4: variance and LayerNorm
@@ -129,32 +147,42 @@ check("d/dw of (layernorm(x) @ w).sum() against finite differences", gw.numpy(),
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
 ### BEGIN HIDDEN TESTS
-_x_np = np.random.default_rng(3).standard_normal((6, 10)) * 3 + 1
+_x_np = seeded(3).standard_normal((6, 10)) * 3 + 1
+for _axis in (-1, 0, 1): record(f"axis={_axis}", var(Tensor(_x_np), _axis).numpy())
+# JUDGE
+_x_np = seeded(3).standard_normal((6, 10)) * 3 + 1
 for _axis in (-1, 0, 1):
-  gradelib.expect_close(var(Tensor(_x_np), _axis).numpy(), _x_np.var(_axis, keepdims=True),
+  gradelib.expect_close(recorded[f"axis={_axis}"], _x_np.var(_axis, keepdims=True),
                         f"var(x of shape (6, 10), axis={_axis})", tol=1e-8)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
 ### BEGIN HIDDEN TESTS
-_x_np = np.random.default_rng(4).standard_normal((5, 8)) * 2
+_x_np = seeded(4).standard_normal((5, 8)) * 2
+for _eps in (1e-5, 0.5): record(f"eps={_eps}", layernorm(Tensor(_x_np), _eps).numpy())
+record("constant rows", layernorm(Tensor(np.ones((2, 4)))).numpy())
+# JUDGE
+_x_np = seeded(4).standard_normal((5, 8)) * 2
 for _eps in (1e-5, 0.5):
-  gradelib.expect_close(layernorm(Tensor(_x_np), _eps).numpy(), np_layernorm(_x_np, _eps),
+  gradelib.expect_close(recorded[f"eps={_eps}"], _np_layernorm(_x_np, _eps),
                         f"layernorm(x of shape (5, 8), eps={_eps})", tol=1e-8)
-_const = np.ones((2, 4))
-gradelib.expect_close(layernorm(Tensor(_const)).numpy(), np.zeros((2, 4)), "layernorm of constant rows (all zero)")
+gradelib.expect_close(recorded["constant rows"], np.zeros((2, 4)), "layernorm of constant rows (all zero)")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
 ### BEGIN HIDDEN TESTS
-_x_np, _w_np = np.random.default_rng(5).standard_normal((3, 5)), np.random.default_rng(6).standard_normal((5, 2))
+_x_np, _w_np = seeded(5).standard_normal((3, 5)), seeded(6).standard_normal((5, 2))
 _x, _w = Tensor(_x_np), Tensor(_w_np)
 _gx, _gw = gradient(((layernorm(_x) @ _w) * (layernorm(_x) @ _w)).sum(), [_x, _w])
-_fx, _fw = finite_differences(lambda a, b: ((np_layernorm(a) @ b) ** 2).sum(), [_x_np, _w_np])
-gradelib.expect_close(_gx.numpy(), _fx, "d sum((layernorm(x) @ w)^2) / dx against finite differences", tol=1e-5)
-gradelib.expect_close(_gw.numpy(), _fw, "d sum((layernorm(x) @ w)^2) / dw against finite differences", tol=1e-5)
+record("dx", _gx.numpy())
+record("dw", _gw.numpy())
+# JUDGE
+_x_np, _w_np = seeded(5).standard_normal((3, 5)), seeded(6).standard_normal((5, 2))
+_fx, _fw = _finite_differences(lambda a, b: ((_np_layernorm(a) @ b) ** 2).sum(), [_x_np, _w_np])
+gradelib.expect_close(recorded["dx"], _fx, "d sum((layernorm(x) @ w)^2) / dx against finite differences", tol=1e-5)
+gradelib.expect_close(recorded["dw"], _fw, "d sum((layernorm(x) @ w)^2) / dw against finite differences", tol=1e-5)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -201,14 +229,16 @@ check("vjp(tanh(x @ w), x, v) against finite differences", got, fd, atol=1e-6)
 # %% tags=["hidden-test"]
 # POINTS: vector-Jacobian product 2
 ### BEGIN HIDDEN TESTS
-_x_np = np.random.default_rng(7).standard_normal((3, 4))
-_v_np = np.random.default_rng(8).standard_normal((3, 4))
-gradelib.expect_close(vjp(lambda t: t * t, _x_np, _v_np), 2 * _x_np * _v_np, "vjp(x * x, x, v) (expected 2 x v)")
-_w_np = np.random.default_rng(9).standard_normal((4, 2))
-_v2 = np.random.default_rng(10).standard_normal((3, 2))
-(_fd,) = finite_differences(lambda a: (np.exp(a @ _w_np) * _v2).sum(), [_x_np])
-gradelib.expect_close(vjp(lambda t: (t @ Tensor(_w_np)).exp(), _x_np, _v2), _fd,
-                      "vjp(exp(x @ w), x, v) against finite differences", tol=1e-5)
+_x_np, _v_np = seeded(7).standard_normal((3, 4)), seeded(8).standard_normal((3, 4))
+record("x * x", vjp(lambda t: t * t, _x_np, _v_np))
+_w_np, _v2 = seeded(9).standard_normal((4, 2)), seeded(10).standard_normal((3, 2))
+record("exp(x @ w)", vjp(lambda t: (t @ Tensor(_w_np)).exp(), _x_np, _v2))
+# JUDGE
+_x_np, _v_np = seeded(7).standard_normal((3, 4)), seeded(8).standard_normal((3, 4))
+gradelib.expect_close(recorded["x * x"], 2 * _x_np * _v_np, "vjp(x * x, x, v) (expected 2 x v)")
+_w_np, _v2 = seeded(9).standard_normal((4, 2)), seeded(10).standard_normal((3, 2))
+(_fd,) = _finite_differences(lambda a: (np.exp(a @ _w_np) * _v2).sum(), [_x_np])
+gradelib.expect_close(recorded["exp(x @ w)"], _fd, "vjp(exp(x @ w), x, v) against finite differences", tol=1e-5)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -254,10 +284,15 @@ check("gemm_intensity(1024, 1024, 1024, itemsize=2) (FLOP/byte, to 0.1)",
 # %% tags=["hidden-test"]
 # POINTS: GEMM intensity 2
 ### BEGIN HIDDEN TESTS
-for _args in ((1024, 1024, 1024, 4), (4096, 64, 4096, 4), (4096, 4096, 64, 4), (100, 7, 33, 2), (1, 1, 1, 4)):
-  _n, _k, _m, _size = _args
-  gradelib.expect_close(gemm_intensity(*_args), 2 * _n * _k * _m / (_size * (_n * _k + _k * _m + _n * _m)),
-                        f"gemm_intensity{_args}", tol=1e-9)
+_cases = [(1024, 1024, 1024, 4), (4096, 64, 4096, 4), (4096, 4096, 64, 4), (100, 7, 33, 2), (1, 1, 1, 4),
+          tuple(seeded(11).integers(1, 5000, 3).tolist()) + (2,)]
+for _args in _cases: record(f"{_args}", gemm_intensity(*_args))
+# JUDGE
+_cases = [(1024, 1024, 1024, 4), (4096, 64, 4096, 4), (4096, 4096, 64, 4), (100, 7, 33, 2), (1, 1, 1, 4),
+          tuple(seeded(11).integers(1, 5000, 3).tolist()) + (2,)]
+for _n, _k, _m, _size in _cases:
+  gradelib.expect_close(recorded[f"{(_n, _k, _m, _size)}"], 2 * _n * _k * _m / (_size * (_n * _k + _k * _m + _n * _m)),
+                        f"gemm_intensity{(_n, _k, _m, _size)}", tol=1e-9)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -310,10 +345,18 @@ check("the same tiles fit in 32 registers", [fits(*t, 32) for t in TILES], [True
 # %% tags=["hidden-test"]
 # POINTS: loads per FMA 2
 ### BEGIN HIDDEN TESTS
-for _tm, _tn in ((1, 1), (4, 4), (2, 8), (3, 5), (8, 8)):
-  _lpf, _regs = tile_cost(_tm, _tn)
+_tiles = [(1, 1), (4, 4), (2, 8), (3, 5), (8, 8), tuple(seeded(12).integers(1, 12, 2).tolist())]
+for _tm, _tn in _tiles: record(f"tile_cost({_tm}, {_tn})", tile_cost(_tm, _tn))
+for _args in ((2, 4), (4, 4), (4, 4, 24), (4, 4, 23), (2, 8, 32)): record(f"fits{_args}", fits(*_args))
+# JUDGE
+_tiles = [(1, 1), (4, 4), (2, 8), (3, 5), (8, 8), tuple(seeded(12).integers(1, 12, 2).tolist())]
+for _tm, _tn in _tiles:
+  _got = recorded[f"tile_cost({_tm}, {_tn})"]
+  assert isinstance(_got, (tuple, list)) and len(_got) == 2, (f"tile_cost({_tm}, {_tn}): expected (loads per FMA, "
+                                                             f"registers)")
+  _lpf, _regs = _got
   gradelib.expect_close(_lpf, (_tm + _tn) / (_tm * _tn), f"tile_cost({_tm}, {_tn}): loads per FMA", tol=1e-9)
   gradelib.expect_equal(_regs, _tm * _tn + _tm + _tn, f"tile_cost({_tm}, {_tn}): registers")
 for _args, _want in (((2, 4), True), ((4, 4), False), ((4, 4, 24), True), ((4, 4, 23), False), ((2, 8, 32), True)):
-  gradelib.expect_equal(fits(*_args), _want, f"fits{_args}")
+  gradelib.expect_equal(recorded[f"fits{_args}"], _want, f"fits{_args}")
 ### END HIDDEN TESTS

@@ -134,13 +134,21 @@ print("online_attention_ir matches NumPy:", matches(run_attention_kernel(online_
                                                   ref_attention(q, k, v)))
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+
+
+def _qkv(N: int, D: int, *key: int) -> tuple:
+  """The judges' inputs: the probe's, made again from the grader's seed."""
+  r = seeded(*key)
+  return tuple(r.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+
 
 # %% [markdown]
 # ## Exercise 1 (★): size the matrices
@@ -172,9 +180,16 @@ check("score_bytes(1024, heads=2, batch=3, itemsize=2) (12 MiB)", score_bytes(10
 # %% tags=["hidden-test"]
 # POINTS: size the matrices 1
 ### BEGIN HIDDEN TESTS
-gradelib.expect_equal(score_bytes(8192), 268435456, "score_bytes(8192)")
-gradelib.expect_equal(score_bytes(8192, heads=12, batch=8), 96 * 268435456, "score_bytes(8192, heads=12, batch=8)")
-gradelib.expect_equal(score_bytes(1000, itemsize=2), 2_000_000, "score_bytes(1000, itemsize=2)")
+_n = int(seeded(1).integers(100, 20000))
+for _args in ((8192, 1, 1, 4), (8192, 12, 8, 4), (1000, 1, 1, 2), (_n, 3, 2, 2)):
+  record(f"{_args}", score_bytes(*_args))
+# JUDGE
+_n = int(seeded(1).integers(100, 20000))
+for _args, _what in (((8192, 1, 1, 4), "score_bytes(8192)"), ((8192, 12, 8, 4), "score_bytes(8192, heads=12, batch=8)"),
+                     ((1000, 1, 1, 2), "score_bytes(1000, itemsize=2)"),
+                     ((_n, 3, 2, 2), f"score_bytes({_n}, heads=3, batch=2, itemsize=2)")):
+  _N, _heads, _batch, _size = _args
+  gradelib.expect_equal(recorded[f"{_args}"], _N * _N * _size * _heads * _batch, _what)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -250,23 +265,29 @@ print("needs the most registers: upcast", most_registers())
 # %% tags=["hidden-test"]
 # POINTS: count the passes 1
 ### BEGIN HIDDEN TESTS
-gradelib.expect_equal([predicted_passes(u) for u in (8, 16, 32, 64)], [10, 6, 4, 3],
-                      "predicted_passes(upcast) for upcast 8, 16, 32, 64 at D = 64")
-gradelib.expect_equal(predicted_passes(16, D=128), 10, "predicted_passes(16, D=128)")
-gradelib.expect_equal(predicted_passes(32, D=32), 3, "predicted_passes(32, D=32)")
-gradelib.expect_equal(most_registers(), 64, "most_registers()")
+record("upcasts", [predicted_passes(u) for u in (8, 16, 32, 64)])
+record("16, D=128", predicted_passes(16, D=128))
+record("32, D=32", predicted_passes(32, D=32))
+record("most", most_registers())
+# JUDGE
+gradelib.expect_equal(recorded["upcasts"], [10, 6, 4, 3], "predicted_passes(upcast) for upcast 8, 16, 32, 64 at D = 64")
+gradelib.expect_equal(recorded["16, D=128"], 10, "predicted_passes(16, D=128)")
+gradelib.expect_equal(recorded["32, D=32"], 3, "predicted_passes(32, D=32)")
+gradelib.expect_equal(recorded["most"], 64, "most_registers()")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: count the passes 2
 ### BEGIN HIDDEN TESTS
+for _u in (8, 16, 32, 64): record(f"D=64, upcast {_u}", count_key_passes(fused_plan(384, 64, _u).kernels[-1].src, 384))
+record("D=32, upcast 8", count_key_passes(fused_plan(384, 32, 8).kernels[-1].src, 384))
+record("online", count_key_passes(render_c(online_attention_ir(384, 64), "flash"), 384))
+# JUDGE
 for _u, _want in ((8, 10), (16, 6), (32, 4), (64, 3)):
-  gradelib.expect_equal(count_key_passes(fused_plan(384, 64, _u).kernels[-1].src, 384), _want,
+  gradelib.expect_equal(recorded[f"D=64, upcast {_u}"], _want,
                         f"count_key_passes(the fused kernel at N = 384, D = 64, upcast {_u})")
-gradelib.expect_equal(count_key_passes(fused_plan(384, 32, 8).kernels[-1].src, 384), 6,
-                      "count_key_passes(the fused kernel at N = 384, D = 32, upcast 8)")
-gradelib.expect_equal(count_key_passes(render_c(online_attention_ir(384, 64), "flash"), 384), 1,
-                      "count_key_passes(online_attention_ir(384, 64))")
+gradelib.expect_equal(recorded["D=32, upcast 8"], 6, "count_key_passes(the fused kernel at N = 384, D = 32, upcast 8)")
+gradelib.expect_equal(recorded["online"], 1, "count_key_passes(online_attention_ir(384, 64))")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -328,24 +349,42 @@ for what, got, want in (("merge of {0} and {1, 2}", merge(state_of(s[:1], v[:1])
 # %% tags=["hidden-test"]
 # POINTS: merge two states 2
 ### BEGIN HIDDEN TESTS
+record("worked example", merge(state_of([1.0], [10.0]), state_of([3.0, 2.0], [20.0, 30.0])))
+_r = seeded(3)
+_s, _v = 4 * _r.standard_normal(40), _r.standard_normal((40, 8))
+_t = _s.copy()
+_t[0] = _s.max() + 1   # the first part holds the maximum: the second part's l and o must be rescaled
+record("max first", merge(state_of(_t[:13], _v[:13]), state_of(_t[13:], _v[13:])))
+for _cut in (1, 13, 39): record(f"cut {_cut}", merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:])))
+record("three", merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:])))
+_empty = (-np.inf, 0.0, np.zeros(8))
+record("empty, a state", merge(_empty, state_of(_s, _v)))
+record("a state, empty", merge(state_of(_s, _v), _empty))
+# JUDGE
+def _state(s, v):
+  s, v = np.asarray(s, np.float64), np.asarray(v, np.float64)
+  w = np.exp(s - s.max())
+  return s.max(), w.sum(), w @ v
+
+
 def _expect_state(got, want, what):
-  assert len(got) == 3, f"{what}: returned {len(got)} values, expected the state (m, l, o)"
+  assert isinstance(got, (tuple, list)) and len(got) == 3, f"{what}: returned {got!r:.60}, expected the state (m, l, o)"
   for _name, _x, _y in zip("mlo", got, want): gradelib.expect_close(_x, _y, f"{what}: {_name}", tol=1e-6)
 
 
-_s, _v = np.array([1.0, 3.0, 2.0]), np.array([10.0, 20.0, 30.0])
-_expect_state(merge(state_of(_s[:1], _v[:1]), state_of(_s[1:], _v[1:])), state_of(_s, _v),
+_expect_state(recorded["worked example"], _state([1.0, 3.0, 2.0], [10.0, 20.0, 30.0]),
               "merge of the worked example's keys {0} and {1, 2}")
-_rng = np.random.default_rng(3)
-_s, _v = 4 * _rng.standard_normal(40), _rng.standard_normal((40, 8))
+_r = seeded(3)
+_s, _v = 4 * _r.standard_normal(40), _r.standard_normal((40, 8))
+_t = _s.copy()
+_t[0] = _s.max() + 1
+_expect_state(recorded["max first"], _state(_t, _v), "merge of keys 0..12 and 13..39 (o a vector of 8)")
 for _cut in (1, 13, 39):
-  _expect_state(merge(state_of(_s[:_cut], _v[:_cut]), state_of(_s[_cut:], _v[_cut:])), state_of(_s, _v),
+  _expect_state(recorded[f"cut {_cut}"], _state(_s, _v),
                 f"merge of keys 0..{_cut - 1} and {_cut}..39 (o a vector of 8)")
-_expect_state(merge(merge(state_of(_s[:5], _v[:5]), state_of(_s[5:20], _v[5:20])), state_of(_s[20:], _v[20:])),
-              state_of(_s, _v), "merge of three states")
-_empty = (-np.inf, 0.0, np.zeros(8))
-_expect_state(merge(_empty, state_of(_s, _v)), state_of(_s, _v), "merge(empty state, a state)")
-_expect_state(merge(state_of(_s, _v), _empty), state_of(_s, _v), "merge(a state, empty state)")
+_expect_state(recorded["three"], _state(_s, _v), "merge of three states")
+_expect_state(recorded["empty, a state"], _state(_s, _v), "merge(empty state, a state)")
+_expect_state(recorded["a state, empty"], _state(_s, _v), "merge(a state, empty state)")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -469,25 +508,34 @@ show(ANSWER)
 # %% tags=["hidden-test"]
 # POINTS: causal mask 2
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(96, 16, seed=5)
-_tri = np.tri(96, dtype=bool)
-gradelib.expect_attention(run_attention_kernel(masked_attention_ir, _q, _k, _v, "h_where"), _q, _k, _v,
-                          "masked_attention_ir(96, 16), causal mask", keep=_tri)
+_r = seeded(5)
+_q, _k, _v = (_r.standard_normal((96, 16)).astype(np.float32) for _ in range(3))
+record("causal", run_attention_kernel(masked_attention_ir, _q, _k, _v, "h_where"))
 _upper = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: i < j + 1)
-gradelib.expect_attention(run_attention_kernel(_upper, _q, _k, _v, "h_upper"), _q, _k, _v,
-                          "masked_attention_ir(96, 16) with keep j >= i (each row's first keys masked)", keep=_tri.T)
+record("upper", run_attention_kernel(_upper, _q, _k, _v, "h_upper"))
 _all = lambda N, D: masked_attention_ir(N, D, keep=lambda i, j: j < 1_000_000)
-gradelib.expect_attention(run_attention_kernel(_all, _q, _k, _v, "h_all"), _q, _k, _v,
-                          "masked_attention_ir(96, 16) with a mask that keeps every key")
-_q, _k, _v = qkv(96, 16, seed=6)
-gradelib.expect_attention(run_attention_kernel(causal_range_ir, _q, _k, _v, "h_range"), _q, _k, _v,
-                          "causal_range_ir(96, 16)", keep=np.tri(96, dtype=bool))
+record("all", run_attention_kernel(_all, _q, _k, _v, "h_all"))
+_r = seeded(6)
+_q, _k, _v = (_r.standard_normal((96, 16)).astype(np.float32) for _ in range(3))
+record("range", run_attention_kernel(causal_range_ir, _q, _k, _v, "h_range"))
+# JUDGE
+_q, _k, _v = _qkv(96, 16, 5)
+_tri = np.tri(96, dtype=bool)
+gradelib.expect_attention(recorded["causal"], _q, _k, _v, "masked_attention_ir(96, 16), causal mask", keep=_tri)
+gradelib.expect_attention(recorded["upper"], _q, _k, _v,
+                          "masked_attention_ir(96, 16) with keep j >= i (each row's first keys masked)", keep=_tri.T)
+gradelib.expect_attention(recorded["all"], _q, _k, _v, "masked_attention_ir(96, 16) with a mask that keeps every key")
+_q, _k, _v = _qkv(96, 16, 6)
+gradelib.expect_attention(recorded["range"], _q, _k, _v, "causal_range_ir(96, 16)", keep=_tri)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: causal mask 1 structure
 ### BEGIN HIDDEN TESTS
-_bounds = re.findall(r"for \(int (ridx\d+) = 0; \1 < ([^;]+);", render_c(causal_range_ir(96, 16), "h_range"))
+record("src", str(render_c(causal_range_ir(96, 16), "h_range")))
+# JUDGE
+_src = gradelib.text(recorded["src"], "causal_range_ir(96, 16)")
+_bounds = re.findall(r"for \(int (ridx\d+) = 0; \1 < ([^;]+);", _src)
 assert any(not _b.strip().isdigit() for _, _b in _bounds), (
   f"causal_range_ir(96, 16): every loop has a constant end ({', '.join(_b for _, _b in _bounds)}): the key loop "
   f"should end at the diagonal, range_(i + 1, ...)")
@@ -594,19 +642,23 @@ show(ANSWER)
 # %% tags=["hidden-test"]
 # POINTS: query blocking 2
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(128, 16, seed=7)
-gradelib.expect_attention(run_attention_kernel(blocked_attention_ir, _q, _k, _v, "h_blocked"), _q, _k, _v,
-                          "blocked_attention_ir(128, 16)")
-_q, _k, _v = qkv(64, 32, seed=8)
-_b2 = lambda N, D: blocked_attention_ir(N, D, B=2)
-gradelib.expect_attention(run_attention_kernel(_b2, _q, _k, _v, "h_blocked2"), _q, _k, _v,
-                          "blocked_attention_ir(64, 32, B=2)")
+_r = seeded(7)
+_q, _k, _v = (_r.standard_normal((128, 16)).astype(np.float32) for _ in range(3))
+record("B=4", run_attention_kernel(blocked_attention_ir, _q, _k, _v, "h_blocked"))
+_r = seeded(8)
+_q, _k, _v = (_r.standard_normal((64, 32)).astype(np.float32) for _ in range(3))
+record("B=2", run_attention_kernel(lambda N, D: blocked_attention_ir(N, D, B=2), _q, _k, _v, "h_blocked2"))
+# JUDGE
+gradelib.expect_attention(recorded["B=4"], *_qkv(128, 16, 7), "blocked_attention_ir(128, 16)")
+gradelib.expect_attention(recorded["B=2"], *_qkv(64, 32, 8), "blocked_attention_ir(64, 32, B=2)")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: query blocking 1 structure
 ### BEGIN HIDDEN TESTS
-_src = render_c(blocked_attention_ir(128, 16), "h_blocked")
+record("src", str(render_c(blocked_attention_ir(128, 16), "h_blocked")))
+# JUDGE
+_src = gradelib.text(recorded["src"], "blocked_attention_ir(128, 16)")
 _nest = gradelib.loop_nest(_src)
 assert gradelib.parallel_loops(_src) >= 1, "blocked_attention_ir(128, 16): no parallel loop"
 _trips = _nest[0][1] if _nest else 0
@@ -759,19 +811,28 @@ show(ANSWER)
 # %% tags=["hidden-test"]
 # POINTS: flash-decoding 2
 ### BEGIN HIDDEN TESTS
-_rng = np.random.default_rng(11)
-_q = _rng.standard_normal(32).astype(np.float32)
-_k, _v = (_rng.standard_normal((4096, 32)).astype(np.float32) for _ in range(2))
+_r = seeded(11)
+_q = _r.standard_normal(32).astype(np.float32)
+_k, _v = (_r.standard_normal((4096, 32)).astype(np.float32) for _ in range(2))
+_k[3000] = 3 * _q                                        # the maximum appears late in one chunk
+for _T in (1, 4, 16): record(f"T={_T}", make_flash_decode(4096, 32, _T)(_q, _k, _v))
+# JUDGE
+_r = seeded(11)
+_q = _r.standard_normal(32).astype(np.float32)
+_k, _v = (_r.standard_normal((4096, 32)).astype(np.float32) for _ in range(2))
 _k[3000] = 3 * _q                                        # the maximum appears late in one chunk
 for _T in (1, 4, 16):
-  gradelib.expect_attention(make_flash_decode(4096, 32, _T)(_q, _k, _v).reshape(1, 32), _q[None], _k, _v,
-                            f"make_flash_decode(4096, 32, T={_T}): out")
+  _got = recorded[f"T={_T}"]
+  _got = _got.reshape(1, 32) if isinstance(_got, np.ndarray) and _got.size == 32 else _got
+  gradelib.expect_attention(_got, _q[None], _k, _v, f"make_flash_decode(4096, 32, T={_T}): out")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: flash-decoding 1 structure
 ### BEGIN HIDDEN TESTS
-_src = render_c(decode_partial_ir(4096, 32, 16), "h_partial")
+record("src", str(render_c(decode_partial_ir(4096, 32, 16), "h_partial")))
+# JUDGE
+_src = gradelib.text(recorded["src"], "decode_partial_ir(4096, 32, T=16)")
 _par = re.search(r"#pragma omp parallel for\s+for \(int (ridx\d+) = 0; \1 < (\d+);", _src)
 assert _par and _par.group(2) == "16", (f"decode_partial_ir(4096, 32, T=16): the parallel loop makes "
                                         f"{_par.group(2) if _par else 'no'} trips, expected 16 (one per chunk)")
@@ -860,23 +921,36 @@ show(ANSWER)
 # %% tags=["hidden-test"]
 # POINTS: upcast the head 1
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(128, 32, seed=9)
-_out, _plan = staged_fused_attention(_q, _k, _v)
-gradelib.expect_attention(_out, _q, _k, _v, "staged_fused_attention(N=128, D=32): output")
+_r = seeded(9)
+_q, _k, _v = (_r.standard_normal((128, 32)).astype(np.float32) for _ in range(3))
+record("out", staged_fused_attention(_q, _k, _v)[0])
+# JUDGE
+gradelib.expect_attention(recorded["out"], *_qkv(128, 32, 9), "staged_fused_attention(N=128, D=32): output")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: upcast the head 1 structure
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(128, 32, seed=9)
-_out, _plan = staged_fused_attention(_q, _k, _v)
-_temps = [n for _, n in _plan.temps]
-assert 128 * 128 in _temps, (f"staged_fused_attention(N=128): the plan's temporaries have sizes {_temps}: none is "
-                             f"P (N x N = 16384), so P was not staged")
-_want = len(fused_plan(128, 32).kernels) + 1
-assert len(_plan.kernels) == _want, (f"staged_fused_attention(N=128): {len(_plan.kernels)} kernels "
-                                     f"({[k.name for k in _plan.kernels]}), expected {_want}: the fused plan's and one "
-                                     f"that stores P")
+_r = seeded(9)
+_q, _k, _v = (_r.standard_normal((128, 32)).astype(np.float32) for _ in range(3))
+_plan = staged_fused_attention(_q, _k, _v)[1]
+record("temps", [int(n) for _, n in _plan.temps])
+record("kernels", [str(k.name) for k in _plan.kernels])
+# JUDGE
+# the fused plan made here, with the grader's uopc: one kernel more is the one that stores P
+from uopc.book import flash_opt as _flash_opt, load_example as _load_example
+from uopc.kernelize import make_plan as _make_plan
+from uopc.tensor import Tensor as _Tensor
+_temps, _kernels = recorded["temps"], recorded["kernels"]
+assert isinstance(_temps, list) and 128 * 128 in _temps, (
+  f"staged_fused_attention(N=128): the plan's temporaries have sizes {_temps}: none is P (N x N = 16384), so P was "
+  f"not staged")
+_fused = _make_plan([_load_example("flash_attention").attention(*(_Tensor(_x) for _x in _qkv(128, 32, 9))).uop],
+                    fuse_reduce=True, opt=_flash_opt(16))
+_want = len(_fused.kernels) + 1
+assert isinstance(_kernels, list) and len(_kernels) == _want, (
+  f"staged_fused_attention(N=128): {len(_kernels)} kernels ({_kernels}), expected {_want}: the fused plan's and one "
+  f"that stores P")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -965,20 +1039,32 @@ show(ANSWER)
 # POINTS: find the bug 1
 ### BEGIN HIDDEN TESTS
 _q, _k, _v = bug_hiding_inputs(64, 16)
-for _name, _x in zip("qkv", (_q, _k, _v)):
-  assert _x.shape == (64, 16) and _x.dtype == np.float32, (f"bug_hiding_inputs(64, 16): {_name} has shape {_x.shape} "
-                                                          f"and dtype {_x.dtype}, expected (64, 16) float32")
-assert np.std(_v) > 0.1, f"bug_hiding_inputs: v is nearly constant (std {np.std(_v):.3g}): any weights give its mean"
-gradelib.expect_close(run_attention_kernel(buggy_attention_ir, _q, _k, _v, "h_buggy"), ref_attention(_q, _k, _v),
+record("q", _q); record("k", _k); record("v", _v)
+# JUDGE
+# what the buggy kernel computes (o never rescaled), in the grader's NumPy, on the student's inputs
+_xs = [recorded[_name] for _name in "qkv"]
+for _name, _x in zip("qkv", _xs):
+  assert isinstance(_x, np.ndarray) and _x.shape == (64, 16) and _x.dtype == np.float32, (
+    f"bug_hiding_inputs(64, 16): {_name} is {getattr(_x, 'shape', _x)!r:.40} of dtype {getattr(_x, 'dtype', None)}, "
+    f"expected (64, 16) float32")
+assert np.std(_xs[2]) > 0.1, (f"bug_hiding_inputs: v is nearly constant (std {np.std(_xs[2]):.3g}): any weights give "
+                              f"its mean")
+_buggy = gradelib.MISTAKES[next(m for m in gradelib.MISTAKES if m.startswith("o is never"))]
+gradelib.expect_close(_buggy(*_xs, None), gradelib.attention_ref(*_xs),
                       "the buggy kernel on bug_hiding_inputs(64, 16) (it should pass there)")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: find the bug 1
 ### BEGIN HIDDEN TESTS
-try: check_online_kernel(online_attention_ir)
-except AssertionError as _e: raise AssertionError(f"check_online_kernel fails the correct kernel: {_e}") from None
-gradelib.expect_raises(AssertionError, lambda: check_online_kernel(buggy_attention_ir),
+record("correct", raised(lambda: check_online_kernel(online_attention_ir)))
+record("buggy", raised(lambda: check_online_kernel(buggy_attention_ir)))
+# JUDGE
+_correct = recorded["correct"]
+_correct = _correct if isinstance(_correct, dict) else {"raised": repr(_correct)}
+assert _correct.get("raised") is None, (f"check_online_kernel fails the correct kernel: {_correct.get('raised')}: "
+                                        f"{_correct.get('message', '')}")
+gradelib.expect_raised(recorded["buggy"], "AssertionError",
                        "check_online_kernel(buggy_attention_ir): does not catch the missing rescale of o")
 ### END HIDDEN TESTS
 
@@ -1050,28 +1136,40 @@ for name, mine, theirs in zip(("dQ", "dK", "dV"), (dq, dk, dv), grads):
 # %% tags=["hidden-test"]
 # POINTS: backward with recompute 1
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(80, 16, seed=12)
-_o, _lse = flash_forward(_q, _k, _v, block=32)
+_r = seeded(12)
+_q, _k, _v = (_r.standard_normal((80, 16)).astype(np.float32) for _ in range(3))
+record("forward", flash_forward(_q, _k, _v, block=32))
+# JUDGE
+_q, _k, _v = _qkv(80, 16, 12)
+_got = recorded["forward"]
+assert isinstance(_got, (tuple, list)) and len(_got) == 2, f"flash_forward returned {_got!r:.60}, expected (O, lse)"
 _s = _q.astype(np.float64) @ _k.T.astype(np.float64) / math.sqrt(16)
-gradelib.expect_attention(_o, _q, _k, _v, "flash_forward(N=80, D=16, block=32): O")
-gradelib.expect_close(_lse, np.log(np.exp(_s).sum(1)), "flash_forward(N=80, D=16, block=32): lse")
+gradelib.expect_attention(_got[0], _q, _k, _v, "flash_forward(N=80, D=16, block=32): O")
+gradelib.expect_close(_got[1], np.log(np.exp(_s).sum(1)), "flash_forward(N=80, D=16, block=32): lse")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: backward with recompute 3
 ### BEGIN HIDDEN TESTS
-_q, _k, _v = qkv(80, 16, seed=13)
-_do = np.random.default_rng(14).standard_normal((80, 16))
+_r = seeded(13)
+_q, _k, _v = (_r.standard_normal((80, 16)).astype(np.float32) for _ in range(3))
+_do = seeded(14).standard_normal((80, 16))
+_o, _lse = flash_forward(_q, _k, _v, block=32)
+for _block in (16, 32): record(f"block={_block}", tuple(flash_backward(_q, _k, _v, _o, _lse, _do, block=_block)))
+# JUDGE
+_q, _k, _v = _qkv(80, 16, 13)
+_do = seeded(14).standard_normal((80, 16))
 _q64, _k64, _v64 = (_x.astype(np.float64) for _x in (_q, _k, _v))
 _p = np.exp(_q64 @ _k64.T / 4.0)
 _p /= _p.sum(1, keepdims=True)
 _dv = _p.T @ _do
 _ds = _p * (_do @ _v64.T - (_do * (_p @ _v64)).sum(1, keepdims=True))
 _want = (_ds @ _k64 / 4.0, _ds.T @ _q64 / 4.0, _dv)
-_o, _lse = flash_forward(_q, _k, _v, block=32)
 for _block in (16, 32):
-  for _name, _got, _w in zip(("dQ", "dK", "dV"), flash_backward(_q, _k, _v, _o, _lse, _do, block=_block), _want):
-    gradelib.expect_close(_got, _w, f"flash_backward(N=80, D=16, block={_block}): {_name}", tol=1e-6)
+  _got = recorded[f"block={_block}"]
+  assert isinstance(_got, tuple) and len(_got) == 3, f"flash_backward returned {_got!r:.60}, expected (dQ, dK, dV)"
+  for _name, _g, _w in zip(("dQ", "dK", "dV"), _got, _want):
+    gradelib.expect_close(_g, _w, f"flash_backward(N=80, D=16, block={_block}): {_name}", tol=1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1192,16 +1290,21 @@ for sizes, limit, want in (([1024, 1024], 256, [256, 1]), ([64, 64], 256, [64, 4
                            ([257], 256, [1]), ([6, 6, 6], 16, [6, 2, 1])):
   check(f"block_sizes({sizes}, {limit})", block_sizes(sizes, limit), want)
 
-# %% tags=["hidden-setup"]
-# the hidden test's reference: uopc's chooser, kept out of the student's notebook (it is exercise 10's answer)
-from uopc.codegen.gpudims import default_block
-
 # %% tags=["hidden-test"]
 # POINTS: block sizes 1
+# SHORTCUTS: default_block
 ### BEGIN HIDDEN TESTS
-for _sizes, _limit in [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
-                       ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16)]:
-  gradelib.expect_equal(block_sizes(_sizes, _limit), default_block(_sizes, _limit), f"block_sizes({_sizes}, {_limit})")
+_cases = [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
+          ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16), (seeded(15).integers(1, 300, 3).tolist(), 256)]
+for _sizes, _limit in _cases: record(f"block_sizes({_sizes}, {_limit})", block_sizes(_sizes, _limit))
+# JUDGE
+from uopc.codegen.gpudims import default_block as _default_block
+_cases = [([1024, 1024], 256), ([64, 64], 256), ([37, 5], 256), ([257], 256), ([1000, 30, 7], 128),
+          ([7, 11, 13], 64), ([4096], 1024), ([6, 6, 6], 16), (seeded(15).integers(1, 300, 3).tolist(), 256)]
+for _sizes, _limit in _cases:
+  _got = recorded[f"block_sizes({_sizes}, {_limit})"]
+  gradelib.expect_equal(list(_got) if isinstance(_got, tuple) else _got, list(_default_block(_sizes, _limit)),
+                        f"block_sizes({_sizes}, {_limit})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1233,12 +1336,17 @@ for name, fn, itemsize, want in (("x[i]", lambda i: i, 4, 4), ("x[2*i]", lambda 
 # %% tags=["hidden-test"]
 # POINTS: warp transactions 2
 ### BEGIN HIDDEN TESTS
-for _name, _fn, _warps, _size, _want in [
-    ("x[i]", lambda i: i, 4, 4, 4), ("x[2*i]", lambda i: 2 * i, 4, 4, 8), ("x[1024*i]", lambda i: 1024 * i, 2, 4, 64),
-    ("x[7], a broadcast", lambda i: 7, 3, 4, 3), ("x[i+16], misaligned by half a segment", lambda i: i + 16, 1, 4, 2),
-    ("doubles x[i], 256 bytes a warp", lambda i: i, 2, 8, 4),
-    ("x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32, 4, 4, 128)]:
-  gradelib.expect_equal(warp_transactions(_fn, _warps, itemsize=_size), _want,
+for _name, _fn, _warps, _size in [
+    ("x[i]", lambda i: i, 4, 4), ("x[2*i]", lambda i: 2 * i, 4, 4), ("x[1024*i]", lambda i: 1024 * i, 2, 4),
+    ("x[7], a broadcast", lambda i: 7, 3, 4), ("x[i+16], misaligned by half a segment", lambda i: i + 16, 1, 4),
+    ("doubles x[i], 256 bytes a warp", lambda i: i, 2, 8),
+    ("x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32, 4, 4)]:
+  record(_name, warp_transactions(_fn, _warps, itemsize=_size))
+# JUDGE
+for _name, _warps, _size, _want in [("x[i]", 4, 4, 4), ("x[2*i]", 4, 4, 8), ("x[1024*i]", 2, 4, 64),
+                                    ("x[7], a broadcast", 3, 4, 3), ("x[i+16], misaligned by half a segment", 1, 4, 2),
+                                    ("doubles x[i], 256 bytes a warp", 2, 8, 4), ("x[(i%32)*32 + i//32]", 4, 4, 128)]:
+  gradelib.expect_equal(recorded[_name], _want,
                         f"warp_transactions for {_name}, {_warps} warps of {_size}-byte elements")
 ### END HIDDEN TESTS
 
@@ -1283,9 +1391,15 @@ check("row_sum_kernel(128) on a (7, 128) matrix against NumPy", got, _x.sum(1), 
 # POINTS: row sum kernel 3
 ### BEGIN HIDDEN TESTS
 for _rows, _width in [(7, 128), (3, 256), (9, 16), (1, 2)]:
-  _x = np.random.default_rng(_rows * _width).standard_normal((_rows, _width)).astype(np.float32)
+  _x = seeded(_rows, _width).standard_normal((_rows, _width)).astype(np.float32)
   _src = row_sum_kernel(_width)
+  record(f"src {_width}", str(_src))
+  _out = run_cl(_src, "row_sum", [_x], np.empty(_rows, np.float32), (_rows * _width,), (_width,))
+  record(f"({_rows}, {_width})", _out)
+# JUDGE
+for _rows, _width in [(7, 128), (3, 256), (9, 16), (1, 2)]:
+  _src = gradelib.text(recorded[f"src {_width}"], f"row_sum_kernel({_width})")
   assert "__local" in _src and "barrier(" in _src, "the reduction must use __local memory and barrier(...)"
-  _got = run_cl(_src, "row_sum", [_x], np.empty(_rows, np.float32), (_rows * _width,), (_width,))
-  gradelib.expect_close(_got, _x.sum(1), f"row_sum on a ({_rows}, {_width}) matrix")
+  _x = seeded(_rows, _width).standard_normal((_rows, _width)).astype(np.float32)
+  gradelib.expect_close(recorded[f"({_rows}, {_width})"], _x.sum(1), f"row_sum on a ({_rows}, {_width}) matrix")
 ### END HIDDEN TESTS

@@ -53,13 +53,19 @@ hw = wmma.M16N8K16
 rng = np.random.default_rng(0)
 
 # %% tags=["hidden-setup"]
-# the grader's checks (scripts/gradelib.py): hidden tests call them for messages that say what was wrong
-import importlib.util as _ilu
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+import sys as _sys
 from pathlib import Path as _Path
 import uopc as _uopc
-_spec = _ilu.spec_from_file_location("gradelib", _Path(_uopc.__file__).resolve().parents[1] / "scripts" / "gradelib.py")
-gradelib = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(gradelib)
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from uopc.codegen import wmma as _wmma
+from uopc.nn import GPT as _GPT, GPTConfig as _GPTConfig
+from uopc.optim import AdamW as _AdamW
+from uopc.tensor import Tensor as _Tensor
+
 
 # %% [markdown]
 # ## Exercise 13.3a: fragment layout
@@ -113,16 +119,23 @@ check("hw.a.where(*a_owner(r, c)) at [r, c] (it must give back (r, c) for every 
 # %% tags=["hidden-test"]
 # POINTS: fragment layout 1
 ### BEGIN HIDDEN TESTS
-_want = {hw.a.where(_lane, _i): (_lane, _i) for _lane in range(32) for _i in range(8)}
+record("owners", [[[int(_x) for _x in a_owner(_r, _c)] for _c in range(16)] for _r in range(16)])
+# JUDGE
+_owners = recorded["owners"]
+_want = {_wmma.M16N8K16.a.where(_lane, _i): (_lane, _i) for _lane in range(32) for _i in range(8)}
 for (_r, _c), (_lane, _) in sorted(_want.items()):
-  gradelib.expect_equal(int(a_owner(_r, _c)[0]), _lane, f"a_owner({_r}, {_c})[0] (the lane holding A[{_r}][{_c}])")
+  gradelib.expect_equal(_owners[_r][_c][0], _lane, f"a_owner({_r}, {_c})[0] (the lane holding A[{_r}][{_c}])")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: fragment layout 1
 ### BEGIN HIDDEN TESTS
+record("owners", [[[int(_x) for _x in a_owner(_r, _c)] for _c in range(16)] for _r in range(16)])
+# JUDGE
+_owners = recorded["owners"]
+_want = {_wmma.M16N8K16.a.where(_lane, _i): (_lane, _i) for _lane in range(32) for _i in range(8)}
 for (_r, _c), _owner in sorted(_want.items()):
-  gradelib.expect_equal(tuple(int(_x) for _x in a_owner(_r, _c)), _owner,
+  gradelib.expect_equal(tuple(_owners[_r][_c]), _owner,
                         f"a_owner({_r}, {_c}) (the lane and register holding A[{_r}][{_c}])")
 ### END HIDDEN TESTS
 
@@ -183,10 +196,15 @@ check("D from mma_emulated's fragments, against A @ B + C", D, A.astype(np.float
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 1
 ### BEGIN HIDDEN TESTS
-_r = np.random.default_rng(5)
+_r = seeded(5)
 _A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
 _fa, _fb, _fc = wmma.to_fragments(_A, hw.a), wmma.to_fragments(_B, hw.b), np.zeros((32, 4), np.float32)
-gradelib.expect_close(mma_emulated(hw, _fa, _fb, _fc), wmma.mma(hw, _fa, _fb, _fc),
+record("D", mma_emulated(hw, _fa, _fb, _fc))
+# JUDGE
+_r, _hw = seeded(5), _wmma.M16N8K16
+_A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
+_fa, _fb, _fc = _wmma.to_fragments(_A, _hw.a), _wmma.to_fragments(_B, _hw.b), np.zeros((32, 4), np.float32)
+gradelib.expect_close(recorded["D"], _wmma.mma(_hw, _fa, _fb, _fc),
                       "mma_emulated(m16n8k16, random A and B, C = 0): the D fragments (32 lanes x 4)")
 ### END HIDDEN TESTS
 
@@ -194,17 +212,26 @@ gradelib.expect_close(mma_emulated(hw, _fa, _fb, _fc), wmma.mma(hw, _fa, _fb, _f
 # POINTS: emulate one mma 2
 ### BEGIN HIDDEN TESTS
 for _shape in (wmma.M16N8K16, wmma.M16N8K8_TF32):
-  _r = np.random.default_rng(_shape.k)
+  _r = seeded(_shape.k)
   _A = _r.standard_normal((_shape.m, _shape.k)).astype(np.float32)
   _B = _r.standard_normal((_shape.k, _shape.n)).astype(np.float32)
   _C = _r.standard_normal((_shape.m, _shape.n)).astype(np.float32)
   _fa, _fb, _fc = wmma.to_fragments(_A, _shape.a), wmma.to_fragments(_B, _shape.b), wmma.to_fragments(_C, _shape.c)
-  _got = mma_emulated(_shape, _fa, _fb, _fc)
-  try: gradelib.expect_close(_got, wmma.mma(_shape, _fa, _fb, _fc),
+  record(_shape.name, mma_emulated(_shape, _fa, _fb, _fc))
+# JUDGE
+for _shape in (_wmma.M16N8K16, _wmma.M16N8K8_TF32):
+  _r = seeded(_shape.k)
+  _A = _r.standard_normal((_shape.m, _shape.k)).astype(np.float32)
+  _B = _r.standard_normal((_shape.k, _shape.n)).astype(np.float32)
+  _C = _r.standard_normal((_shape.m, _shape.n)).astype(np.float32)
+  _fa, _fb = _wmma.to_fragments(_A, _shape.a), _wmma.to_fragments(_B, _shape.b)
+  _fc = _wmma.to_fragments(_C, _shape.c)
+  _got = recorded[_shape.name]
+  try: gradelib.expect_close(_got, _wmma.mma(_shape, _fa, _fb, _fc),
                              f"mma_emulated({_shape.name}, random A, B, C): the D fragments (32 lanes x "
                              f"{_shape.c.per_lane})")
   except AssertionError as _e:
-    _no_c = wmma.mma(_shape, _fa, _fb, np.zeros_like(_fc))
+    _no_c = _wmma.mma(_shape, _fa, _fb, np.zeros_like(_fc))
     if np.shape(_got) == _no_c.shape and np.allclose(np.asarray(_got, np.float64), _no_c, atol=1e-4):
       raise AssertionError(f"{_e}. It is A @ B: the accumulator C was not added") from None
     raise
@@ -271,16 +298,22 @@ check("conflict_free_row(16, rows_per_item=2)", conflict_free_row(16, 2), 17)
 # %% tags=["hidden-test"]
 # POINTS: bank conflicts 1
 ### BEGIN HIDDEN TESTS
+for _row, _rpi in ((8, 4), (9, 4), (12, 4), (16, 4), (10, 4), (16, 2), (8, 2), (33, 4), (64, 1)):
+  record(f"a_read_cycles({_row}, {_rpi})", int(a_read_cycles(_row, _rpi)))
+# JUDGE
 for _row, _rpi, _want in ((8, 4, 4), (9, 4, 1), (12, 4, 2), (16, 4, 4), (10, 4, 1), (16, 2, 4), (8, 2, 2), (33, 4, 1),
                           (64, 1, 4)):
-  gradelib.expect_equal(int(a_read_cycles(_row, _rpi)), _want, f"a_read_cycles({_row}, {_rpi})")
+  gradelib.expect_equal(recorded[f"a_read_cycles({_row}, {_rpi})"], _want, f"a_read_cycles({_row}, {_rpi})")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: bank conflicts 1
 ### BEGIN HIDDEN TESTS
+for _bk, _rpi in ((8, 4), (16, 4), (16, 2), (9, 4), (32, 1), (12, 4)):
+  record(f"conflict_free_row({_bk}, {_rpi})", int(conflict_free_row(_bk, _rpi)))
+# JUDGE
 for _bk, _rpi, _want in ((8, 4, 9), (16, 4, 17), (16, 2, 17), (9, 4, 9), (32, 1, 33), (12, 4, 13)):
-  gradelib.expect_equal(int(conflict_free_row(_bk, _rpi)), _want, f"conflict_free_row({_bk}, {_rpi})")
+  gradelib.expect_equal(recorded[f"conflict_free_row({_bk}, {_rpi})"], _want, f"conflict_free_row({_bk}, {_rpi})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -332,21 +365,32 @@ check("gpt_parameters(the same, tie_weights=False)", gpt_parameters(untied), GPT
 
 # %% tags=["hidden-test"]
 # POINTS: count the parameters 1
+# SHORTCUTS: num_parameters
 ### BEGIN HIDDEN TESTS
-def _expect_count(kw):
-  _cfg = GPTConfig(**kw)
-  gradelib.expect_equal(int(gpt_parameters(_cfg)), GPT(_cfg, seed=0).num_parameters(),
-                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in kw.items())}))")
-
-
-for _kw in (dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)): _expect_count(_kw)
+_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
+for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
+# JUDGE
+# counted by the grader's own GPT
+_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
+for _kw in _configs:
+  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
+                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: count the parameters 1
+# SHORTCUTS: num_parameters
 ### BEGIN HIDDEN TESTS
-for _kw in (dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
-            dict(bias=False, tie_weights=False)): _expect_count(_kw)
+_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
+            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
+for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
+# JUDGE
+# counted by the grader's own GPT
+_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
+            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
+for _kw in _configs:
+  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
+                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -417,44 +461,64 @@ check("the first step p0 - p1 (lr = 0.1, no weight decay): lr against the gradie
 
 # %% tags=["hidden-test"]
 # POINTS: AdamW step 1
+# SHORTCUTS: AdamW
 ### BEGIN HIDDEN TESTS
-_r = np.random.default_rng(21)
+_r = seeded(21)
+_p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
+_m, _v = 0.1 * _r.standard_normal((3, 4)), _r.uniform(0.01, 0.1, (3, 4))
+for _t in (1, 2, 10):
+  record(f"t={_t}", tuple(adamw_step(_p, _g, _m, _v, _t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)))
+# JUDGE
+_r = seeded(21)
 _p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
 _m, _v = 0.1 * _r.standard_normal((3, 4)), _r.uniform(0.01, 0.1, (3, 4))
 _args = "a (3, 4) parameter, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1"
 for _t in (1, 2, 10):
-  _got = adamw_step(_p, _g, _m, _v, _t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-  assert len(_got) == 3, f"adamw_step returned {len(_got)} values, expected (p, m, v)"
+  _got = recorded[f"t={_t}"]
+  assert isinstance(_got, tuple) and len(_got) == 3, f"adamw_step returned {_got!r:.60}, expected (p, m, v)"
   gradelib.expect_close(_got[1], 0.9 * _m + 0.1 * _g, f"adamw_step({_args}, t={_t}): new m", tol=1e-10)
   gradelib.expect_close(_got[2], 0.95 * _v + 0.05 * _g * _g, f"adamw_step({_args}, t={_t}): new v", tol=1e-10)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: AdamW step 2
+# SHORTCUTS: AdamW
 ### BEGIN HIDDEN TESTS
+_r = seeded(21)
+_p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
+_m, _v = 0.1 * _r.standard_normal((3, 4)), _r.uniform(0.01, 0.1, (3, 4))
+for _t in (1, 2, 10):
+  record(f"t={_t}", adamw_step(_p, _g, _m, _v, _t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)[0])
+_mine, _m5, _v5, _w = seeded(22).standard_normal(5), np.zeros(5), np.zeros(5), seeded(23).standard_normal(5)
+for _t in range(1, 6):
+  _mine, _m5, _v5 = adamw_step(_mine, _w, _m5, _v5, _t, lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
+  record(f"step {_t}", _mine)
+# JUDGE
+_r = seeded(21)
+_p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
+_m, _v = 0.1 * _r.standard_normal((3, 4)), _r.uniform(0.01, 0.1, (3, 4))
+_args = "a (3, 4) parameter, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1"
 for _t in (1, 2, 10):
   _mhat, _vhat = (0.9 * _m + 0.1 * _g) / (1 - 0.9 ** _t), (0.95 * _v + 0.05 * _g * _g) / (1 - 0.95 ** _t)
-  _got = adamw_step(_p, _g, _m, _v, _t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+  _got = recorded[f"t={_t}"]
   _mt, _vt = 0.9 * _m + 0.1 * _g, 0.95 * _v + 0.05 * _g * _g
   _faults = {"the bias corrections are missing (m and v used, not m / (1 - b1^t) and v / (1 - b2^t))":
                _p * (1 - 3e-3 * 0.1) - 3e-3 * _mt / (np.sqrt(_vt) + 1e-8),
              "the weight decay is missing (p (1 - lr wd) is the decoupled decay)":
                _p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)}
-  try: gradelib.expect_close(_got[0], _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8),
+  try: gradelib.expect_close(_got, _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8),
                              f"adamw_step({_args}, t={_t}): new p", tol=1e-10)
   except AssertionError as _e:
-    _fault = next((_f for _f, _x in _faults.items() if np.allclose(np.asarray(_got[0], np.float64), _x, rtol=1e-9,
-                                                                   atol=1e-12)), None)
+    _fault = next((_f for _f, _x in _faults.items() if np.shape(_got) == np.shape(_x)
+                   and np.allclose(np.asarray(_got, np.float64), _x, rtol=1e-9, atol=1e-12)), None)
     if _fault is None: raise
     raise AssertionError(f"{_e}. It is what AdamW gives when {_fault}") from None
-_p0, _w = np.random.default_rng(22).standard_normal(5), np.random.default_rng(23).standard_normal(5)
-_pt = Tensor(_p0.copy())
-_opt = AdamW([_pt], lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
-_mine, _m5, _v5 = _p0.copy(), np.zeros(5), np.zeros(5)
+# the grader's own uopc.optim.AdamW, step by step
+_pt, _w = _Tensor(seeded(22).standard_normal(5)), seeded(23).standard_normal(5)
+_opt = _AdamW([_pt], lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
 for _t in range(1, 6):
-  _loss = (_pt * Tensor(_w)).sum()
+  _loss = (_pt * _Tensor(_w)).sum()
   _opt.zero_grad(); _loss.backward(); _opt.step(_loss)
-  _mine, _m5, _v5 = adamw_step(_mine, _w, _m5, _v5, _t, lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
-  gradelib.expect_close(_mine, _pt.numpy(), f"step {_t} of adamw_step against uopc.optim.AdamW "
+  gradelib.expect_close(recorded[f"step {_t}"], _pt.numpy(), f"step {_t} of adamw_step against uopc.optim.AdamW "
                         "(lr=0.05, betas=(0.8, 0.9), weight_decay=0.2): the parameter", tol=1e-9)
 ### END HIDDEN TESTS

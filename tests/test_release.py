@@ -30,7 +30,8 @@ def test_the_student_tree_has_the_course_and_no_solutions(tree):
                "scripts/notebooks.py", "pyproject.toml", "README.md", "Makefile"):
     assert (tree / path).is_file(), path
   assert not (tree / "solutions").exists()
-  for path in ("scripts/grade.py", "scripts/gradelib.py", "tests/assignment_grading.py"):
+  for path in ("scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/grader",
+               "tests/assignment_grading.py"):
     assert not (tree / path).exists(), path
   assert not list((tree / "tests").glob("test_week*")), "the grading tests read solutions/"
   for test in (tree / "tests").glob("*.py"):   # what is left checks uopc and the student's own work

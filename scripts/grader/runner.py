@@ -1,0 +1,79 @@
+"""Runs inside the sandbox (sandbox.py): the student's notebook in a Jupyter kernel, then the probe of every hidden
+test, each recording its values into /job/out/records/<test>/ (probe.py). What it writes, /job/out/result.json, is
+read by the grader as untrusted data: the student's code runs as the same UID and may have rewritten it.
+
+The plan arrives on stdin (the student's cells, the probes, the seed, the time limits), so no file in the sandbox
+holds the probes or the seed while the student's cells run, and the process makes itself non-dumpable so that its
+memory cannot be read through /proc.
+"""
+from __future__ import annotations
+import ctypes
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from kernel import Kernel, Outcome
+
+OUT = Path("/job/out")
+MAX_REPLAYS = 2          # fresh kernels to replay the student's cells in, after a probe killed the kernel
+PR_SET_DUMPABLE = 4
+
+
+def setup_source(seed: int) -> str:
+  """The cell that defines record/raised/seeded in the student's namespace, sent after the student's cells."""
+  return (f"import sys as _sys\n_sys.path.insert(0, '/grader')\nfrom probe import Probe as _Probe\nSEED = {seed}\n"
+          f"_probe = _Probe('{OUT}/records', SEED)\n"
+          f"record, raised, seeded = _probe.record, _probe.raised, _probe.seeded\n")
+
+
+def main() -> int:
+  plan = json.loads(sys.stdin.read())
+  try: ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+  except Exception: pass   # not Linux: the sandbox cannot be made there anyway
+  result = {"cells": {}, "restarts": 0, "probes": [], "note": ""}
+
+  def save():   # whole or not at all: the grader may find it after a kill at any moment
+    (OUT / "result.tmp").write_text(json.dumps(result))
+    (OUT / "result.tmp").replace(OUT / "result.json")
+  kernel = Kernel(Path(plan["cwd"]), plan["timeout"], plan["budget"], [setup_source(plan["seed"])],
+                  setup_timeout=plan["test_timeout"])
+  try:
+    kernel.start()
+    if not kernel.run_student([tuple(c) for c in plan["cells"]]):   # a fresh kernel replaying them would too
+      kernel.close()
+      kernel.session = None
+      result["note"] = "the kernel stopped answering after the student's cells: no test could run"
+  except Exception as e:   # no kernel could be started: every probe is not run
+    result["note"] = f"no kernel: {type(e).__name__}: {e}"[:600]
+    kernel.session = None
+  result["cells"], result["restarts"] = kernel.cells, kernel.restarts
+  if kernel.setup_error and not result["note"]: result["note"] = kernel.setup_error
+  save()
+  replays = 0
+  for k, source in enumerate(plan["probes"]):
+    if kernel.session is None: out = Outcome("skipped", "no kernel")
+    else:   # one cell: the values recorded from here on belong to test k
+      out = kernel.session.run(f"_probe.begin({k})\n{source}", plan["test_timeout"])
+      if out.status == "timeout" and not kernel.session.responsive(): out.status = "dead"
+    result["probes"].append(asdict(out))
+    if out.status == "dead" and k < len(plan["probes"]) - 1:
+      kernel.close()
+      kernel.session = None
+      if replays < MAX_REPLAYS:   # a fresh kernel, in the state the student's notebook leaves it
+        replays += 1
+        try:
+          kernel.restart()
+          if not kernel.replay(time.perf_counter() + plan["budget"]):   # the student's cells break every kernel
+            kernel.close()
+            kernel.session = None
+            result["note"] = "the kernel stopped answering after the student's cells: the tests left are not run"
+        except Exception: kernel.session = None
+    result["restarts"] = kernel.restarts
+    save()
+  kernel.close()
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

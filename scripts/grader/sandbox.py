@@ -1,0 +1,166 @@
+"""One bubblewrap sandbox per run of untrusted code (a student's notebook, or the timing of its kernel).
+
+What the code inside can reach: /usr and the Python that runs the grader (read-only), the venv's packages at /venv
+(read-only), the student tree at /course (read-only: uopc, examples, data, assignments; never solutions or the
+grader's checkout), the grader's in-sandbox scripts at /grader (read-only), an empty home on a tmpfs (the kernel
+cache lives there), a private /tmp, its own /proc (a new PID namespace: no grader process is visible), no network
+(a new network namespace with only loopback), and one writable folder, /job/out, that the grader reads after the
+sandbox has ended. As root the code runs as a UID of its own per grader process, so the process limit counts only it;
+CPU time, address space, file size and processes are limited with setrlimit, and a wall-clock timeout kills the
+whole sandbox (bwrap's PID-namespace init dies with it, and every process inside with that).
+
+What it does not give: the kernel is shared (a kernel exploit escapes), the CPU and memory bandwidth are shared
+with other sandboxes (timings are noisy), and /usr is readable (nothing secret should live there).
+"""
+from __future__ import annotations
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BWRAP = "bwrap"
+HOME = "/home/student"
+BASE_UID = 61000   # as root, a grader process runs its sandboxes as a UID of its own from here (no account needed)
+PASS_ENV = ("OMP_NUM_THREADS", "CC")   # the host's choice of compiler and threads, nothing else of its environment
+
+
+class SandboxError(RuntimeError):
+  """The sandbox itself could not be made (bwrap missing or failing): not the student's doing."""
+
+
+@dataclass
+class Limits:
+  wall_s: float = 1200.0           # the whole sandbox, then it is killed
+  cpu_s: int = 1800                # CPU seconds per process
+  memory: int = 16 << 30           # address space per process (OpenMP and BLAS threads reserve a lot of it)
+  nproc: int = 256                 # processes and threads of the sandbox's UID
+  fsize: int = 256 << 20           # the largest file it may write
+  tmpfs: int = 2 << 30             # bytes of its home and of its /tmp, each
+
+
+@dataclass
+class Result:
+  returncode: int
+  timed_out: bool
+  seconds: float
+  log: str                         # the tail of its stdout and stderr: for the teacher, never parsed
+
+
+def available() -> str | None:
+  """None when sandboxes can be made here, else why not (for a skip message or an error)."""
+  if shutil.which(BWRAP) is None:
+    return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap (see README, 'Grading')"
+  r = subprocess.run([BWRAP, *namespaces(), "--ro-bind", "/", "/", "true"], capture_output=True, text=True)
+  return None if r.returncode == 0 else f"bwrap cannot make a sandbox here: {r.stderr.strip()[:300]}"
+
+
+def namespaces() -> list[str]:
+  # as root, no user namespace: the code inside drops to a UID of its own instead (then RLIMIT_NPROC counts it)
+  user = [] if os.geteuid() == 0 else ["--unshare-user"]
+  return [*user, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+          "--die-with-parent", "--new-session"]
+
+
+def _dirs(path: str, made: set[str]) -> list[str]:
+  """--dir for every parent of path not made yet (bwrap would make them 0700 as root, closed to the student's UID)."""
+  out, parts = [], Path(path).parts
+  for k in range(2, len(parts)):
+    d = str(Path(*parts[:k]))
+    if d not in made:
+      made.add(d)
+      out += ["--perms", "0755", "--dir", d]
+  return out
+
+
+def python() -> tuple[str, list[tuple[str, str]]]:
+  """The Python to run inside and the (host, sandbox) folders it needs: the venv at /venv, its base interpreter."""
+  binds = []
+  base = Path(sys.base_prefix).resolve()
+  if not str(base).startswith("/usr/"): binds.append((str(base), str(base)))
+  if sys.prefix != sys.base_prefix:
+    binds.append((sys.prefix, "/venv"))
+    return "/venv/bin/python", binds
+  return sys.executable, binds
+
+
+def uid() -> int:
+  """The UID this grader process's sandboxes run as, when it runs as root: one per process (grade_all's workers,
+  two `make grade` at once), so that RLIMIT_NPROC, which counts a UID's processes, counts one sandbox only."""
+  return BASE_UID + os.getpid() % 60000
+
+
+def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limits) -> list[str]:
+  """The bwrap command line that runs argv (inside paths) with the read-only binds ro and /job/out writable."""
+  cmd, made = [BWRAP, "--clearenv", *namespaces()], {"/usr"}
+  cmd += ["--ro-bind", "/usr", "/usr"]
+  for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+    p = Path("/" + name)
+    if p.is_symlink(): cmd += ["--symlink", os.readlink(p), str(p)]
+    elif p.is_dir(): cmd += ["--ro-bind", str(p), str(p)]
+  for etc in ("/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/OpenCL"):
+    if os.path.exists(etc): cmd += [*_dirs(etc, made), "--ro-bind", etc, etc]
+  _, py_binds = python()
+  for src, dst in [*py_binds, *ro]: cmd += [*_dirs(dst, made), "--ro-bind", src, dst]
+  for tmp in (HOME, "/tmp"): cmd += [*_dirs(tmp, made), "--size", str(limits.tmpfs), "--perms", "1777", "--tmpfs", tmp]
+  cmd += [*_dirs("/job/out", made), "--bind", str(out), "/job/out", "--proc", "/proc", "--dev", "/dev"]
+  env = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": HOME, "USER": "student", "LOGNAME": "student",
+         "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONPATH": "/course", "UOPC_CACHE_DIR": f"{HOME}/.cache/uopc",
+         "PYTHONDONTWRITEBYTECODE": "1", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
+  for k, v in env.items(): cmd += ["--setenv", k, v]
+  cmd += ["--chdir", HOME]
+  if os.geteuid() == 0:   # drop to this process's own UID with no capabilities, inside the namespaces bwrap made
+    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid()}", f"--regid={uid()}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+  return cmd + argv
+
+
+def _limit(limits: Limits):
+  def apply():   # in the child, before exec: inherited by bwrap and by everything inside
+    nproc = limits.nproc
+    if os.geteuid() != 0:   # the teacher's own UID: leave room for the processes they already have
+      nproc += sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+    for res, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory),
+                       (resource.RLIMIT_FSIZE, limits.fsize), (resource.RLIMIT_NPROC, nproc),
+                       (resource.RLIMIT_CORE, 0)):
+      resource.setrlimit(res, (value, value))
+  return apply
+
+
+def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", limits: Limits = Limits()) -> Result:
+  """Run argv in a fresh sandbox; out (a host folder) is its /job/out. Returns when it has ended, or been killed at
+  limits.wall_s."""
+  if (why := available()) is not None: raise SandboxError(why)
+  out.mkdir(parents=True, exist_ok=True)
+  if os.geteuid() == 0: os.chown(out, uid(), uid())
+  log = out.parent / f"{out.name}.log"
+  t0 = time.perf_counter()
+  with open(log, "w+b") as logf:
+    p = subprocess.Popen(command(argv, ro, out, limits), stdin=subprocess.PIPE, stdout=logf,
+                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limit(limits))
+    timed_out = False
+    try:
+      with_input(p, stdin)
+      p.wait(timeout=limits.wall_s)
+    except subprocess.TimeoutExpired:
+      timed_out = True
+    finally:
+      if p.poll() is None or timed_out:
+        try: os.killpg(p.pid, signal.SIGKILL)   # bwrap dies; its init in the sandbox dies with it, then all inside
+        except ProcessLookupError: pass
+      p.wait()
+    logf.seek(max(0, logf.seek(0, 2) - 4000))
+    text = logf.read().decode("utf-8", "replace")
+  log.unlink()
+  return Result(p.returncode, timed_out, time.perf_counter() - t0, text)
+
+
+def with_input(p: subprocess.Popen, data: bytes) -> None:
+  try:
+    p.stdin.write(data)
+    p.stdin.close()
+  except BrokenPipeError: pass

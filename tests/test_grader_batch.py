@@ -1,0 +1,95 @@
+"""make grade-all on a class of 20 notebooks (every week's solution, every week's stubs, wrong answers, attacks):
+one gradebook row per notebook, the solutions at full marks and the stubs at zero inside the sandbox, the attacks at
+zero, and the rows the same as grading each notebook alone with the same seed (but for a speed point: two timings on
+shared cores may fall either side of a threshold, the only thing that is not a function of the notebook and seed)."""
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+from assignment_grading import Wrong, with_wrong
+from test_grader_attacks import FORGE, HARM, TAMPER
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts" / "grader"))
+import sandbox  # noqa: E402
+
+pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
+SEED, TIMEOUT = "27", "60"
+WEEKS = sorted(p.stem for p in (ROOT / "solutions").glob("week*.ipynb"))
+WRONG = {   # one wrong answer in three weeks (from the weeks' own tests' lists)
+  "week1_why_compile": Wrong("cost table", "io_bytes = 4 * itemsize * N * D", "io_bytes = 3 * itemsize * N * D", ""),
+  "week3_gemm_by_hand": Wrong("B transposed", "BT.index(simplify(j * K + k))", "BT.index(simplify(k * N + j))", ""),
+  "week5_tensor_and_fast_kernel": Wrong("loads per FMA", "tm * tn + tm + tn", "tm * tn", ""),
+}
+ATTACKS = {"tamper": TAMPER, "forge": FORGE, "harm": HARM}
+
+
+def grade_alone(nb: Path) -> dict:
+  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(nb), "--seed", SEED, "--timeout",
+                      TIMEOUT], capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("class")
+  for k, week in enumerate(WEEKS):
+    shutil.copy(ROOT / "solutions" / f"{week}.ipynb", folder / f"solved{k + 1}.ipynb")   # as `make grade NB=` has it
+    shutil.copy(ROOT / "assignments" / f"{week}.ipynb", folder / f"stub{k + 1}.ipynb")
+  for week, wrong in WRONG.items(): nbformat.write(with_wrong(ROOT / "solutions" / f"{week}.ipynb", [wrong]),
+                                                   folder / f"wrong_{week[:5]}.ipynb")
+  (folder / "attacks").mkdir()
+  for name, source in ATTACKS.items():
+    nb = nbformat.read(ROOT / "assignments" / "week1_why_compile.ipynb", as_version=4)
+    nb.cells.append(new_code_cell(source))
+    nbformat.write(nb, folder / "attacks" / f"{name}.ipynb")
+  out = folder / "grades"
+  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade_all.py"), str(folder), "--jobs", "2", "--seed",
+                      SEED, "--timeout", TIMEOUT], capture_output=True, text=True, timeout=1800)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  with open(out / "gradebook.csv") as f: rows = {row["student"]: row for row in csv.DictReader(f)}
+  return folder, out, rows
+
+
+def test_every_notebook_is_a_row_and_every_week_grades_in_the_sandbox(batch):
+  folder, out, rows = batch
+  assert len(rows) == 20 and (out / "feedback" / "attacks" / "forge.txt").is_file()
+  for k, week in enumerate(WEEKS, 1):
+    solved, stub = rows[f"solved{k}"], rows[f"stub{k}"]
+    assert solved["week"] == stub["week"] == str(k)
+    assert float(solved["total"]) == float(solved["max"]) > 0 and solved["errors"] == "", solved
+    assert float(stub["total"]) == 0 and float(stub["max"]) == float(solved["max"]), stub
+  for name in ATTACKS: assert float(rows[f"attacks/{name}"]["total"]) == 0, rows[f"attacks/{name}"]
+  assert "ok" in (out / "feedback" / "solved1.txt").read_text()
+
+
+def test_a_row_is_what_grading_alone_gives(batch):
+  folder, out, rows = batch
+  # (the tampering notebook breaks its kernel and takes a minute: its row is checked above, at zero)
+  for student in ["wrong_week1", "wrong_week3", "wrong_week5", "attacks/forge", "attacks/harm"]:
+    alone, row = grade_alone(folder / f"{student}.ipynb"), rows[student]
+    assert float(row["max"]) == alone["max"], (student, row, alone)
+    for task, t in alone["tasks"].items():
+      speed = sum(x["max"] for x in t["tests"] if x["kind"] == "speed")
+      assert abs(float(row[f"week{row['week']}: {task}"]) - t["points"]) in (0, speed), (student, task, row, t)
+  assert 0 < float(rows["wrong_week1"]["total"]) < float(rows["wrong_week1"]["max"])
+
+
+def test_a_hung_or_unreadable_notebook_is_a_row_with_its_error(tmp_path):
+  (tmp_path / "garbage.ipynb").write_bytes(b"\x00not a notebook{")
+  nb = nbformat.read(ROOT / "assignments" / "week1_why_compile.ipynb", as_version=4)
+  nb.cells.insert(1, new_code_cell("import time\nwhile True:\n  try: time.sleep(0.1)\n  except BaseException: pass"))
+  nbformat.write(nb, tmp_path / "hangs.ipynb")
+  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade_all.py"), str(tmp_path), "--jobs", "2",
+                      "--timeout", "5", "--budget", "20"], capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stdout + r.stderr
+  with open(tmp_path / "grades" / "gradebook.csv") as f: rows = {row["student"]: row for row in csv.DictReader(f)}
+  assert set(rows) == {"garbage", "hangs"}
+  assert rows["garbage"]["errors"] and float(rows["garbage"]["total"]) == 0
+  assert "Timeout" in rows["hangs"]["errors"] and float(rows["hangs"]["total"]) == 0
