@@ -163,10 +163,16 @@ def seed_cache(solution: Path) -> Path | None:
     plan = {"cwd": sandbox.HOME, "cells": student_cells(nb), "probes": [], "seed": 0, "timeout": 120,
             "test_timeout": 60, "budget": 900, "export_cache": True}
     _run_sandbox(plan, job / "out", wall=1200)
-    if (job / "out" / "cache").is_dir():
-      dest.parent.mkdir(parents=True, exist_ok=True)
-      try: (job / "out" / "cache").rename(dest)
-      except OSError: pass   # another grader made it first
+    made = job / "out" / "cache"
+    made.mkdir(exist_ok=True)   # an empty seed, if the run left nothing: it is not made again every time
+    for d, dirs, files in os.walk(made):   # the grader's now: every sandbox's UID reads it, none writes it
+      for name in [d, *(os.path.join(d, f) for f in files)]:
+        if os.path.islink(name): os.unlink(name); continue
+        if os.geteuid() == 0: os.chown(name, 0, 0)
+        os.chmod(name, 0o755 if os.path.isdir(name) else 0o644)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try: made.rename(dest)
+    except OSError: pass   # another grader made it first
   finally:
     shutil.rmtree(job, ignore_errors=True)
   return dest if dest.is_dir() else None
