@@ -25,6 +25,7 @@ with 0 points), 1 when the sandbox could not be made, 2 for a usage error (no so
 from __future__ import annotations
 import argparse
 import atexit
+import hashlib
 import json
 import os
 import re
@@ -142,6 +143,61 @@ def course_tree() -> Path:
   return _course
 
 
+def seeds_folder() -> Path:
+  return Path(os.environ.get("UOPC_GRADER_SEEDS") or Path.home() / ".cache" / "uopc-grader" / "seeds")
+
+
+def seed_cache(solution: Path) -> Path | None:
+  """What a run of the week's assignment (the stubs: the teacher's code only, no student's) leaves in ~/.cache: the
+  compiled kernels of the notebook's given code, PoCL's builds. Every sandbox of that week starts with a private
+  copy of it, so a grading does not compile them again; nothing a student's notebook writes ever gets into it. Made
+  once per assignment, student tree and Python, in seeds_folder(); None when there is no assignment to run."""
+  assignment = ROOT / "assignments" / solution.name
+  if not assignment.is_file(): return None
+  key = hashlib.sha256(assignment.read_bytes() + _course_hash().encode() + sys.version.encode()).hexdigest()[:24]
+  dest = seeds_folder() / f"{solution.stem}-{key}"
+  if dest.is_dir(): return dest
+  job = Path(tempfile.mkdtemp(prefix="uopc-seed-"))
+  try:
+    nb = nbformat.read(assignment, as_version=4)
+    plan = {"cwd": sandbox.HOME, "cells": student_cells(nb), "probes": [], "seed": 0, "timeout": 120,
+            "test_timeout": 60, "budget": 900, "export_cache": True}
+    _run_sandbox(plan, job / "out", wall=1200)
+    made = job / "out" / "cache"
+    made.mkdir(exist_ok=True)   # an empty seed, if the run left nothing: it is not made again every time
+    for d, dirs, files in os.walk(made):   # the grader's now: every sandbox's UID reads it, none writes it
+      for name in [d, *(os.path.join(d, f) for f in files)]:
+        if os.path.islink(name): os.unlink(name); continue
+        if os.geteuid() == 0: os.chown(name, 0, 0)
+        os.chmod(name, 0o755 if os.path.isdir(name) else 0o644)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try: made.rename(dest)
+    except OSError: pass   # another grader made it first
+  finally:
+    shutil.rmtree(job, ignore_errors=True)
+  return dest if dest.is_dir() else None
+
+
+_hash: str | None = None
+
+
+def _course_hash() -> str:
+  global _hash
+  if _hash is None:
+    h = hashlib.sha256()
+    for p in sorted(course_tree().rglob("*")):
+      if p.is_file(): h.update(str(p.relative_to(course_tree())).encode() + p.read_bytes())
+    _hash = h.hexdigest()
+  return _hash
+
+
+def _run_sandbox(plan: dict, out: Path, wall: float, warm: Path | None = None) -> sandbox.Result:
+  """runner.py in a sandbox on plan; out is its /job/out; warm, a seed_cache() it starts its ~/.cache from."""
+  python = "/venv/bin/python" if sys.prefix != sys.base_prefix else sys.executable
+  ro = [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")] + ([(str(warm), "/seed")] if warm else [])
+  return sandbox.run([python, "/grader/runner.py"], ro, out, json.dumps(plan).encode(), sandbox.Limits(wall_s=wall))
+
+
 def given_cells(solution: Path) -> set[str]:
   """The code cells of the assignment as handed out (the shortcut check skips those the student did not change)."""
   p = ROOT / "assignments" / solution.name
@@ -209,10 +265,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     plan = {"cwd": sandbox.HOME, "cells": cells, "probes": [t.probe for t in tests], "seed": seed,
             "timeout": timeout, "test_timeout": test_timeout, "budget": budget}
     wall = budget + (len(tests) + 3) * (test_timeout + 10) + 60
-    ran = sandbox.run(["/venv/bin/python", "/grader/runner.py"] if sys.prefix != sys.base_prefix
-                      else [sys.executable, "/grader/runner.py"],
-                      [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")], job / "out",
-                      json.dumps(plan).encode(), sandbox.Limits(wall_s=wall))
+    ran = _run_sandbox(plan, job / "out", wall, seed_cache(solution))
     result = read_result(job / "out")
     report.student_cells = _cells_report(result)
     restarts = result.get("restarts")

@@ -202,7 +202,9 @@ def env(tmp_path_factory):
   (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
   cache.mkdir()
   (cache / "kept.txt").write_text("the grader's cache\n")
-  return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}, home, cache
+  # the assignments' warm caches (grade.seed_cache, made by the grader from the stubs alone) live apart
+  return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
+          "UOPC_GRADER_SEEDS": str(base / "seeds")}, home, cache
 
 
 def grade(nb: Path, env: dict, *args: str) -> tuple[dict, str]:
