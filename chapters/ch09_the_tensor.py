@@ -560,9 +560,9 @@ for name, fn in {"relu": lambda t: t.relu(), "maximum(x, 0)": lambda t: t.maximu
 # %% [markdown]
 # What stays unsupported says so. A Tensor is immutable (no `x[i] = v`: use `where` or `masked_fill`), sampling
 # without replacement draws one sample, and a boolean mask must be known when the graph is built (its count of True
-# entries is the output's shape), so a computed mask is realized first. One known gap: a `max` reduction over data
-# holding a nan returns nan only if the nan comes last, because the C update `(acc > x) ? acc : x` drops a nan held
-# in `acc`; making it consistent changes the generated C of every max, which the renderer's owners decide.
+# entries is the output's shape), so a computed mask is realized first. A `max` reduction returns nan wherever the
+# nan is, as NumPy's does: the C update is `((acc>x||acc!=acc)?acc:x)`, since the book's `(acc > x) ? acc : x` drops
+# a nan held in `acc` as soon as a number follows (chapter 11's pitfalls show both).
 
 # %%
 for name, bad in {"x[0] = 1": lambda: c.__setitem__(0, 1.0),
