@@ -134,7 +134,8 @@ class Program:
 
   def __call__(self, *args):
     if len(args) != len(self.params):
-      raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
+      none = " (it reads and writes no buffer: does its SINK store anything?)" if not self.params else ""
+      raise TypeError(f"{self.name} takes {len(self.params)} arguments{none}, got {len(args)}")
     calls.call_kernel(self, [self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
 
 
