@@ -96,7 +96,8 @@ def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
   if rop is Ops.ADD and n > 1 and src.op is Ops.MUL:
     merged = src.shape[:-n] + (math.prod(src.shape[-n:]),)
     body = UOp(Ops.REDUCE, (UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), merged) for s in src.src)),), (Ops.ADD, 1))
-  return (body, xy) if (xy := matmul_operands(body)) is not None else None
+  # any number of batch dims: lower_gemm walks them all (attention's scores are (B, H, T, T))
+  return (body, xy) if (xy := matmul_operands(body, max_batch=8)) is not None else None
 
 
 def as_matmul(body: UOp) -> UOp | None:

@@ -44,11 +44,12 @@ def _loaded_dtypes(v: UOp) -> set:
   return {u.dtype for u in v.toposort() if u.op is Ops.LOAD}
 
 
-def matmul_operands(body: UOp) -> tuple[UOp, UOp] | None:
+def matmul_operands(body: UOp, max_batch: int = 1) -> tuple[UOp, UOp] | None:
   """(A, B) if body is REDUCE(ADD, A * B) over one axis with A independent of the output column and B of the output
-  row: a matmul, operands of shape (batch?, M, N, K), whatever elementwise work and movement sit on each side."""
+  row: a matmul, operands of shape (batch..., M, N, K) with at most max_batch batch dims (attention's (B, H, T, D)
+  has two), whatever elementwise work and movement sit on each side."""
   if body.op is not Ops.REDUCE or body.arg != (Ops.ADD, 1) or not body.dtype.is_float: return None
-  if len(body.shape) not in (2, 3) or body.src[0].op is not Ops.MUL: return None
+  if not 2 <= len(body.shape) <= 2 + max_batch or body.src[0].op is not Ops.MUL: return None
   x, y = body.src[0].src
   if any(u.op is Ops.REDUCE for u in (*x.toposort(), *y.toposort())): return None
   probe = tuple(range_(s, 1000 + k) for k, s in enumerate(body.src[0].shape))   # scratch loop variables

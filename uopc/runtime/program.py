@@ -97,14 +97,20 @@ class Program:
     self.fn = getattr(self.lib, name)
     self.rendered = signature is not None
     self._buffer_type = ["char[]" if self.rendered else f"{a.ctype}[]" for a in self.params]   # cffi's view of each
+    # the same types parsed once, and cffi's from_buffer without its wrapper, which parses the type's name at every
+    # call: a GPT step converts about 4,000 arguments (NOTES 37)
+    self._ctypes = [self.ffi.typeof(t) for t in self._buffer_type]
+    backend = getattr(self.ffi, "_backend", None)
+    self._from_buffer = backend.from_buffer if hasattr(backend, "from_buffer") else \
+      lambda ctype, arg, writes: self.ffi.from_buffer(ctype, arg, require_writable=writes)
 
   def __repr__(self): return f"Program({self.name!r}, {len(self.params)} params, cached={self.cached})"
 
   def _convert(self, k: int, arg, a: Arg):
-    if a.pointer and type(arg) is np.ndarray and arg.dtype == a.dtype:   # the common case, checked cheaply first
+    if a.pointer and type(arg) is np.ndarray and (arg.dtype is a.dtype or arg.dtype == a.dtype):   # the common case
       flags = arg.flags
       if flags.c_contiguous and (flags.writeable or not a.writes) and (a.size is None or arg.size >= a.size):
-        return self.ffi.from_buffer(self._buffer_type[k], arg, require_writable=a.writes)
+        return self._from_buffer(self._ctypes[k], arg, a.writes)
     return self._convert_checked(k, arg, a)
 
   def _convert_checked(self, k: int, arg, a: Arg):
