@@ -970,10 +970,10 @@ for n in (1024, 2048, 4096):
 # 3. ★ Merge two states: prove the merge rule of 11.6 and check it on the worked example split as {0} and {1, 2}.
 # 4. ★★ Causal mask, two ways (a masked score, and a key loop whose end depends on i).
 # 5. ★★ Query blocking: 4 query rows per iteration of the THREAD loop.
-# 6. ★★ Flash-decoding: one query, 65,536 keys, split across threads and merged.
+# 6. ★★ (optional, not graded) Flash-decoding: one query, 65,536 keys, split across threads and merged.
 # 7. ★★ Upcast the head: FlashOpt with an upcast of 64, and the fused plan with P staged; rank the three.
 # 8. ★★ Find the bug: l = l * corr + p but o[d] = o[d] + p * v[j, d].
-# 9. ★★★ Backward with recompute: dQ, dK, dV from O and the log-sum-exp.
+# 9. ★★★ (optional, not graded) Backward with recompute: dQ, dK, dV from O and the log-sum-exp.
 #
 # ## Quiz
 #
