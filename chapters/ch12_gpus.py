@@ -342,9 +342,11 @@ Tensor.fuse_reduce, Tensor.opt = False, old_opt
 print("fused on CL, max error below 1e-5:  ", np.abs(fused - ref).max() < 1e-5)
 
 # %% [markdown]
-# The plans, rendered for OpenCL. Each kernel's launch: the unfused Q K^T kernel (`r_128_128`) has a 4 x 4
-# register tile per work-item (Chapter 10's upcast), so its 128 x 128 outputs are 32 x 32 work-items; the fused
-# kernel gives one work-item to each query row, which walks its output columns 16 at a time. Every launch has at
+# The plans, rendered for OpenCL. Each kernel's launch: the unfused Q K^T kernel (`r_128_128`) has a 4 x 4 register tile
+# per work-item (Chapter 10's upcast), so its 128 x 128 outputs take 1,024 work-items, one per tile of a 32 x 32 grid of
+# tiles. The launch does not keep that square: its work-groups are 32 x 8 (the local id along axis 0 picks one of the 32
+# tile columns, along axis 1 one of 8 tile rows), and its grid of 4 work-groups takes the 32 tile rows 8 at a time. The
+# fused kernel gives one work-item to each query row, which walks its output columns 16 at a time. Every launch has at
 # least four work-groups (the quarter rule of 12.3), and all but one have exactly four: these kernels are small, so a
 # quarter of the launch is below the 256-item cap. The softmax's exponential kernel (`e_128_128`, 16,384 work-items)
 # reaches the cap instead: 64 work-groups of 256.

@@ -300,8 +300,8 @@ for name, p in model.named_parameters().items(): print(f"  {name:24s} {p.shape}"
 
 # %% [markdown]
 # The whole model against its NumPy twin (`uopc.nn.gpt.gpt_forward_numpy`, written from the same state dict), in
-# float64, on a tiny configuration with untied head: forward logits and loss, and two entries of every one of its
-# gradients against finite differences of the NumPy loss.
+# float64, on a tiny configuration with untied head: the forward's loss and logits, and two entries of the gradient
+# of every one of its parameter tensors against finite differences of the NumPy loss.
 
 # %%
 tiny_cfg = GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8, tie_weights=False)
@@ -311,7 +311,9 @@ tx = np.random.default_rng(1).integers(0, 11, (2, 6)).astype(np.int32)
 ty = np.random.default_rng(2).integers(0, 11, (2, 6)).astype(np.int32)
 names = list(tiny.named_parameters())
 def tiny_np(a): return cross_entropy_numpy(gpt_forward_numpy(dict(zip(names, a)), tiny_cfg, tx), ty)
-grad_check(f"GPT ({len(names)} parameters)", lambda: tiny(tx, ty)[1], tiny_np, tiny.parameters(), per_param=2)
+grad_check(f"GPT ({len(names)} tensors)", lambda: tiny(tx, ty)[1], tiny_np, tiny.parameters(), per_param=2)
+logits, want = tiny(tx).numpy(), gpt_forward_numpy(tiny.state_dict(), tiny_cfg, tx)
+print(f"{f'GPT logits {logits.shape}':28s} forward = NumPy (within 1e-10): {np.abs(logits - want).max() < 1e-10}")
 
 # %% [markdown]
 # ## 14.4 The training step as one plan
@@ -396,7 +398,8 @@ print(f"the other {len(order) - 5} kernels: {sum(kt['kernel_s'][j] for j in orde
 
 # %% [markdown]
 # On a step this small the kernels are not the whole story: the Python that builds the three graphs (forward,
-# backward, update) every step takes a share of the time comparable to the kernels' (the cell above prints both).
+# backward, update) every step takes time of its own, printed above next to the kernels' (which of the two is larger
+# depends on the machine), and faster kernels do not shorten it.
 # Replaying a captured step, without building its graph again, removes that share: that is the next section's
 # training loop. `python -m uopc.bench gpt` prints the same split next to PyTorch eager's step.
 #
@@ -463,7 +466,7 @@ fig, ax = plt.subplots(figsize=(8, 4.5))
 smooth = np.convolve(train_curve, np.ones(10) / 10, mode="valid")
 ax.plot(np.arange(1, steps + 1), train_curve, color="tab:blue", alpha=0.25, label="train (each step)")
 ax.plot(np.arange(10, steps + 1), smooth, color="tab:blue", label="train (mean of 10 steps)")
-ax.plot(*zip(*val_curve), "o-", color="tab:orange", label="validation (4 batches)")
+ax.plot(*zip(*val_curve), "o", color="tab:orange", label="validation (4 batches, every 100 steps)")
 ax.axhline(math.log(tok.vocab_size), color="gray", ls="--", lw=1, label="ln V (uniform guess)")
 ax.set_xlabel("step"); ax.set_ylabel("cross entropy (nats per character)")
 ax.set_title(f"GPT {cfg.n_layer} layer, C={cfg.n_embd}, T={cfg.block_size}: {model.num_parameters()} parameters")
@@ -482,12 +485,26 @@ from uopc.nn.train import PROMPT, sample
 print(repr(PROMPT), "occurs", text.count("\n" + PROMPT), "times in the text")
 
 # %% tags=["nbval-ignore-output"]
-print(sample(model, tok, PROMPT, 240, temperature=0.8, top_k=20, seed=0))
+sampled = sample(model, tok, PROMPT, 240, temperature=0.8, top_k=20, seed=0)
+print(sampled)
+
+# %% tags=["nbval-ignore-output"]
+import re
+
+lines = sampled.split("\n")
+speakers = [ln for ln in lines[1:] if re.fullmatch(r"[A-Z][A-Za-z]*\.", ln.strip())]   # a name alone on its line
+known, words = set(re.findall(r"[a-z']+", text.lower())), re.findall(r"[a-z']+", sampled.lower())
+print(f"{len(lines)} lines; names alone on a line: {speakers}; punctuation: {sorted(set(sampled) & set(',.;:!?-'))}")
+for what, ws in (("of 3 letters or fewer", [w for w in words if len(w) <= 3]),
+                 ("longer", [w for w in words if len(w) > 3])):
+  print(f"words {what}: {sum(w in known for w in ws)} of {len(ws)} are words of the play")
 
 # %% [markdown]
-# Words of about the right length, line breaks, capitalised names, punctuation: the shape of a play, learned from
-# characters; only short common words are spelled right yet. Longer training and a larger model (section 14.8)
-# go further, at several times the cost per step.
+# Line breaks, speakers' names in capitals alone on their lines, punctuation, and words of about the right length:
+# the shape of a play, learned from characters. Most words of three letters or fewer are the play's own, most longer
+# ones are not (the cell above counts both in this sample; a sample may differ on another machine, whose vector width
+# rounds the float sums differently, and one different character changes all that follow). Longer training and a
+# larger model (section 14.8) go further, at several times the cost per step.
 #
 # **Dropout under replay.** A dropout mask drawn with NumPy and handed to the graph would be an array the
 # captured plan keeps: every replay would reuse the second call's mask. uopc's `Dropout` instead computes its
@@ -576,8 +593,9 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 # CPU with the same weights, batches and thread count, and prints the ratio and uopc's split into graph building,
 # scheduling and kernels, with and without the captured step. It runs uopc with `VectorOpt` (chapter 10's vector
 # matmuls; `--opt default` gives this chapter's optimizer). PyTorch is not a dependency of this repository.
-# NOTES 15 records two earlier runs, in which PyTorch's step was several times faster than uopc's even with the step
-# replayed: what was left after replay was uopc's kernels, many small ones where PyTorch calls a tuned GEMM. NOTES 26
+# NOTES 15 records three earlier runs, in which PyTorch's step was 8 to 9 times faster than uopc's step built every
+# time and, in the two runs made once a step could be captured, 3 to 4 times faster than the replayed step: what
+# was left after replay was uopc's kernels, many small ones where PyTorch calls a tuned GEMM. NOTES 26
 # and 27 record what closed that gap: the matmuls as vector code, the weight gradients' sums over batch and time
 # taken as matmuls too, small kernels run on one thread (waking OpenMP's workers cost more than their work), and a
 # padded read whose index simplifies as if unpadded (the split's gradient). On the machine named there, the replayed

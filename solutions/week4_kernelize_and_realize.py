@@ -216,7 +216,8 @@ print([(k.name, k.flops) for k in plan.kernels], "predicted:", 2 * n)
 
 # %% [markdown]
 # **Your task.** Predict, as a formula, the FLOPs of the plan of an (n, k) @ (k, m) matmul (all its kernels
-# together: there are two, a copy that transposes B and the product).
+# together: there are two, a copy that transposes B and the product). A formula, not a count: a `matmul_flops` that
+# calls the checks' `plan_flops` scores 0.
 
 # %%
 # TASK: matmul FLOPs
@@ -241,6 +242,7 @@ for shape in ((64, 32, 16), (100, 7, 33)):
 
 # %% tags=["hidden-test"]
 # POINTS: matmul FLOPs 2
+# SHORTCUTS: plan_flops
 ### BEGIN HIDDEN TESTS
 _shapes = [(64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2), tuple(seeded(7).integers(1, 50, 3).tolist())]
 for _shape in _shapes: record(f"{_shape}", matmul_flops(*_shape))
@@ -366,12 +368,15 @@ assert recorded["replaced"] == [], (f"PlanRunner.run: the second run of the plan
 # ## Exercise 8.2: DEBUG lines
 #
 # **Worked example.** With `DEBUG=2`, uopc's `realize` prints one line per kernel (Chapter 8): its name, its time
-# and its GFLOP/s. Here is one, captured:
+# and its GFLOP/s. Here is one, captured (its numbers replaced), and `debug_line`, which writes that line from a
+# kernel's name, its time in seconds and its FLOPs:
 
 # %%
 import contextlib
 import io
 import re
+import time
+from uopc.checks import check_below
 from uopc.helpers import Context
 
 buf = io.StringIO()
@@ -379,39 +384,112 @@ with contextlib.redirect_stdout(buf), Context(DEBUG=2): attention(*map(Tensor, o
 line = next(ln for ln in buf.getvalue().splitlines() if "GFLOP/s" in ln)
 print(re.sub(r"\s+[\d.]+ ms\s+[\d.]+ GFLOP/s", "  <time> ms  <rate> GFLOP/s", line))   # the name, then what varies
 
+
+def debug_line(name: str, seconds: float, flops: int) -> str:
+  """uopc's DEBUG=2 line for one kernel."""
+  return f"  {name:<30s}{seconds * 1e3:9.3f} ms{flops / seconds / 1e9:9.2f} GFLOP/s"
+
+
+print(debug_line("r_128_128_16", 0.000125, 524288))
+
 # %% [markdown]
-# **Your task.** `debug_line(name, seconds, flops)`: that line for a kernel that took `seconds` and counts `flops`:
-# two spaces, the name left-aligned in 30 columns, the time in milliseconds (9 columns, 3 decimals) and ` ms`, the
-# rate in GFLOP/s (9 columns, 2 decimals) and ` GFLOP/s`.
+# **Your task.** Chapter 8's exercise 2. `debug_report(plan, inputs, reps)` runs the plan `reps` times, as
+# `run_uopc_plan` does, timing **each kernel on its own**; it returns `(outs, rows)`: the outputs of the last run,
+# and one row `(name, seconds, flops)` per kernel of the plan, in the plan's order, where `seconds` is that kernel's
+# best time over the `reps` runs and `flops` what uopc counted for it. `debug_line(*row)` is then the line DEBUG=2
+# prints. Think about what belongs between the two clock readings, and why the best time (Chapter 8's pitfall: on a
+# busy machine a single time is often too long, never too short).
 
 # %%
 # TASK: DEBUG lines
-def debug_line(name: str, seconds: float, flops: int) -> str:
-  """uopc's DEBUG=2 line for one kernel."""
+def debug_report(plan, inputs: list[np.ndarray], reps: int = 3) -> tuple[list[np.ndarray], list[tuple]]:
+  """Run plan reps times: (the last run's outputs, [(name, best seconds, flops) per kernel, in order])."""
   ### BEGIN SOLUTION
-  return f"  {name:<30s}{seconds * 1e3:9.3f} ms{flops / seconds / 1e9:9.2f} GFLOP/s"
+  temps = [np.empty(n, np_dtype(d)) for d, n in plan.temps]   # allocated once: the later runs do not page-fault
+  times = [[] for _ in plan.kernels]
+  for _ in range(reps):
+    outs = [inputs[o[1]] if o[0] == "in" else np.empty(o[1], np_dtype(o[0])) for o in plan.outs]
+    arrays = {"in": inputs, "temp": temps, "out": outs}
+    for k, kern in enumerate(plan.kernels):
+      args = [arrays[kind][n] for kind, n in kern.args]   # outside the clock readings: not the kernel's time
+      start = time.perf_counter()
+      kern.prg(*args)
+      times[k].append(time.perf_counter() - start)
+  return outs, [(kern.name, min(times[k]), kern.flops) for k, kern in enumerate(plan.kernels)]
   ### END SOLUTION
 
 
-# %%
-check('debug_line("r_128_128_16", 0.000125, 524288)', debug_line("r_128_128_16", 0.000125, 524288),
-      "  r_128_128_16                      0.125 ms     4.19 GFLOP/s")
-check('debug_line("e_16_128", 2e-05, 0)', debug_line("e_16_128", 2e-05, 0),
-      "  e_16_128                          0.020 ms     0.00 GFLOP/s")
+# %% tags=["nbval-ignore-output"]
+a_np, b_np = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
+roots, inputs = normalize([(Tensor(a_np) @ Tensor(b_np)).uop])
+mm_plan = make_plan(roots, False, DefaultOpt)
+start = time.perf_counter()
+(out,), rows = debug_report(mm_plan, inputs, reps=3)
+wall = time.perf_counter() - start
+for row in rows: print(debug_line(*row))   # its times vary from run to run: nbval does not compare this cell
+print(f"the whole call: {wall * 1e3:.3f} ms for 3 runs")
+check("debug_report's output, (512, 512) @ (512, 512)", out.reshape(512, 512),
+      a_np.astype(np.float64) @ b_np.astype(np.float64), rtol=1e-4, atol=1e-3)
+check("the rows' names: the plan's kernels, in order", [row[0] for row in rows], [k.name for k in mm_plan.kernels])
+check("the rows' FLOPs: what uopc counted for each kernel", [row[2] for row in rows],
+      [k.flops for k in mm_plan.kernels])
+check_below("the kernels' best times added up (s), against the whole call's time for one run",
+            sum(row[1] for row in rows), wall / 3)
+copy, product = sorted(rows, key=lambda row: row[2])   # the copy does no arithmetic
+check("the product (the kernel that counts FLOPs) took longer than the copy", product[1] > copy[1], True)
 
 # %% [markdown]
-# Expected: two `ok` lines.
+# Expected: two lines like the one above (the copy's rate is 0.00 GFLOP/s: it does no arithmetic; the product's
+# depends on the machine), and five `ok` lines. A kernel's best time is never longer than its share of a run, so the
+# best times of one run's kernels add up to less than the call's time divided by the runs; a time that counts more
+# than the kernel (every kernel given the run's time, or the runs' times added) does not.
 
 # %% tags=["hidden-test"]
-# POINTS: DEBUG lines 2
+# POINTS: DEBUG lines 1
 ### BEGIN HIDDEN TESTS
-for _args in (("r_128_128_16", 0.000125, 524288), ("e_16_128", 2e-05, 0), ("r_1024_1024_64", 0.0123456, 134217728)):
-  record(f"{_args}", debug_line(*_args))
+_qkv = [seeded(31, _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+_roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
+(_out,), _rows = debug_report(make_plan(_roots, False, DefaultOpt), _inputs, reps=2)
+record("out", np.asarray(_out).copy())
+record("names", [str(_row[0]) for _row in _rows])
+record("flops", [int(_row[2]) for _row in _rows])
 # JUDGE
-for _args, _want in ((("r_128_128_16", 0.000125, 524288),
-                      "  r_128_128_16                      0.125 ms     4.19 GFLOP/s"),
-                     (("e_16_128", 2e-05, 0), "  e_16_128                          0.020 ms     0.00 GFLOP/s"),
-                     (("r_1024_1024_64", 0.0123456, 134217728),
-                      "  r_1024_1024_64                   12.346 ms    10.87 GFLOP/s")):
-  gradelib.expect_equal(recorded[f"{_args}"], _want, f"debug_line{_args}")
+from uopc.kernelize import make_plan as _make_plan, normalize as _normalize
+from uopc.opt import DefaultOpt as _DefaultOpt
+from uopc.tensor import Tensor as _Tensor
+_qkv = [seeded(31, _j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
+_q, _k, _v = map(_Tensor, _qkv)
+_plan = _make_plan(_normalize([((_q @ _k.T * (1 / math.sqrt(8))).softmax(-1) @ _v).uop])[0], False, _DefaultOpt)
+_got = recorded["out"]
+_got = _got.reshape(64, 8) if isinstance(_got, np.ndarray) and _got.size == 64 * 8 else _got
+gradelib.expect_close(_got, gradelib.attention_ref(*_qkv), "debug_report's output, attention N=64", 1e-4)
+gradelib.expect_equal(recorded["names"], [_kern.name for _kern in _plan.kernels],
+                      "debug_report's names (the plan's kernels, in order), attention N=64")
+gradelib.expect_equal(recorded["flops"], [_kern.flops for _kern in _plan.kernels],
+                      "debug_report's FLOPs per kernel, attention N=64")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: DEBUG lines 1
+### BEGIN HIDDEN TESTS
+import time as _time
+_a, _b = (seeded(32, _j).standard_normal((512, 512)).astype(np.float32) for _j in range(2))
+_roots, _inputs = normalize([(Tensor(_a) @ Tensor(_b)).uop])
+_plan = make_plan(_roots, False, DefaultOpt)
+_start = _time.perf_counter()
+_, _rows = debug_report(_plan, _inputs, reps=3)
+record("wall", _time.perf_counter() - _start)
+record("rows", [(str(_row[0]), float(_row[1]), int(_row[2])) for _row in _rows])
+# JUDGE
+_rows, _wall = recorded["rows"], recorded["wall"]
+_what = "debug_report(plan, inputs, reps=3), (512, 512) @ (512, 512)"
+assert len(_rows) == 2, f"{_what}: expected 2 rows (the copy and the product), got {len(_rows)}"
+_secs = [_row[1] for _row in _rows]
+assert all(math.isfinite(_s) and _s > 0 for _s in _secs), f"{_what}: the kernels' times are {_secs}, not positive"
+assert sum(_secs) < _wall / 3, (f"{_what}: the kernels' best times add up to {sum(_secs):.6f} s, more than one run "
+                                f"of the plan took ({_wall / 3:.6f} s = the call's {_wall:.6f} s / 3): each time must "
+                                f"be one kernel's, in one run")
+_copy, _product = sorted(_rows, key=lambda _row: _row[2])
+assert _product[1] > _copy[1], (f"{_what}: the product {_product[0]} ({_product[1]:.6f} s) is timed as no slower "
+                                f"than the copy {_copy[0]} ({_copy[1]:.6f} s)")
 ### END HIDDEN TESTS

@@ -9,8 +9,8 @@
 # %% [markdown]
 # # Week 7 assignment: GPU machinery and a GPT
 #
-# The exercises of Chapter 13 (GPU machinery: tensor-core fragments, local tiles, bank conflicts) and Chapter 14
-# (a GPT: its parameters and its optimizer). Each exercise has
+# Exercises on Chapter 13 (GPU machinery: bank conflicts, tensor-core fragments) and Chapter 14 (a GPT: its
+# optimizer and its parameters). Each exercise has
 # - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
@@ -22,15 +22,17 @@
 #
 # | exercise | task name | points |
 # |---|---|---|
+# | 13.2 | bank conflicts | 2 |
 # | 13.3a | fragment layout | 2 |
 # | 13.3b | emulate one mma | 3 |
-# | 13.2 | bank conflicts | 2 |
-# | 14.1 | count the parameters | 2 |
 # | 14.2 | AdamW step | 3 |
+# | 14.3 | count the parameters | 2 |
 #
-# An exercise's number is its chapter's and its place in the list at the chapter's end: 13.2 grades Chapter 13's
-# exercise 2 (the padded tile), 13.3a and 13.3b the layout tables that exercise 3 swaps, 14.1 Chapter 14's count
-# and 14.2 the bias-corrected update that its exercise 2 turns into Python floats.
+# An exercise's number is the section of its chapter that it practises (not a place in the list of exercises at
+# the chapter's end): 13.2 the bank conflicts of section 13.2, and the padding that Chapter 13's exercise 2 puts
+# into `lower_local_tile`; 13.3a and 13.3b the fragment tables and the lane-by-lane mma of 13.3; 14.2 AdamW's
+# update, written from Tensor ops in 14.2; 14.3 the parameters of 14.3's GPT, which Chapter 14's exercise 1 counts
+# by hand.
 #
 # Everything here runs on the CPU, with NumPy and uopc's CPU device: no GPU and no OpenCL device is needed. The
 # whole notebook runs in well under a minute on two cores.
@@ -66,6 +68,85 @@ from uopc.nn import GPT as _GPT, GPTConfig as _GPTConfig
 from uopc.optim import AdamW as _AdamW
 from uopc.tensor import Tensor as _Tensor
 
+
+# %% [markdown]
+# ## Exercise 13.2: bank conflicts
+#
+# Local memory has 32 banks, 4 bytes wide: float `i` lives in bank `i % 32`. A warp's read takes as many cycles as
+# the most *distinct* addresses any one bank serves (work-items reading the same address share one read, a
+# broadcast). In the 8 x 8 work-group of 13.2 a warp is `tid = ly * 8 + lx` for tid 0 to 31.
+#
+# **Worked example.** The B read of 13.2: work-item (ly, lx) reads `B[k * row + lx * 4]` (here k = 0).
+
+# %%
+def cycles(addresses: np.ndarray) -> int:
+  """Cycles a warp's local-memory read takes: the most distinct addresses any one bank serves."""
+  return max(len(set(addresses[addresses % 32 == bank].tolist())) for bank in range(32))
+
+
+ly, lx = np.divmod(np.arange(32), 8)
+print("B read:", cycles(lx * 4), "cycle")
+
+# %% [markdown]
+# **Your task.** The A read: work-item (ly, lx) reads `A[(ly * rows_per_item) * row + k]` (k = 0), where `row` is
+# the number of floats a row of the A tile takes in local memory (`bk`, or more when padded). Write
+# `a_read_cycles(row, rows_per_item)`, then `conflict_free_row(bk, rows_per_item)`: the smallest row of at least
+# `bk` floats whose A read takes one cycle (the padding Exercise 2 of Chapter 13 puts into `lower_local_tile`).
+
+# %%
+# TASK: bank conflicts
+def a_read_cycles(row: int, rows_per_item: int = 4) -> int:
+  """Cycles the warp's read of A[(ly * rows_per_item) * row] takes, tid = ly * 8 + lx for tid 0 to 31."""
+  ### BEGIN SOLUTION
+  ly, _ = np.divmod(np.arange(32), 8)
+  addresses = ly * rows_per_item * row
+  return max(len(set(addresses[addresses % 32 == bank].tolist())) for bank in range(32))
+  ### END SOLUTION
+
+
+def conflict_free_row(bk: int, rows_per_item: int = 4) -> int:
+  """The smallest row length (floats) of at least bk whose A read takes one cycle."""
+  ### BEGIN SOLUTION
+  # an odd row is conflict-free for up to 8 rows an item, so the search ends within 32 rows
+  return next(row for row in range(bk, bk + 32) if a_read_cycles(row, rows_per_item) == 1)
+  ### END SOLUTION
+
+
+# %%
+for row in (8, 9, 12, 16):
+  print(f"A tile rows of {row:2d} floats: the A read takes {a_read_cycles(row)} cycles")
+print("conflict-free rows: bk = 8 ->", conflict_free_row(8), "| bk = 16 ->", conflict_free_row(16),
+      "| bk = 16, 2 rows an item ->", conflict_free_row(16, 2))
+check("a_read_cycles(row) for rows of 8, 9, 12, 16 floats", [a_read_cycles(row) for row in (8, 9, 12, 16)],
+      [4, 1, 2, 4])
+check("conflict_free_row(bk) for bk = 8, 9, 16", [conflict_free_row(bk) for bk in (8, 9, 16)], [9, 9, 17])
+check("conflict_free_row(16, rows_per_item=2)", conflict_free_row(16, 2), 17)
+
+# %% [markdown]
+# Expected: 4, 1, 2 and 4 cycles; 9, 17 and 17; three `ok` lines. The four values of ly read rows `4 * row` floats
+# apart: with `row = 8` that is 32 floats, all in one bank; with one float of padding (9) the four rows start in
+# banks 0, 4, 8 and 12.
+
+# %% tags=["hidden-test"]
+# POINTS: bank conflicts 1
+### BEGIN HIDDEN TESTS
+for _row, _rpi in ((8, 4), (9, 4), (12, 4), (16, 4), (10, 4), (16, 2), (8, 2), (33, 4), (64, 1)):
+  record(f"a_read_cycles({_row}, {_rpi})", int(a_read_cycles(_row, _rpi)))
+# JUDGE
+for _row, _rpi, _want in ((8, 4, 4), (9, 4, 1), (12, 4, 2), (16, 4, 4), (10, 4, 1), (16, 2, 4), (8, 2, 2), (33, 4, 1),
+                          (64, 1, 4)):
+  gradelib.expect_equal(recorded[f"a_read_cycles({_row}, {_rpi})"], _want, f"a_read_cycles({_row}, {_rpi})")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: bank conflicts 1
+### BEGIN HIDDEN TESTS
+for _bk, _rpi in ((8, 4), (16, 4), (16, 2), (9, 4), (32, 1), (12, 4)):
+  record(f"conflict_free_row({_bk}, {_rpi})", int(conflict_free_row(_bk, _rpi)))
+# JUDGE
+for _bk, _rpi, _want in ((8, 4, 9), (16, 4, 17), (16, 2, 17), (9, 4, 9), (32, 1, 33), (12, 4, 13)):
+  gradelib.expect_equal(recorded[f"conflict_free_row({_bk}, {_rpi})"], _want, f"conflict_free_row({_bk}, {_rpi})")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Exercise 13.3a: fragment layout
@@ -162,7 +243,8 @@ print("back to the tile:", np.array_equal(back, tile), "| the same as wmma.to_fr
 # %% [markdown]
 # **Your task.** `mma_emulated(shape, a, b, c)`: what one `mma.sync` of `shape` does to the warp's registers,
 # D = A @ B + C in float32, fragments in (`a` (32, shape.a.per_lane), `b`, `c`), fragments out ((32,
-# shape.c.per_lane)). Use the positions of the tables, not `wmma.mma` (the grader compares with it).
+# shape.c.per_lane)). Use the positions of the tables, not `wmma.mma`: the grader compares with it, and a notebook
+# that calls it scores 0 for this task.
 
 # %%
 # TASK: emulate one mma
@@ -195,6 +277,7 @@ check("D from mma_emulated's fragments, against A @ B + C", D, A.astype(np.float
 
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 1
+# SHORTCUTS: mma
 ### BEGIN HIDDEN TESTS
 _r = seeded(5)
 _A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
@@ -210,6 +293,7 @@ gradelib.expect_close(recorded["D"], _wmma.mma(_hw, _fa, _fb, _fc),
 
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 2
+# SHORTCUTS: mma
 ### BEGIN HIDDEN TESTS
 for _shape in (wmma.M16N8K16, wmma.M16N8K8_TF32):
   _r = seeded(_shape.k)
@@ -235,162 +319,6 @@ for _shape in (_wmma.M16N8K16, _wmma.M16N8K8_TF32):
     if np.shape(_got) == _no_c.shape and np.allclose(np.asarray(_got, np.float64), _no_c, atol=1e-4):
       raise AssertionError(f"{_e}. It is A @ B: the accumulator C was not added") from None
     raise
-### END HIDDEN TESTS
-
-# %% [markdown]
-# ## Exercise 13.2: bank conflicts
-#
-# Local memory has 32 banks, 4 bytes wide: float `i` lives in bank `i % 32`. A warp's read takes as many cycles as
-# the most *distinct* addresses any one bank serves (work-items reading the same address share one read, a
-# broadcast). In the 8 x 8 work-group of 13.2 a warp is `tid = ly * 8 + lx` for tid 0 to 31.
-#
-# **Worked example.** The B read of 13.2: work-item (ly, lx) reads `B[k * row + lx * 4]` (here k = 0).
-
-# %%
-def cycles(addresses: np.ndarray) -> int:
-  """Cycles a warp's local-memory read takes: the most distinct addresses any one bank serves."""
-  return max(len(set(addresses[addresses % 32 == bank].tolist())) for bank in range(32))
-
-
-ly, lx = np.divmod(np.arange(32), 8)
-print("B read:", cycles(lx * 4), "cycle")
-
-# %% [markdown]
-# **Your task.** The A read: work-item (ly, lx) reads `A[(ly * rows_per_item) * row + k]` (k = 0), where `row` is
-# the number of floats a row of the A tile takes in local memory (`bk`, or more when padded). Write
-# `a_read_cycles(row, rows_per_item)`, then `conflict_free_row(bk, rows_per_item)`: the smallest row of at least
-# `bk` floats whose A read takes one cycle (the padding Exercise 2 of Chapter 13 puts into `lower_local_tile`).
-
-# %%
-# TASK: bank conflicts
-def a_read_cycles(row: int, rows_per_item: int = 4) -> int:
-  """Cycles the warp's read of A[(ly * rows_per_item) * row] takes, tid = ly * 8 + lx for tid 0 to 31."""
-  ### BEGIN SOLUTION
-  ly, _ = np.divmod(np.arange(32), 8)
-  addresses = ly * rows_per_item * row
-  return max(len(set(addresses[addresses % 32 == bank].tolist())) for bank in range(32))
-  ### END SOLUTION
-
-
-def conflict_free_row(bk: int, rows_per_item: int = 4) -> int:
-  """The smallest row length (floats) of at least bk whose A read takes one cycle."""
-  ### BEGIN SOLUTION
-  # an odd row is conflict-free for up to 8 rows an item, so the search ends within 32 rows
-  return next(row for row in range(bk, bk + 32) if a_read_cycles(row, rows_per_item) == 1)
-  ### END SOLUTION
-
-
-# %%
-for row in (8, 9, 12, 16):
-  print(f"A tile rows of {row:2d} floats: the A read takes {a_read_cycles(row)} cycles")
-print("conflict-free rows: bk = 8 ->", conflict_free_row(8), "| bk = 16 ->", conflict_free_row(16),
-      "| bk = 16, 2 rows an item ->", conflict_free_row(16, 2))
-check("a_read_cycles(row) for rows of 8, 9, 12, 16 floats", [a_read_cycles(row) for row in (8, 9, 12, 16)],
-      [4, 1, 2, 4])
-check("conflict_free_row(bk) for bk = 8, 9, 16", [conflict_free_row(bk) for bk in (8, 9, 16)], [9, 9, 17])
-check("conflict_free_row(16, rows_per_item=2)", conflict_free_row(16, 2), 17)
-
-# %% [markdown]
-# Expected: 4, 1, 2 and 4 cycles; 9, 17 and 17; three `ok` lines. The four values of ly read rows `4 * row` floats
-# apart: with `row = 8` that is 32 floats, all in one bank; with one float of padding (9) the four rows start in
-# banks 0, 4, 8 and 12.
-
-# %% tags=["hidden-test"]
-# POINTS: bank conflicts 1
-### BEGIN HIDDEN TESTS
-for _row, _rpi in ((8, 4), (9, 4), (12, 4), (16, 4), (10, 4), (16, 2), (8, 2), (33, 4), (64, 1)):
-  record(f"a_read_cycles({_row}, {_rpi})", int(a_read_cycles(_row, _rpi)))
-# JUDGE
-for _row, _rpi, _want in ((8, 4, 4), (9, 4, 1), (12, 4, 2), (16, 4, 4), (10, 4, 1), (16, 2, 4), (8, 2, 2), (33, 4, 1),
-                          (64, 1, 4)):
-  gradelib.expect_equal(recorded[f"a_read_cycles({_row}, {_rpi})"], _want, f"a_read_cycles({_row}, {_rpi})")
-### END HIDDEN TESTS
-
-# %% tags=["hidden-test"]
-# POINTS: bank conflicts 1
-### BEGIN HIDDEN TESTS
-for _bk, _rpi in ((8, 4), (16, 4), (16, 2), (9, 4), (32, 1), (12, 4)):
-  record(f"conflict_free_row({_bk}, {_rpi})", int(conflict_free_row(_bk, _rpi)))
-# JUDGE
-for _bk, _rpi, _want in ((8, 4, 9), (16, 4, 17), (16, 2, 17), (9, 4, 9), (32, 1, 33), (12, 4, 13)):
-  gradelib.expect_equal(recorded[f"conflict_free_row({_bk}, {_rpi})"], _want, f"conflict_free_row({_bk}, {_rpi})")
-### END HIDDEN TESTS
-
-# %% [markdown]
-# ## Exercise 14.1: count the parameters
-#
-# **Worked example.** A Linear layer from `n_in` to `n_out` features holds an (n_out, n_in) weight and, with bias,
-# n_out more; a LayerNorm of C features a weight of C and, with bias, C more. uopc's modules agree:
-
-# %%
-from uopc.nn import LayerNorm, Linear
-
-
-def linear_parameters(n_in: int, n_out: int, bias: bool = True) -> int: return n_in * n_out + (n_out if bias else 0)
-
-
-print("Linear(64, 256):", linear_parameters(64, 256), "=", Linear(64, 256).num_parameters(),
-      "| LayerNorm(64):", LayerNorm(64).num_parameters())
-
-# %% [markdown]
-# **Your task.** `gpt_parameters(cfg)`: the parameter count of `GPT(cfg)` from its configuration (Chapter 14.3):
-# token and position embeddings; per block two LayerNorms, the attention's `qkv` (C -> 3C) and `proj` (C -> C)
-# and the MLP's `fc` (C -> 4C) and `proj` (4C -> C); the final LayerNorm; and a head (V x C, no bias) only when
-# the weights are not tied. `cfg.bias` says whether the Linears and LayerNorms have biases.
-
-# %%
-# TASK: count the parameters
-def gpt_parameters(cfg: GPTConfig) -> int:
-  """The number of parameters of GPT(cfg), from cfg alone."""
-  ### BEGIN SOLUTION
-  C, bias = cfg.n_embd, cfg.bias
-  layernorm = C + (C if bias else 0)
-  block = (2 * layernorm + linear_parameters(C, 3 * C, bias) + linear_parameters(C, C, bias)
-           + linear_parameters(C, 4 * C, bias) + linear_parameters(4 * C, C, bias))
-  head = 0 if cfg.tie_weights else cfg.vocab_size * C
-  return cfg.vocab_size * C + cfg.block_size * C + cfg.n_layer * block + layernorm + head
-  ### END SOLUTION
-
-
-# %%
-cfg = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64)   # Chapter 14's model
-print(f"{gpt_parameters(cfg)} parameters counted, GPT(cfg) has {GPT(cfg, seed=0).num_parameters()}")
-untied = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64, tie_weights=False)
-print(f"an untied head adds {gpt_parameters(untied) - gpt_parameters(cfg)}")
-check("gpt_parameters(Chapter 14's config)", gpt_parameters(cfg), GPT(cfg, seed=0).num_parameters())
-check("gpt_parameters(the same, tie_weights=False)", gpt_parameters(untied), GPT(untied, seed=0).num_parameters())
-
-# %% [markdown]
-# Expected: 57024 both times, and 4864 = 76 x 64 for the untied head (the head is a V x C matrix, no bias).
-
-# %% tags=["hidden-test"]
-# POINTS: count the parameters 1
-# SHORTCUTS: num_parameters
-### BEGIN HIDDEN TESTS
-_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
-for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
-# JUDGE
-# counted by the grader's own GPT
-_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
-for _kw in _configs:
-  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
-                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
-### END HIDDEN TESTS
-
-# %% tags=["hidden-test"]
-# POINTS: count the parameters 1
-# SHORTCUTS: num_parameters
-### BEGIN HIDDEN TESTS
-_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
-            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
-for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
-# JUDGE
-# counted by the grader's own GPT
-_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
-            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
-for _kw in _configs:
-  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
-                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -521,4 +449,81 @@ for _t in range(1, 6):
   _opt.zero_grad(); _loss.backward(); _opt.step(_loss)
   gradelib.expect_close(recorded[f"step {_t}"], _pt.numpy(), f"step {_t} of adamw_step against uopc.optim.AdamW "
                         "(lr=0.05, betas=(0.8, 0.9), weight_decay=0.2): the parameter", tol=1e-9)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 14.3: count the parameters
+#
+# **Worked example.** A Linear layer from `n_in` to `n_out` features holds an (n_out, n_in) weight and, with bias,
+# n_out more; a LayerNorm of C features a weight of C and, with bias, C more. uopc's modules agree:
+
+# %%
+from uopc.nn import LayerNorm, Linear
+
+
+def linear_parameters(n_in: int, n_out: int, bias: bool = True) -> int: return n_in * n_out + (n_out if bias else 0)
+
+
+print("Linear(64, 256):", linear_parameters(64, 256), "=", Linear(64, 256).num_parameters(),
+      "| LayerNorm(64):", LayerNorm(64).num_parameters())
+
+# %% [markdown]
+# **Your task.** `gpt_parameters(cfg)`: the parameter count of `GPT(cfg)` from its configuration (Chapter 14.3):
+# token and position embeddings; per block two LayerNorms, the attention's `qkv` (C -> 3C) and `proj` (C -> C)
+# and the MLP's `fc` (C -> 4C) and `proj` (4C -> C); the final LayerNorm; and a head (V x C, no bias) only when
+# the weights are not tied. `cfg.bias` says whether the Linears and LayerNorms have biases.
+
+# %%
+# TASK: count the parameters
+def gpt_parameters(cfg: GPTConfig) -> int:
+  """The number of parameters of GPT(cfg), from cfg alone."""
+  ### BEGIN SOLUTION
+  C, bias = cfg.n_embd, cfg.bias
+  layernorm = C + (C if bias else 0)
+  block = (2 * layernorm + linear_parameters(C, 3 * C, bias) + linear_parameters(C, C, bias)
+           + linear_parameters(C, 4 * C, bias) + linear_parameters(4 * C, C, bias))
+  head = 0 if cfg.tie_weights else cfg.vocab_size * C
+  return cfg.vocab_size * C + cfg.block_size * C + cfg.n_layer * block + layernorm + head
+  ### END SOLUTION
+
+
+# %%
+cfg = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64)   # Chapter 14's model
+print(f"{gpt_parameters(cfg)} parameters counted, GPT(cfg) has {GPT(cfg, seed=0).num_parameters()}")
+untied = GPTConfig(vocab_size=76, block_size=32, n_layer=1, n_head=2, n_embd=64, tie_weights=False)
+print(f"an untied head adds {gpt_parameters(untied) - gpt_parameters(cfg)}")
+check("gpt_parameters(Chapter 14's config)", gpt_parameters(cfg), GPT(cfg, seed=0).num_parameters())
+check("gpt_parameters(the same, tie_weights=False)", gpt_parameters(untied), GPT(untied, seed=0).num_parameters())
+
+# %% [markdown]
+# Expected: 57024 both times, and 4864 = 76 x 64 for the untied head (the head is a V x C matrix, no bias).
+
+# %% tags=["hidden-test"]
+# POINTS: count the parameters 1
+# SHORTCUTS: num_parameters
+### BEGIN HIDDEN TESTS
+_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
+for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
+# JUDGE
+# counted by the grader's own GPT
+_configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
+for _kw in _configs:
+  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
+                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
+### END HIDDEN TESTS
+
+# %% tags=["hidden-test"]
+# POINTS: count the parameters 1
+# SHORTCUTS: num_parameters
+### BEGIN HIDDEN TESTS
+_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
+            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
+for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
+# JUDGE
+# counted by the grader's own GPT
+_configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
+            dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]
+for _kw in _configs:
+  gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
+                        f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
 ### END HIDDEN TESTS

@@ -24,7 +24,8 @@ import sandbox  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
 SEED = "27"
-WEEK1, WEEK3, WEEK7 = "week1_why_compile", "week3_gemm_by_hand", "week7_gpu_machinery_and_a_gpt"
+WEEK1, WEEK3, WEEK4, WEEK7 = ("week1_why_compile", "week3_gemm_by_hand", "week4_kernelize_and_realize",
+                              "week7_gpu_machinery_and_a_gpt")
 
 TAMPER = r'''
 import builtins, ast, sys, types
@@ -163,6 +164,16 @@ def gpt_parameters(cfg):
   return GPT(cfg, seed=0).num_parameters()   # uopc's finished count
 '''
 
+MMA_SHORTCUT = r'''
+def mma_emulated(shape, a, b, c):
+  return wmma.mma(shape, a, b, c)   # uopc's emulation, which the hidden tests compare with
+'''
+
+PLAN_FLOPS_SHORTCUT = r'''
+def matmul_flops(n, m, k):
+  return plan_flops(n, m, k)   # the visible check's own count of the plan, not a formula
+'''
+
 
 CACHES = ("__pycache__/", ".hypothesis/", ".ruff_cache/", ".pytest_cache/")
 # what the grader's own judges may add to its kernel cache: uopc's compiled reference kernels, by uopc's naming
@@ -275,13 +286,19 @@ def test_harm_does_not_outlive_the_submission(tmp_path, env):
 
 
 def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
-  """Answers from a table of the visible inputs; a slow baseline to time against; uopc's finished function."""
+  """Answers from a table of the visible inputs; a slow baseline to time against; uopc's finished function (week 7's
+  GPT count and mma, week 4's count of the plan in place of a formula)."""
   score = graded_unharmed(attack(WEEK1, tmp_path, "lookup", [LOOKUP]), env)
   assert points(score)["cost table"] == 0, score
   score = graded_unharmed(attack(WEEK3, tmp_path, "slow_baseline", [SLOW_BASELINE], base="solution"), env)
   tiled = score["tasks"]["4x4 register tile"]
   assert tiled["points"] == 3, tiled   # the values are right (it is the naive kernel); structure and speed are not
   assert [t["status"] for t in tiled["tests"] if t["kind"] == "speed"] == ["error"], tiled
-  score = graded_unharmed(attack(WEEK7, tmp_path, "shortcut", [SHORTCUT], base="solution"), env)
-  assert points(score)["count the parameters"] == 0 and score["total"] == score["max"] - 2, points(score)
+  score = graded_unharmed(attack(WEEK7, tmp_path, "shortcut", [SHORTCUT, MMA_SHORTCUT], base="solution"), env)
+  got = points(score)
+  assert got["count the parameters"] == got["emulate one mma"] == 0 and score["total"] == score["max"] - 5, got
   assert "Shortcut: the notebook uses uopc's num_parameters" in json.dumps(score)
+  assert "Shortcut: the notebook uses uopc's mma," in json.dumps(score)
+  score = graded_unharmed(attack(WEEK4, tmp_path, "plan_flops", [PLAN_FLOPS_SHORTCUT], base="solution"), env)
+  assert points(score)["matmul FLOPs"] == 0 and score["total"] == score["max"] - 2, points(score)
+  assert "Shortcut: the notebook uses uopc's plan_flops" in json.dumps(score)

@@ -15,9 +15,8 @@ WRONG = [
   # fresh temporaries on every run: right values, but the structure test sees new arrays
   Wrong("reused temporaries", "    if id(plan) not in self.temps: self.temps[id(plan)]", "    self.temps[id(plan)]",
         "the second run of the plan replaced its temporaries"),
-  # milliseconds where seconds belong
-  Wrong("DEBUG lines", "flops / seconds / 1e9", "flops / (seconds * 1e3) / 1e9",
-        "debug_line('r_128_128_16', 0.000125, 524288): expected"),
+  # the runs' times added up, not the best of them: a kernel's time is then longer than a run of the plan
+  Wrong("DEBUG lines", "min(times[k])", "sum(times[k])", "the kernels' best times add up to"),
 ]
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
