@@ -181,7 +181,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     return Tensor(np.random.default_rng(seed).standard_normal(_shape_arg(shape)).astype(np.float32))
 
   # ---- the graph nodes the mixins are written with ----
-  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor: return Tensor(UOp(op, (self.uop, *(s.uop for s in srcs))))
+  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor: return Tensor(UOp(op, (self.uop, *[s.uop for s in srcs])))
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
   def _rop(self, op: Ops, n: int) -> Tensor: return Tensor(UOp(Ops.REDUCE, (self.uop,), (op, n)))
   def _holds_data(self) -> bool: return is_contiguous_buffer(self.uop)

@@ -142,7 +142,7 @@ class UOp(metaclass=_UOpMeta):
       if u in seen: continue
       seen.add(u)
       stack.append((u, True))
-      stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+      stack.extend([(s, False) for s in reversed(u.src) if s not in seen])
     self.__dict__["_below"] = tuple(order[:-1])
     return order
 
