@@ -1,6 +1,7 @@
 """Training as nanoGPT trains it (issue 29): presets, AdamW's parameter groups and gradient clipping against NumPy
 in float64, the schedule, checkpoints that resume exactly, dropout drawn afresh at every replay of a captured step
 (uopc.rng), the baby model for a few steps, and the PyTorch twin when torch is importable."""
+import gc
 import math
 import numpy as np
 import pytest
@@ -139,6 +140,23 @@ def test_evaluation_uses_fixed_batches():
   a, b = t.evaluate(), t.evaluate()
   t.step()
   assert a == b and t.evaluate() != a
+
+
+# ---- the garbage collector: frozen by the Trainer, on purpose and only when asked ----
+def test_trainer_freezes_the_collector_only_when_asked():
+  cfg, tc = preset("chapter", **SMALL)
+  gc.unfreeze()
+  try:
+    off = Trainer(GPT(cfg, seed=0), tc, IDS, IDS, jit=False, freeze_gc=False)
+    lost = [off.step() for _ in range(2)]
+    assert gc.get_freeze_count() == 0                                     # freeze_gc=False: the collector as it was
+    on = Trainer(GPT(cfg, seed=0), tc, IDS, IDS, jit=False)
+    made = gc.get_freeze_count()
+    assert made > 0                                                       # after the model and optimizer
+    got = [on.step() for _ in range(2)]
+    assert gc.get_freeze_count() > made                                   # and after the first step
+    assert got == lost                                                    # the same values either way
+  finally: gc.unfreeze()
 
 
 # ---- the baby model, a few steps ----

@@ -118,10 +118,10 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
   # only nodes on a path to a target need a gradient
   needed: set[UOp] = set()
   for u in topo:
-    if u in targets or any(s in needed for s in u.src): needed.add(u)
+    if u in targets or not needed.isdisjoint(u.src): needed.add(u)   # a set method: no Python loop per node
   grads: dict[UOp, TensorLike] = {f.uop: seed}
   for u in reversed(topo):
-    if u not in grads or u in targets or u.op in NO_GRADIENT or not any(s in needed for s in u.src): continue
+    if u not in grads or u in targets or u.op in NO_GRADIENT or needed.isdisjoint(u.src): continue
     if u.op not in DERIVATIVES: raise NotImplementedError(f"gradient: no derivative rule for {u.op}")
     srcs = [T(s) for s in u.src]
     for s, gs in zip(u.src, DERIVATIVES[u.op](T(u), srcs, grads[u], u.arg)):

@@ -13,6 +13,12 @@ class DType:
   kind: str       # "f" float, "i" signed int, "u" unsigned int, "b" bool, "v" void
   count: int = 1  # lanes: 1 for a scalar; dtypes.f32.vec(16) is 16 floats in one register (chapter 10, vector code)
 
+  # every UOp's key in the node table holds its dtype, so a dtype is hashed at every node built: the hash of the
+  # fields, computed once (the dataclass's generated __hash__ rebuilt and hashed their tuple every time)
+  def __post_init__(self): object.__setattr__(self, "_hash", hash((self.name, self.itemsize, self.kind, self.count)))
+  def __hash__(self): return self._hash
+  # str hashes differ between processes: an unpickled dtype is built anew (its hash computed here), not restored
+  def __reduce__(self): return DType, (self.name, self.itemsize, self.kind, self.count)
   def __repr__(self): return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
   def vec(self, lanes: int) -> DType:
     """This scalar dtype with `lanes` lanes: one node of the loop IR then computes `lanes` values at once."""

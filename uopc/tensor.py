@@ -55,14 +55,15 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
-    if isinstance(data, UOp): self.uop = data
+    if isinstance(data, UOp):   # the common case: a node a Tensor method just built
+      if device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
+      self.uop = data
     else:
       arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
-    if isinstance(data, UOp) and device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
     self.grad, self.lazy = None, None
     self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
@@ -180,7 +181,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     return Tensor(np.random.default_rng(seed).standard_normal(_shape_arg(shape)).astype(np.float32))
 
   # ---- the graph nodes the mixins are written with ----
-  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor: return Tensor(UOp(op, (self.uop, *(s.uop for s in srcs))))
+  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor: return Tensor(UOp(op, (self.uop, *[s.uop for s in srcs])))
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
   def _rop(self, op: Ops, n: int) -> Tensor: return Tensor(UOp(Ops.REDUCE, (self.uop,), (op, n)))
   def _holds_data(self) -> bool: return is_contiguous_buffer(self.uop)

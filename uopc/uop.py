@@ -73,7 +73,7 @@ class _UOpMeta(type):
     src = tuple(src)
     for s in src:
       if not isinstance(s, UOp): raise TypeError(f"{op}: sources must be UOps, got {type(s).__name__} {s!r}")
-    if dtype is None: dtype = _infer_dtype(op, src, arg)
+    if dtype is None: dtype = src[0].dtype if op in _SRC0_DTYPE and src else _infer_dtype(op, src, arg)
     # 0.0 == -0.0 and nan != nan in Python: key floats by their repr so each constant is its own node
     key = (op, dtype, src, ("float", repr(arg)) if isinstance(arg, float) else arg)
     if (ref := _nodes.get(key)) is not None and (hit := ref()) is not None: return hit
@@ -91,6 +91,16 @@ def _const_like(x: UOp, v) -> UOp:
   if not x.dtype.is_float and isinstance(v, float) and not (v.is_integer() or is_inf(v)):
     raise TypeError(f"{v!r} is not a whole number, but it meets an integer {x.op} ({x.dtype}); cast first")
   return UOp.const(v, x.dtype)
+
+
+class _Shape:
+  """UOp.shape: computed on first use and stored in the node's __dict__ under the same name. A descriptor without
+  __set__, so every later u.shape is a plain attribute read (no Python call): Tensor methods read shapes at every
+  node they build."""
+  def __get__(self, u: UOp | None, owner=None):
+    if u is None: return self
+    u.__dict__["shape"] = s = _shape(u)
+    return s
 
 
 class UOp(metaclass=_UOpMeta):
@@ -132,7 +142,7 @@ class UOp(metaclass=_UOpMeta):
       if u in seen: continue
       seen.add(u)
       stack.append((u, True))
-      stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+      stack.extend([(s, False) for s in reversed(u.src) if s not in seen])
     self.__dict__["_below"] = tuple(order[:-1])
     return order
 
@@ -219,11 +229,7 @@ class UOp(metaclass=_UOpMeta):
     return UOp(Ops.END, (self, *ranges)) if ranges else self
 
   # ---- tensor-level shape ----
-  @property
-  def shape(self) -> tuple[int, ...]:
-    """The shape of a tensor-level node (loop-level nodes are scalars: ())."""
-    if "_shape" not in self.__dict__: self.__dict__["_shape"] = _shape(self)
-    return self.__dict__["_shape"]
+  shape = _Shape()   # the shape of a tensor-level node (loop-level nodes are scalars: ()), computed once per node
 
   # ---- printing ----
   def __repr__(self) -> str: return pretty(self)

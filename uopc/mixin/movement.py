@@ -54,7 +54,9 @@ class MovementMixin(ElementwiseMixin):
 
   def _broadcast(self, shape: tuple[int, ...]) -> Self:
     """expand(shape) for a shape known to broadcast self's: the same nodes, without expand's checks."""
-    x = self if len(shape) == self.ndim else self._mv(Ops.RESHAPE, (1,) * (len(shape) - self.ndim) + self.shape)
+    have = self.shape
+    if have == shape: return self
+    x = self if len(shape) == len(have) else self._mv(Ops.RESHAPE, (1,) * (len(shape) - len(have)) + have)
     return x if x.shape == shape else x._mv(Ops.EXPAND, shape)
 
   def permute(self, *order) -> Self:

@@ -29,6 +29,7 @@ def shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
   """Sizes as Python ints: one tuple/list or several integers (NumPy integers too). Anything else raises before a
   node is built: a float size would hash like its integer and poison the node cache."""
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  if all(type(s) is int for s in shape): return tuple(shape)   # the common case, checked at C speed (bool is no int)
   for s in shape:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
       raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")

@@ -12,7 +12,7 @@ uopc.jit.TinyJit: everything that changes between steps is data (the batch, the 
 b^t, a dropout seed that the replay draws afresh), never a constant in the graph.
 """
 from __future__ import annotations
-import json, math
+import gc, json, math
 from dataclasses import dataclass, asdict, replace
 import numpy as np
 from uopc.jit import TinyJit
@@ -102,7 +102,15 @@ def read_checkpoint(path, vocab_size: int | None = None) -> tuple[dict, dict]:
 
 
 class Trainer:
-  def __init__(self, model: GPT, tc: TrainConfig, train_ids: np.ndarray, val_ids: np.ndarray, jit: bool = True):
+  """Trains a GPT with tc's recipe. freeze_gc (default True) calls gc.freeze() once the model and optimizer exist and
+  again after the first step (its plan, kernels and cached graph made): those long-lived objects leave the cyclic
+  garbage collector's generations. A step built every time (jit=False) makes ~10,000 new nodes; they die by reference
+  count (UOps form no cycles), but their allocations trigger full collections, which walked every object of the
+  process (~200,000, about 150 ms each; NOTES 37). Frozen objects are still freed by reference count; only a cycle
+  among them would wait for gc.unfreeze(). This is a process-wide setting, made here on purpose: freeze_gc=False
+  leaves the collector as it was."""
+  def __init__(self, model: GPT, tc: TrainConfig, train_ids: np.ndarray, val_ids: np.ndarray, jit: bool = True,
+               freeze_gc: bool = True):
     self.model, self.tc, self.train_ids, self.val_ids = model, tc, train_ids, val_ids
     self.opt = configure_optimizer(model, tc)
     self.rng = np.random.default_rng(tc.seed)          # the training batches
@@ -113,6 +121,8 @@ class Trainer:
     self._eval = TinyJit(self._eval_loss) if jit else self._eval_loss
     self._val_batches: list[tuple[np.ndarray, np.ndarray]] = []
     self._val_rng = np.random.default_rng(1234)        # the validation batches: drawn once, the same at every call
+    self._freeze = freeze_gc
+    if freeze_gc: _freeze()
 
   def _train_step(self, x: Tensor, y: Tensor) -> Tensor:
     _, loss = self.model(x, y)
@@ -135,6 +145,7 @@ class Trainer:
     self.opt.lr = lr_at(self.step_count, self.tc)      # into its buffer: the captured step reads it
     x, y = self.batch()
     loss = self._step(Tensor(x), Tensor(y)).item()
+    if self._freeze and not self.losses: _freeze()    # the first step's plan and graph are long-lived too
     self.step_count += 1
     self.losses.append(loss)
     return loss
@@ -182,6 +193,12 @@ class Trainer:
     t.rng.bit_generator.state = meta["rng"]
     for g, s in zip(t.dropout_generators(), meta["dropout"]): g.bit_generator.state = s
     return t
+
+
+def _freeze() -> None:
+  """Collect what is garbage now, then move every surviving object out of the collector's generations."""
+  gc.collect()
+  gc.freeze()
 
 
 def sample(model: GPT, tok, prompt: str = PROMPT, n: int = 300, temperature: float = 0.8, top_k: int | None = 20,
