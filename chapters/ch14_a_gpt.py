@@ -389,6 +389,16 @@ print(f"one step: {len(roots)} roots, {len(plan.kernels)} kernels ({reduces} red
 # %% tags=["nbval-ignore-output"]
 print(f"graph building {build_s * 1e3:.1f} ms, schedule {kt['schedule_s'] * 1e3:.1f} ms, "
       f"kernels {kt['total_s'] * 1e3:.1f} ms (CPU time)")
+import matplotlib.pyplot as plt
+parts = {"graph building (Python)": build_s, "schedule": kt["schedule_s"], "kernels (C)": kt["total_s"]}
+fig, ax = plt.subplots(figsize=(7, 1.6))
+left = 0.0
+for (label, seconds), color in zip(parts.items(), ["tab:orange", "tab:gray", "tab:blue"]):
+  ax.barh(0, seconds * 1e3, left=left, color=color, label=label); left += seconds * 1e3
+ax.set_yticks([]); ax.set_xlabel("ms of CPU time, one step built every time")
+ax.set_title("Where one step's time goes (this machine, this run)")
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, frameon=False)
+plt.show()
 order = np.argsort(kt["kernel_s"])[::-1]
 print("the five slowest kernels:")
 for j in order[:5]:

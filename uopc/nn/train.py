@@ -122,7 +122,7 @@ class Trainer:
     self._val_batches: list[tuple[np.ndarray, np.ndarray]] = []
     self._val_rng = np.random.default_rng(1234)        # the validation batches: drawn once, the same at every call
     self._freeze = freeze_gc
-    if freeze_gc: _freeze()
+    if freeze_gc: freeze_collector()
 
   def _train_step(self, x: Tensor, y: Tensor) -> Tensor:
     _, loss = self.model(x, y)
@@ -145,7 +145,7 @@ class Trainer:
     self.opt.lr = lr_at(self.step_count, self.tc)      # into its buffer: the captured step reads it
     x, y = self.batch()
     loss = self._step(Tensor(x), Tensor(y)).item()
-    if self._freeze and not self.losses: _freeze()    # the first step's plan and graph are long-lived too
+    if self._freeze and not self.losses: freeze_collector()    # the first step's plan and graph are long-lived too
     self.step_count += 1
     self.losses.append(loss)
     return loss
@@ -195,7 +195,7 @@ class Trainer:
     return t
 
 
-def _freeze() -> None:
+def freeze_collector() -> None:
   """Collect what is garbage now, then move every surviving object out of the collector's generations."""
   gc.collect()
   gc.freeze()
