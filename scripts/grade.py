@@ -41,6 +41,7 @@ import nbformat
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "grader")]
 import judge  # noqa: E402
+from phases import Clock  # noqa: E402
 import release  # noqa: E402
 import sandbox  # noqa: E402
 import shortcuts  # noqa: E402
@@ -111,6 +112,7 @@ class Report:
   kernel_restarts: int = 0
   note: str = ""
   seed: int = 0
+  phases: dict = field(default_factory=dict)   # seconds per phase (where the time goes): grader/phases.py
 
 
 def student_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
@@ -261,12 +263,19 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     return report
   cells = student_cells(nb)
   job = Path(tempfile.mkdtemp(prefix="uopc-grade-"))
+  clock = Clock(report.phases)
   try:
     plan = {"cwd": sandbox.HOME, "cells": cells, "probes": [t.probe for t in tests], "seed": seed,
             "timeout": timeout, "test_timeout": test_timeout, "budget": budget}
     wall = budget + (len(tests) + 3) * (test_timeout + 10) + 60
-    ran = _run_sandbox(plan, job / "out", wall, seed_cache(solution))
+    course_tree()
+    clock.lap("course")
+    warm = seed_cache(solution)
+    clock.lap("seed_cache")
+    ran = _run_sandbox(plan, job / "out", wall, warm)
+    clock.lap("sandbox")
     result = read_result(job / "out")
+    clock.inside(result)
     report.student_cells = _cells_report(result)
     restarts = result.get("restarts")
     report.kernel_restarts = restarts if type(restarts) is int and restarts >= 0 else 0
@@ -274,9 +283,10 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     if ran.timed_out: report.note = short(f"the sandbox ran past {wall:.0f} s and was stopped. {report.note}")
     elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
                                          f"{ran.log[-300:]}")
-    ns = judge.namespace(setup_cells(solution_nb), seed,
-                         time_kernels=lambda *a, **kw: timing.time_kernels(*a, course=course_tree(), **kw))
+    speed = clock.timed("speed", lambda *a, **kw: timing.time_kernels(*a, course=course_tree(), **kw))
+    ns = judge.namespace(setup_cells(solution_nb), seed, time_kernels=speed)
     given = given_cells(solution)
+    clock.lap("judge_setup")
     for k, t in enumerate(tests):
       status, error, secs = _probe_outcome(result, k)
       values_ok = all(x["status"] == "ok" for x in report.tasks[t.task]["tests"] if x["kind"] == "values")
@@ -296,6 +306,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       report.total += got
       task["tests"].append({"cell": t.cell, "kind": t.kind, "points": got, "max": t.points, "status": status,
                             "error": error, "seconds": secs})
+    clock.lap("judges")
   finally:
     shutil.rmtree(job, ignore_errors=True)
   return report
