@@ -36,7 +36,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-import nbformat
+# nbformat imports jsonschema, which builds rfc3987_syntax's IRI grammar on import (2 s of CPU, more than the rest of
+# the grader's imports together); no notebook schema checks an IRI, and jsonschema leaves that format out when the
+# module cannot be imported
+sys.modules.setdefault("rfc3987_syntax", None)
+import nbformat  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "grader")]
@@ -46,6 +50,7 @@ import release  # noqa: E402
 import sandbox  # noqa: E402
 import shortcuts  # noqa: E402
 import timing  # noqa: E402
+import trusted  # noqa: E402
 from kernel import short  # noqa: E402
 
 ROOT = HERE.parent
@@ -165,6 +170,7 @@ def seed_cache(solution: Path) -> Path | None:
     plan = {"cwd": sandbox.HOME, "cells": student_cells(nb), "probes": [], "seed": 0, "timeout": 120,
             "test_timeout": 60, "budget": 900, "export_cache": True}
     _run_sandbox(plan, job / "out", wall=1200)
+    trusted.adopt(job / "out" / "sources")   # the given code's kernels, compiled by the grader, for every sandbox
     made = job / "out" / "cache"
     made.mkdir(exist_ok=True)   # an empty seed, if the run left nothing: it is not made again every time
     for d, dirs, files in os.walk(made):   # the grader's now: every sandbox's UID reads it, none writes it
@@ -197,7 +203,8 @@ def _run_sandbox(plan: dict, out: Path, wall: float, warm: Path | None = None) -
   """runner.py in a sandbox on plan; out is its /job/out; warm, a seed_cache() it starts its ~/.cache from."""
   python = "/venv/bin/python" if sys.prefix != sys.base_prefix else sys.executable
   ro = [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")] + ([(str(warm), "/seed")] if warm else [])
-  return sandbox.run([python, "/grader/runner.py"], ro, out, json.dumps(plan).encode(), sandbox.Limits(wall_s=wall))
+  return sandbox.run([python, "/grader/runner.py"], ro + trusted.binds(), out, json.dumps(plan).encode(),
+                     sandbox.Limits(wall_s=wall), env=trusted.ENV)
 
 
 def given_cells(solution: Path) -> set[str]:
@@ -276,6 +283,8 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     clock.lap("sandbox")
     result = read_result(job / "out")
     clock.inside(result)
+    report.phases["kernels_adopted"] = trusted.adopt(job / "out" / "sources")   # for later sandboxes (trusted.py)
+    clock.lap("adopt")
     report.student_cells = _cells_report(result)
     restarts = result.get("restarts")
     report.kernel_restarts = restarts if type(restarts) is int and restarts >= 0 else 0
