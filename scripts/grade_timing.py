@@ -5,8 +5,9 @@
 
 Each tree grades its own solutions/<week>.ipynb with its own scripts/grade.py (`make grade NB=solutions/<week>.ipynb`
 as it was then and as it is now), the old one from a `git worktree add` checkout (--old-tree, made if missing) with
-its own PYTHONPATH. One untimed run of each warms its caches (the old grader's kernel cache, the new one's seed and
-compiled-kernel caches), then the runs are paired and interleaved (old, new, old, new, ...), so that load that comes
+its own PYTHONPATH. Untimed runs first warm their caches (one of the old grader: its kernel cache; two of the new one:
+its seed cache, and its compiled-kernel cache, which takes a kernel the second time one is asked for), then the runs
+are paired and interleaved (old, new, old, new, ...), so that load that comes
 and goes hits both alike. Printed: the machine (CPU family/model, cores, date, load before and after), per week the
 median seconds of each and their ratio, and the medians of the new grader's phases (its report's `phases`).
 Timings taken while other work runs on the machine say where time goes, not what the ratio is.
@@ -79,14 +80,20 @@ def main() -> int:
   ap.add_argument("--old-tree", type=Path, default=Path("/tmp/grader-old"), help="its worktree (made if missing)")
   ap.add_argument("--python", default=sys.executable, help="the Python both run with (the venv's)")
   ap.add_argument("--no-warmup", action="store_true", help="time the first runs too (cold caches)")
+  ap.add_argument("--keep-kernels", action="store_true", help="leave the new grader's kernel cache as it is (default: "
+                  "an empty one of this script's, so that the warm-up runs are what fills it)")
   args = ap.parse_args()
   old, new = old_tree(args.old_tree, args.old), ROOT
+  if not args.keep_kernels:   # the new grader's compiled kernels: this script's own, so a run starts the same anywhere
+    kernels = tempfile.TemporaryDirectory(prefix="uopc-timing-kernels-")
+    os.environ["UOPC_GRADER_KERNELS"] = kernels.name
   print(f"machine: {machine()}")
   print(f"old: {old} at {args.old}; new: {new}; load before: {load()}")
   rows = []
   for week in args.weeks:
     if not args.no_warmup:
-      grade_once(old, week, args.python); grade_once(new, week, args.python)
+      grade_once(old, week, args.python)
+      for _ in range(2): grade_once(new, week, args.python)
     t_old, t_new, phases = [], [], []
     for _ in range(args.runs):
       t_old.append(grade_once(old, week, args.python)[0])
