@@ -15,7 +15,9 @@ probe of every hidden test (the part of the cell before `# JUDGE`) calls the stu
 from a seed chosen now, and records what they return as plain data. Once the sandbox has ended, the judges (the
 part after `# JUDGE`) run here, in the grader's process, comparing those values with references computed here
 (judge.py). A speed test times the student's recorded kernel against a reference kernel of the grader's, in a
-second, fresh sandbox (timing.py). A test marked `structure` or `speed` counts only when every plain (values) test
+second, fresh sandbox, one for all of the notebook's speed tests (timing.py). Both sandboxes load by name the kernels
+the grader compiled itself from the sources earlier sandboxes asked for (trusted.py); `phases` in the result says
+where the time went. A test marked `structure` or `speed` counts only when every plain (values) test
 of its task scored. A task whose hidden test lists `# SHORTCUTS:` scores 0 when the student's own cells use one of
 those names of uopc (shortcuts.py). What the notebook prints is only a log.
 

@@ -77,7 +77,9 @@ def test_a_forged_name_or_flags_of_the_students_choice_are_never_compiled(tmp_pa
   (forged / "notakernel.c").write_text(ADD)
   (forged / f"add-{'1' * 32}.c").symlink_to(honest / f"{entry}.c")
   other_flags = missed(tmp_path / "flags", ADD, "('-O0', '-shared', '-fPIC')")   # a flag set of the notebook's
+  linked = tmp_path / "linked"
+  linked.symlink_to(honest)   # the sources folder itself a link to a folder of the grader's
   for _ in range(2):
-    assert trusted.adopt(forged) == 0 and trusted.adopt(other_flags) == 0
+    assert trusted.adopt(forged) == 0 and trusted.adopt(other_flags) == 0 and trusted.adopt(linked) == 0
   assert not (kernels / f"{entry}.so").exists() and trusted.wanted(forged, "cc") == []
   assert not (kernels.parent / trusted.SEEN).exists()   # none was even counted as asked for

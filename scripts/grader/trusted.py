@@ -74,7 +74,9 @@ def wanted(sources: Path, cc: str) -> list[tuple[str, str, tuple[str, ...]]]:
   is left alone."""
   from uopc.runtime.build import intact
   from uopc.runtime.toolchain import cache_key
-  try: files = sorted(p for p in sources.iterdir() if p.suffix == ".c")[:MAX_NEW] if sources.is_dir() else []
+  try:   # a link in the sandbox's out folder points wherever its writer likes: never followed
+    ok = not sources.is_symlink() and sources.is_dir()
+    files = sorted(p for p in sources.iterdir() if p.suffix == ".c")[:MAX_NEW] if ok else []
   except OSError: return []
   out, sets, asked = [], None, []
   seen_file = home() / SEEN
