@@ -193,21 +193,20 @@ def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[
   reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
   flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
   if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
-  path = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
-  if (ok := intact(path)) or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
+  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
+  if ok or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
   flags = serial_flags(flags, cc)
-  path = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
-  return flags, path, intact(path)
+  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
+  return flags, path, ok
 
 
-def found(path: Path) -> Path:
-  """path, or the same entry in the shared cache (UOPC_SHARED_CACHE, read-only) when only that one is intact. The
-  entry is opened by its exact name, which only the source hashes to: a folder the reader may not list gives away
-  nothing but the kernels whose source it already has."""
-  shared = os.environ.get("UOPC_SHARED_CACHE")
-  if not shared or intact(path): return path
-  other = Path(shared) / path.name
-  return other if intact(other) else path
+def found(path: Path) -> tuple[Path, bool]:
+  """(path, True) when that entry is intact; else (the same entry in the shared cache, UOPC_SHARED_CACHE, True) when
+  that one is; else (path, False). A shared entry is opened by its exact name, which only the source hashes to: a
+  folder the reader may not list gives away nothing but the kernels whose source it already has."""
+  if intact(path): return path, True
+  other = Path(shared) / path.name if (shared := os.environ.get("UOPC_SHARED_CACHE")) else None
+  return (other, True) if other is not None and intact(other) else (path, False)
 
 
 def intact(so_path: Path) -> bool:
