@@ -143,3 +143,34 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
   tries.clear()
   with pytest.raises(RuntimeError, match="Kernel died"): k.start()
   assert len(tries) == kernel.START_TRIES and k.session is None
+
+
+SCALE = "void scale(const float* x, float* out, int n) {{ for (int i = 0; i < n; i++) out[i] = {body}; }}"
+TIMED = ("# POINTS: scale 1 speed\nrecord('src', scale_src())\n# JUDGE\n"
+         "_t = time_kernels(recorded['src'], 'scale', [['f32', [{n}]], ['zeros', [{n}]], ['int', {n}]], outputs=[1], "
+         "reference={ref!r}, reps=3)\nassert 'student' in _t, _t.get('error')")
+SPEED_SOLUTION = new_notebook(cells=[
+  new_markdown_cell("# Week 9 assignment: timing in one sandbox"),
+  new_code_cell(SETUP + "\nfrom solution_setup import time_kernels", metadata={"tags": ["hidden-setup"]}),
+  new_code_cell("# TASK: scale\ndef scale_src():\n  ### BEGIN SOLUTION\n  return " + repr(SCALE.format(body="2 * x[i]"))
+                + "\n  ### END SOLUTION"),
+  hidden("# POINTS: scale 1\nrecord('src', scale_src())\n# JUDGE\nassert 'void scale(' in recorded['src']"),
+  hidden(TIMED.format(n=4096, ref=SCALE.format(body="x[i] + x[i]"))),
+  hidden(TIMED.format(n=1 << 16, ref=SCALE.format(body="x[i] * 2.0f"))),
+])
+
+
+@needs_sandbox
+def test_every_speed_test_of_a_notebook_is_timed_in_one_sandbox(tmp_path):
+  solution = tmp_path / "week9_speed.ipynb"
+  nbformat.write(SPEED_SOLUTION, solution)
+  for name, body, points in (("fast", "x[i] * 2", 3), ("include", "2 * x[i];\n#include <stdio.h>\n", 1)):
+    nbformat.write(new_notebook(cells=[new_code_cell(f"def scale_src(): return {SCALE.format(body=body)!r}")]),
+                   tmp_path / f"{name}.ipynb")
+    score, table = run(tmp_path / f"{name}.ipynb", "--solution", str(solution))
+    tests = score["tasks"]["scale"]["tests"]
+    assert score["total"] == points and [t["kind"] for t in tests] == ["values", "speed", "speed"], table
+    if name == "fast":   # both timed, in one sandbox
+      assert [t["status"] for t in tests] == ["ok"] * 3 and score["phases"]["speed_runs"] == 1, score
+    else:   # refused before it is built
+      assert all("'#include'" in t["error"] for t in tests[1:]), score

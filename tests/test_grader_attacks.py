@@ -135,6 +135,8 @@ os.makedirs(cache, exist_ok=True)
 for k in range(64):   # compiled "kernels" under keys a later notebook might load, and a cache filled up
   open(os.path.join(cache, f"gemm-{k:064x}.so"), "wb").write(b"\x7fELF" + b"\0" * 1000)
 open(os.path.join(cache, "fill"), "wb").write(b"\0" * (64 << 20))
+attempt("list the grader's kernels", lambda: print(os.listdir("/kernels")))
+attempt("plant a grader's kernel", lambda: open("/kernels/gemm-" + "0" * 32 + ".so", "wb").write(b"\x7fELF"))
 attempt("/tmp outside", lambda: open("/tmp/uopc-attack-marker", "w").write("x"))
 '''
 
@@ -213,9 +215,10 @@ def env(tmp_path_factory):
   (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
   cache.mkdir()
   (cache / "kept.txt").write_text("the grader's cache\n")
-  # the assignments' warm caches (grade.seed_cache, made by the grader from the stubs alone) live apart
+  # the assignments' warm caches (grade.seed_cache, made by the grader from the stubs alone) and the kernels the
+  # grader compiled from sandboxes' sources (scripts/grader/trusted.py, tests/test_grader_trusted.py) live apart
   return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
-          "UOPC_GRADER_SEEDS": str(base / "seeds")}, home, cache
+          "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}, home, cache
 
 
 def grade(nb: Path, env: dict, *args: str) -> tuple[dict, str]:

@@ -94,8 +94,10 @@ def uid() -> int:
   return BASE_UID + os.getpid() % 60000
 
 
-def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limits) -> list[str]:
-  """The bwrap command line that runs argv (inside paths) with the read-only binds ro and /job/out writable."""
+def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limits,
+            env: dict[str, str] | None = None) -> list[str]:
+  """The bwrap command line that runs argv (inside paths) with the read-only binds ro, /job/out writable, and env
+  added to the sandbox's few variables."""
   cmd, made = [BWRAP, "--clearenv", *namespaces()], {"/usr"}
   cmd += ["--ro-bind", "/usr", "/usr"]
   for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -108,10 +110,10 @@ def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limit
   for src, dst in [*py_binds, *ro]: cmd += [*_dirs(dst, made), "--ro-bind", src, dst]
   for tmp in (HOME, "/tmp"): cmd += [*_dirs(tmp, made), "--size", str(limits.tmpfs), "--perms", "1777", "--tmpfs", tmp]
   cmd += [*_dirs("/job/out", made), "--bind", str(out), "/job/out", "--proc", "/proc", "--dev", "/dev"]
-  env = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": HOME, "USER": "student", "LOGNAME": "student",
-         "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONPATH": "/course", "UOPC_CACHE_DIR": f"{HOME}/.cache/uopc",
-         "PYTHONDONTWRITEBYTECODE": "1", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
-  for k, v in env.items(): cmd += ["--setenv", k, v]
+  variables = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": HOME, "USER": "student", "LOGNAME": "student",
+               "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONPATH": "/course", "UOPC_CACHE_DIR": f"{HOME}/.cache/uopc",
+               "PYTHONDONTWRITEBYTECODE": "1", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}, **(env or {})}
+  for k, v in variables.items(): cmd += ["--setenv", k, v]
   cmd += ["--chdir", HOME]
   if os.geteuid() == 0:   # drop to this process's own UID with no capabilities, inside the namespaces bwrap made
     cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid()}", f"--regid={uid()}",
@@ -131,7 +133,8 @@ def _limit(limits: Limits):
   return apply
 
 
-def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", limits: Limits = Limits()) -> Result:
+def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", limits: Limits = Limits(),
+        env: dict[str, str] | None = None) -> Result:
   """Run argv in a fresh sandbox; out (a host folder) is its /job/out. Returns when it has ended, or been killed at
   limits.wall_s."""
   if (why := available()) is not None: raise SandboxError(why)
@@ -140,7 +143,7 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"
   log = out.parent / f"{out.name}.log"
   t0 = time.perf_counter()
   with open(log, "w+b") as logf:
-    p = subprocess.Popen(command(argv, ro, out, limits), stdin=subprocess.PIPE, stdout=logf,
+    p = subprocess.Popen(command(argv, ro, out, limits, env), stdin=subprocess.PIPE, stdout=logf,
                          stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limit(limits))
     timed_out = False
     try:
