@@ -252,6 +252,18 @@ def _judged(t: judge.HiddenTest, out: Path, k: int, ns: dict, secs: float) -> tu
   return status, short(error), secs + time.perf_counter() - t0
 
 
+def _settle(later: list[int], rows, tests: list, out: Path, ns: dict, batch, clock) -> None:
+  """Time what the judges of tests `later` asked for (one sandbox a round) and judge them again on the timings."""
+  for _ in range(3):   # a judge that times twice, one timing after seeing the other, needs a round more
+    if not later or not batch.asked: break
+    clock.timed("speed", batch.run)()
+    waiting, later = later, []
+    for k in waiting:
+      try: rows[k][1].update(zip(("status", "error", "seconds"), _judged(tests[k], out, k, ns, rows[k][1]["seconds"])))
+      except timing.Later: later.append(k)
+  for k in later: rows[k][1].update(status="error", error="the judge asked for timings no sandbox made")
+
+
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
           budget: float = 900, only: list[str] | None = None, seed: int | None = None) -> Report:
   solution = solution or find_solution(student)
@@ -322,15 +334,22 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       rows.append((t, {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status,
                        "error": error, "seconds": secs}))
     clock.lap("judges")
-    for _ in range(3):   # a judge that times twice, one timing after seeing the other, needs a round more
-      if not later or not batch.asked: break
-      clock.timed("speed", batch.run)()
-      waiting, later = later, []
-      for k in waiting:
-        try: rows[k][1].update(zip(("status", "error", "seconds"), _judged(tests[k], job / "out", k, ns,
-                                                                           rows[k][1]["seconds"])))
-        except timing.Later: later.append(k)
-    for k in later: rows[k][1].update(status="error", error="the judge asked for timings no sandbox made")
+    timed = list(later)
+    _settle(later, rows, tests, job / "out", ns, batch, clock)
+    # a speed test that missed its bar is timed again, twice at most, and keeps its best round: other work on the
+    # grading machine (make grade-all JOBS=4) only ever makes a kernel look slower, never faster
+    for _ in range(2):
+      missed = [k for k in timed if rows[k][1]["status"] == "error"]
+      if not missed: break
+      batch.forget()
+      again = {k: dict(rows[k][1]) for k in missed}
+      for k in missed:
+        try: again[k].update(zip(("status", "error", "seconds"), _judged(tests[k], job / "out", k, ns, 0.0)))
+        except timing.Later: pass
+      _settle([k for k in missed if batch.asked], {k: (tests[k], again[k]) for k in missed}, tests, job / "out",
+              ns, batch, clock)
+      for k in missed:
+        if again[k]["status"] == "ok": rows[k][1].update(status="ok", error="")
     clock.lap("judges")
     for t, row in rows:
       row["points"] = t.points if row["status"] == "ok" else 0.0

@@ -174,3 +174,20 @@ def test_every_speed_test_of_a_notebook_is_timed_in_one_sandbox(tmp_path):
       assert [t["status"] for t in tests] == ["ok"] * 3 and score["phases"]["speed_runs"] == 1, score
     else:   # refused before it is built
       assert all("'#include'" in t["error"] for t in tests[1:]), score
+
+
+@needs_sandbox
+def test_a_speed_test_that_misses_its_bar_is_timed_twice_more_and_still_fails(tmp_path):
+  """Other work on the grading machine only slows a kernel down, so a missed bar is timed again (twice at most) and
+  the best round counts; a kernel that can never meet it still scores 0, after exactly three timing sandboxes."""
+  never = TIMED.format(n=4096, ref=SCALE.format(body="x[i] + x[i]")).replace(
+    "assert 'student' in _t, _t.get('error')",
+    "assert _t['student'] * 1e6 < _t['reference'], 'not a million times faster'")
+  solution = tmp_path / "week9_speed.ipynb"
+  nbformat.write(new_notebook(cells=SPEED_SOLUTION.cells[:3] + [hidden(never)]), solution)
+  nbformat.write(new_notebook(cells=[new_code_cell(f"def scale_src(): return {SCALE.format(body='x[i] * 2')!r}")]),
+                 tmp_path / "mine.ipynb")
+  score, table = run(tmp_path / "mine.ipynb", "--solution", str(solution))
+  speed = score["tasks"]["scale"]["tests"][-1]
+  assert (speed["status"], speed["points"]) == ("error", 0.0) and "not a million times faster" in speed["error"], table
+  assert score["phases"]["speed_runs"] == 3, score["phases"]
