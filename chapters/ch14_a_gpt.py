@@ -650,12 +650,16 @@ else:
   curves = np.genfromtxt(files[0], delimiter=",", names=True)
   vals = np.genfromtxt(files[1], delimiter=",", names=True, ndmin=1)
   fig, ax = plt.subplots(figsize=(8, 4.5))
-  for name, color in (("uopc", "tab:blue"), ("torch", "tab:red")):
+  # uopc wide and pale underneath, PyTorch thin on top: two curves that agree are both seen
+  style = {"uopc": dict(color="tab:blue", lw=4, alpha=0.45), "torch": dict(color="tab:red", lw=1)}
+  marker = {"uopc": dict(marker="o", ms=9, mfc="none", mew=1.5), "torch": dict(marker="o", ms=4)}
+  for name in style:
     if f"{name}_loss" not in curves.dtype.names: continue
     loss = curves[f"{name}_loss"]
-    ax.plot(curves["step"][19:], np.convolve(loss, np.ones(20) / 20, "valid"), color=color,
+    ax.plot(curves["step"][19:], np.convolve(loss, np.ones(20) / 20, "valid"), **style[name],
             label=f"{name} train (mean of 20 steps)")
-    ax.plot(vals["step"], vals[f"{name}_val"], "o--", color=color, ms=4, label=f"{name} validation")
+    ax.plot(vals["step"], vals[f"{name}_val"], ls="none", color=style[name]["color"], **marker[name],
+            label=f"{name} validation (every 250 steps)")
   ax.set_xlabel("step"); ax.set_ylabel("cross entropy (nats per character)")
   ax.set_title("the baby GPT: uopc and its PyTorch twin"); ax.legend(); ax.grid(alpha=0.3)
   plt.show()

@@ -109,17 +109,27 @@ def write(out: Path, name: str, runs: dict, steps: int, tc, rows: list[str]) -> 
   np.savetxt(out / f"gpt_{name}_twin_val.csv", np.array(val).reshape(-1, 1 + len(impls)), delimiter=",",
              comments="", header="step," + ",".join(f"{i}_val" for i in impls), fmt=["%d"] + ["%.6f"] * len(impls))
   (out / f"gpt_{name}_twin.txt").write_text("\n".join(rows) + "\n")
+  plot(out, name)
+
+
+def plot(out: Path, name: str) -> None:
+  """gpt_<name>_twin.png from the two CSVs: uopc wide and pale underneath, PyTorch thin on top, so that two curves
+  that agree are both seen; validation losses as markers only (nothing drawn across the steps between evaluations)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  curves = np.genfromtxt(out / f"gpt_{name}_twin.csv", delimiter=",", names=True)
+  vals = np.genfromtxt(out / f"gpt_{name}_twin_val.csv", delimiter=",", names=True, ndmin=1)
+  style = {"uopc": dict(color="tab:blue", lw=4, alpha=0.45), "torch": dict(color="tab:red", lw=1)}
+  marker = {"uopc": dict(marker="o", ms=9, mfc="none", mew=1.5), "torch": dict(marker="o", ms=4)}
   fig, ax = plt.subplots(figsize=(8, 4.5))
-  colors = {"uopc": "tab:blue", "torch": "tab:red"}
-  for i in impls:
-    loss = np.array(runs[i]["losses"])
+  for i in style:
+    if f"{i}_loss" not in curves.dtype.names: continue
+    loss = curves[f"{i}_loss"]
     w = min(20, len(loss))
-    ax.plot(np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, "valid"), color=colors[i],
+    ax.plot(curves["step"][w - 1:], np.convolve(loss, np.ones(w) / w, "valid"), **style[i],
             label=f"{i} train (mean of {w} steps)")
-    if runs[i]["evals"]: ax.plot(*zip(*runs[i]["evals"]), "o--", color=colors[i], ms=4, label=f"{i} validation")
+    ax.plot(vals["step"], vals[f"{i}_val"], ls="none", color=style[i]["color"], **marker[i], label=f"{i} validation")
   ax.set(xlabel="step", ylabel="cross entropy (nats per character)",
          title=f"preset {name}: uopc and its PyTorch twin (same weights, batches, schedule)")
   ax.grid(alpha=0.3); ax.legend()
