@@ -25,6 +25,7 @@ from uopc.codegen.tc import GPU_DEVICES, lower_tc
 from uopc.symbolic import simplify
 from uopc.symbolic import linear_form
 from uopc.codegen import gemm_vec
+from uopc.codegen.vector_loops import lower_vector
 from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.runtime import tune
 from uopc.runtime.machine import ISA, isa_of, target
@@ -166,6 +167,8 @@ class VectorOpt(DefaultOpt):
       opts = gemm_vec.choose_opts(body, cls.isa(options), cls.tuner)
       prog = opts and gemm_vec.lower_gemm(body, out, Ctx(options=options), opts)
       if prog is not None: return prog
+      if not options.online_softmax and (prog := lower_vector(body, out, Ctx(options=options), cls.lanes(options))):
+        return prog
     return DefaultOpt.lower(body, out, options)
 
 

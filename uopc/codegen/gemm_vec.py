@@ -203,14 +203,24 @@ def expand_lanes(e: UOp, lane: UOp, memo: dict | None = None) -> UOp:
   if lane not in symbolic.ranges_in(e): r = e
   elif e.op is Ops.LOAD and len(e.src) == 1 and _steps_by_one(e.src[0].src[1], lane):
     base = symbolic.simplify(substitute(e.src[0].src[1], {lane: UOp.const(0)}))
-    r = e.src[0].src[0].index(base).load(n)
-  elif e.op in VECTOR_OPS and not (e.op in (Ops.CMPLT, Ops.CMPNE) and e.src[0].dtype.itemsize != 4):
+    if e.dtype is dtypes.bool:   # one byte a lane: loaded as bytes, widened to the 32-bit mask vector ops compare with
+      r = UOp(Ops.LOAD, (e.src[0].src[0].index(base),), None, dtypes.u8.vec(n)).cast(dtypes.i32.vec(n)).ne(0)
+    else: r = e.src[0].src[0].index(base).load(n)
+  elif e.op is Ops.CMPNE and e.src[0].dtype is dtypes.bool:   # masks are -1 or 0 in every bit: != is their xor
+    srcs = [expand_lanes(s, lane, memo) for s in e.src]
+    r = UOp(Ops.XOR, tuple(s.broadcast(n) if s.dtype.count == 1 else s for s in srcs), None, dtypes.bool.vec(n))
+  elif (e.op in VECTOR_OPS and not (e.op in (Ops.CMPLT, Ops.CMPNE) and e.src[0].dtype.itemsize != 4)) or _lane_cast(e):
     srcs = [expand_lanes(s, lane, memo) for s in e.src]
     srcs = [s.broadcast(n) if s.dtype.count == 1 else s for s in srcs]
     r = UOp(e.op, tuple(srcs), e.arg, e.dtype.vec(n))
   else: r = UOp.vectorize(*[symbolic.simplify(substitute(e, {lane: UOp.const(i)})) for i in range(n)])
   memo[e] = r
   return r
+
+
+def _lane_cast(e: UOp) -> bool:
+  """A cast between 32-bit lanes, or from a mask (a comparison's vector is 32-bit lanes whatever it compared)."""
+  return e.op is Ops.CAST and e.dtype.itemsize == 4 and (e.src[0].dtype.itemsize == 4 or e.src[0].dtype is dtypes.bool)
 
 
 def _steps_by_one(addr: UOp, lane: UOp) -> bool:

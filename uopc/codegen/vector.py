@@ -13,7 +13,7 @@ Lanes go to and from memory through a pointer to the `_u` twin of a vector type:
 scalars (the compilers' own _mm512_loadu_ps is written so). One instruction, whatever -mprefer-vector-width says.
 """
 from __future__ import annotations
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
 from uopc.uop import UOp
 
 def c_vector_name(d: DType) -> str:
@@ -30,7 +30,8 @@ def c_typedefs(used: set[DType], scalar_type, book_max: bool = False) -> list[st
   masks = {n: f"m32x{n}" for n in lanes}
   for d in sorted(used, key=lambda d: (d.kind == "b", d.name, d.count)):
     if d.kind == "b": continue
-    if d.itemsize != 4 and any(u.kind == "b" and u.count == d.count for u in used):
+    # (bytes, u8, are only loaded to be widened: a bool mask read from memory)
+    if d.itemsize != 4 and d.scalar is not dtypes.u8 and any(u.kind == "b" and u.count == d.count for u in used):
       raise NotImplementedError(f"a mask of {d!r}: vector comparisons are supported on 32-bit lanes only")
     size = d.itemsize * d.count
     out.append(f"typedef {scalar_type(d.scalar)} {c_vector_name(d)} __attribute__((vector_size({size})));")
