@@ -256,3 +256,18 @@ def test_a_gpt_step_gives_the_same_gradients_with_either_optimizer(monkeypatch):
     grads.append({k: p.grad.numpy() for k, p in params.items()})
   for k in grads[0]:
     np.testing.assert_allclose(grads[1][k], grads[0][k], rtol=2e-3, atol=2e-5, err_msg=k)
+
+
+def test_a_weight_shared_by_every_batch_is_packed_once(monkeypatch, fresh_plan_cache):
+  """(batch, time, features) @ W is one matmul of batch x time rows (gemm_vec._merge_batch): its threaded loop walks
+  W's panels once, where a batched matmul with a B per batch walks them once a batch. Same values either way."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1)   # every panel packed inline: a loop trip per panel
+  x, w, ws = f32(4, 64, 128), f32(128, 128), f32(4, 128, 128)
+  trips = []
+  for b, ref in ((w, x.astype(np.float64) @ w), (ws, x.astype(np.float64) @ ws)):
+    mm = Tensor(x) @ Tensor(b)
+    plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=16))
+    (k,) = plan.kernels
+    trips.append([u.src[0].arg for u in k.ast.toposort() if u.op is Ops.RANGE and u.arg[1].name == "THREAD"])
+    close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=16))[0].reshape(ref.shape), ref, 16)
+  assert trips == [[128 // 32], [4 * 128 // 32]]

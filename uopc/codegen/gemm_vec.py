@@ -92,12 +92,29 @@ def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
     mul = src.src[0]
     src = UOp(Ops.MUL, tuple(UOp(Ops.PERMUTE, (s,), src.arg) for s in mul.src))
     body = body.replace(src=(src,))
+  if src.op is Ops.RESHAPE and src.src[0].op is Ops.MUL:   # pack_b's merged matmul, back in the body's shape
+    src = UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), src.shape) for s in src.src[0].src))
+    body = body.replace(src=(src,))
   rop, n = body.arg
   if rop is Ops.ADD and n > 1 and src.op is Ops.MUL:
     merged = src.shape[:-n] + (math.prod(src.shape[-n:]),)
     body = UOp(Ops.REDUCE, (UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), merged) for s in src.src)),), (Ops.ADD, 1))
   # any number of batch dims: lower_gemm walks them all (attention's scores are (B, H, T, T))
-  return (body, xy) if (xy := matmul_operands(body, max_batch=8)) is not None else None
+  if (xy := matmul_operands(body, max_batch=8)) is None: return None
+  return _merge_batch(body, *xy)
+
+
+def _merge_batch(body: UOp, x: UOp, y: UOp) -> tuple[UOp, tuple[UOp, UOp]]:
+  """A batched matmul whose B is the same for every batch (a Linear layer's weight under (batch, time, features))
+  as one matmul of batch x M rows: B's panels are then packed once, not once a batch."""
+  *batch, M, N, K = x.shape
+  if not batch: return body, (x, y)
+  probe = tuple(range_(s, 1000 + k) for k, s in enumerate(x.shape))
+  if not set(probe[:len(batch)]).isdisjoint(symbolic.ranges_in(symbolic.simplify(rangeify(y, probe, Ctx())))):
+    return body, (x, y)
+  merged = (math.prod(batch) * M, N, K)
+  x, y = UOp(Ops.RESHAPE, (x,), merged), UOp(Ops.RESHAPE, (y,), merged)
+  return UOp(Ops.REDUCE, (x * y,), (Ops.ADD, 1)), (x, y)
 
 
 def as_matmul(body: UOp) -> UOp | None:
@@ -175,6 +192,7 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
   (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
   if (fit := gemm_fit(body, opts)) is None or _inline(fit[0], opts): return None
+  shape = body.shape + (fit[0].src[0].shape[-1],)
   body, (x, y) = fit
   *batch, M, N, K = y.shape
   nb = len(batch)
@@ -186,7 +204,8 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   y2 = UOp(Ops.EXPAND, (back,), tuple(batch) + (M, N, K))
   a, b = body.src[0].src
   mul = body.src[0].replace(src=(x, y2) if (a is x) else (y2, x))
-  return body.replace(src=(mul,))
+  if mul.shape != shape: mul = UOp(Ops.RESHAPE, (mul,), shape)   # a merged batch (_merge_batch) back in its shape
+  return UOp(Ops.REDUCE, (mul,), (Ops.ADD, 1))
 
 
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP} & ALU

@@ -119,6 +119,16 @@ def hmax(v: UOp) -> UOp:
   return tree(v.lanes(), lambda a, b: a.maximum(b)) if v.dtype.count > 1 else v
 
 
+def fold(v: UOp, combine) -> UOp:
+  """combine over all lanes, a scalar: the high half of the lanes combined with the low half, log2(lanes) times, each
+  step one vector op on half as many lanes (the compilers read a half as an extract, not lane by lane)."""
+  while v.dtype.count > 1:
+    h = v.dtype.count // 2
+    half = lambda lo: UOp.vectorize(*[v.gep(i) for i in range(lo, lo + h)]) if h > 1 else v.gep(lo)
+    v = combine(half(0), half(h))
+  return v
+
+
 def butterfly(v: UOp, combine) -> UOp:
   """combine over all lanes, the result in every lane: log2(lanes) steps, each v combined with v's lanes swapped
   in pairs 1 apart, then 2, 4, ... (a shuffle and one op each, no lane leaves the register)."""

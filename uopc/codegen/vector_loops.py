@@ -7,7 +7,7 @@ becomes the lanes of a vector, chosen so that every load the kernel makes steps 
 
   elementwise   the output's last axis: out[..., j:j+W] = f(vectors of the inputs)
   row           a reduce whose last reduced axis is contiguous (a row's sum, max): a vector accumulator walks the row
-                W elements at a time, and its lanes are combined once at the end (uopc.codegen.vector.hsum / hmax)
+                W elements at a time, and its lanes are combined once at the end (uopc.codegen.vector.fold)
   column        a reduce over rows whose output's last axis is contiguous (a bias gradient sums dy over rows): `nvec`
                 vector accumulators of neighbouring outputs, each row adding one vector to each
 
@@ -21,12 +21,12 @@ from uopc import symbolic
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, identity, ravel, rangeify
 from uopc.codegen.gemm_vec import expand_lanes
-from uopc.codegen.vector import hmax, hsum
+from uopc.codegen.vector import fold
 from uopc.uop import UOp, Ops, AxisType, range_, sink
 
 LANE_ID = 1 << 20    # the stand-in loop variable of a vector's lane (expand_lanes removes it; never rendered)
 COLUMN_VECTORS = 4   # column reduce: independent accumulators per iteration, to cover the add's latency
-COMBINE = {Ops.ADD: hsum, Ops.MAX: hmax}
+COMBINE = {Ops.ADD: UOp.__add__, Ops.MAX: UOp.maximum}
 
 
 def lower_vector(body: UOp, out: UOp, ctx: Ctx, lanes: int) -> UOp | None:
@@ -54,8 +54,8 @@ def _all_vector(prog: UOp) -> bool:
   for u in prog.toposort():
     if u.op is Ops.LOAD and u.dtype.count > 1 and u.dtype.itemsize != 4 and u.dtype.scalar is not dtypes.u8:
       return False
-    if u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and any(x.op is Ops.LOAD for s in u.src for x in s.toposort()):
-      return False
+    if u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and \
+       any(s.op is not Ops.GEP and any(x.op is Ops.LOAD for x in s.toposort()) for s in u.src): return False
   return True
 
 
@@ -96,7 +96,7 @@ def _row(body: UOp, out: UOp, ctx: Ctx, W: int) -> UOp | None:
   val = _vector(rangeify(src, (*loops, *red[:-1], red[-1] * W + lane), ctx), lane, W)
   acc = _accumulate(ctx, rop, val, _ranges(*loops), red)
   at = symbolic.simplify(ravel(tuple(loops), body.shape))
-  return symbolic.simplify_index(sink(out.index(at).store(COMBINE[rop](acc)).end(*_ranges(*loops))))
+  return symbolic.simplify_index(sink(out.index(at).store(fold(acc, COMBINE[rop])).end(*_ranges(*loops))))
 
 
 def _column(body: UOp, out: UOp, ctx: Ctx, W: int) -> UOp | None:
