@@ -5,7 +5,8 @@ program`; Tensor.opt holds the one realize uses. The book's FlashOpt (chapter 11
 also take `options=` (uopc.options.Options): the kernelizer passes the realize's options to those that declare it.
 
   DefaultOpt   the layout pass, then default_opts (or online_opts, or tensor-core warp tiles) per kernel
-  VectorOpt    DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec), its tile tuned
+  VectorOpt    DefaultOpt, plus vector code on the CPU: float32 matmuls (uopc.codegen.gemm_vec, the tile tuned) and
+               the other float32 kernels that read an axis contiguously (uopc.codegen.vector_loops)
   TiledOpt     DefaultOpt, plus local-memory tiles for GPU matmuls (uopc.codegen.localtile)
 
 The lowerings in uopc.codegen only build loop programs. What needs the machine is handed to them from here: the vector
@@ -133,7 +134,8 @@ def tuner(kernel: str, problem: tuple, candidates: list, heuristic, program: Cal
 class VectorOpt(DefaultOpt):
   """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec): B packed into panels (by the
   matmul kernel itself, each thread the panels it reads, or by a copy kernel before it), then a register tile of
-  vector accumulators, its size chosen by `tuner`. Opt in with `Tensor.opt = VectorOpt`: the default stays the
+  vector accumulators, its size chosen by `tuner`. The other float32 kernels take an axis as lanes where every load
+  steps by one along it (uopc.codegen.vector_loops: elementwise, row and column reductions); the rest stay scalar. Opt in with `Tensor.opt = VectorOpt`: the default stays the
   optimizer whose kernels the book prints."""
   tuner = staticmethod(tuner)
 
