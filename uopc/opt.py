@@ -135,8 +135,8 @@ class VectorOpt(DefaultOpt):
   """DefaultOpt, plus vector code for float32 matmuls on the CPU (uopc.codegen.gemm_vec): B packed into panels (by the
   matmul kernel itself, each thread the panels it reads, or by a copy kernel before it), then a register tile of
   vector accumulators, its size chosen by `tuner`. The other float32 kernels take an axis as lanes where every load
-  steps by one along it (uopc.codegen.vector_loops: elementwise, row and column reductions); the rest stay scalar. Opt in with `Tensor.opt = VectorOpt`: the default stays the
-  optimizer whose kernels the book prints."""
+  steps by one along it (uopc.codegen.vector_loops: elementwise, row and column reductions); the rest stay scalar.
+  Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book prints."""
   tuner = staticmethod(tuner)
 
   @staticmethod

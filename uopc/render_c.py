@@ -8,7 +8,7 @@ The walk over the linearized program lives in uopc.renderer (CStyleRenderer); C'
 What render_c returns is the C text (a str) that also carries its typed signature, so Program need not parse it.
 """
 from __future__ import annotations
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
 from uopc.uop import UOp, Ops
 from uopc.renderer import CStyleRenderer, KernelSource, Rendered
 from uopc.codegen.vector import c_vector_name, c_typedefs
@@ -41,6 +41,8 @@ class CRenderer(CStyleRenderer):
     if op is Ops.WHERE: return f"uopc_where_{t}({srcs[0]}, {srcs[1]}, {srcs[2]})"
     if op is Ops.EXP2 and dtype.scalar.itemsize == 4: return f"uopc_exp2_{t}({srcs[0]})"
     if op is Ops.CAST and dtype.kind == "b": return f"({srcs[0]} != 0)"   # to a mask: -1 where nonzero
+    if op is Ops.CAST and u.src[0].dtype.scalar is dtypes.u8 and dtype.itemsize == 4:   # a bool mask's bytes
+      return f"uopc_widen_u8x{dtype.count}({srcs[0]})"
     if op is Ops.CAST and src_kind == "b": return f"__builtin_convertvector(-{srcs[0]}, {t})"   # a mask: 1, 0
     if op is Ops.CAST: return f"__builtin_convertvector({srcs[0]}, {t})"
     if op in (Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.EXP2):

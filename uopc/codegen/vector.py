@@ -46,7 +46,24 @@ def c_typedefs(used: set[DType], scalar_type, book_max: bool = False) -> list[st
     if d.kind in "fi" and d.itemsize == 4:
       out += _select_helpers(c_vector_name(d), masks[d.count], nan=d.kind == "f" and not book_max)
     if d.kind == "f" and d.itemsize == 4: out += _exp2_helpers(c_vector_name(d), masks[d.count])
+    if d.scalar is dtypes.u8: out += _widen_helper(d.count)
   return out
+
+
+# x86's one instruction that zero-extends bytes to 32-bit lanes (vpmovzxbd), per lane count; gcc 12 writes
+# __builtin_convertvector from bytes lane by lane (a load and an insert each, NOTES 38)
+_ZX = {16: ("__AVX512F__", "_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)&v))"),
+       8: ("__AVX2__", "_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)&v))"),
+       4: ("__SSE4_1__", "_mm_cvtepu8_epi32(_mm_cvtsi32_si128(*(const int*)&v))")}
+
+
+def _widen_helper(n: int) -> list[str]:
+  """uopc_widen_u8xN: bytes (a bool mask as memory holds it) to 32-bit lanes, 0 or 1."""
+  head = [f"{INLINE} i32x{n} uopc_widen_u8x{n}(u8x{n} v) {{"]
+  if n not in _ZX: return head + [f"  return __builtin_convertvector(v, i32x{n});", "}"]
+  isa, expr = _ZX[n]
+  return [f"#if defined({isa}) && defined(__x86_64__)", "#include <immintrin.h>", *head, f"  return (i32x{n}){expr};",
+          "}", "#else", *head, f"  return __builtin_convertvector(v, i32x{n});", "}", "#endif"]
 
 
 INLINE = "static inline __attribute__((always_inline))"
