@@ -6,13 +6,14 @@
 """
 from __future__ import annotations
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
 from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, to_array
-from uopc.helpers import DEBUG, DEVICE, MARCH, TC
+from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
@@ -26,6 +27,8 @@ from uopc.device import canonical
 from uopc.errors import UsageError
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
+_fulls: dict[tuple, UOp] = cache("tensor.fulls", {})   # Tensor.full's (shape, dtype, value) -> the node it built
+_SCALAR_TYPES = {bool, int, float}
 
 
 # ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
@@ -76,10 +79,9 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     else: _requires_grad.discard(self)
 
   # ---- properties ----
-  @property
-  def shape(self) -> tuple[int, ...]: return self.uop.shape
-  @property
-  def dtype(self) -> DType: return self.uop.dtype
+  # the uop's, read by attrgetter in C: every Tensor method reads shapes and dtypes, and a Python getter is a frame each
+  shape = property(attrgetter("uop.shape"), doc="The tensor's shape, a tuple of ints.")
+  dtype = property(attrgetter("uop.dtype"), doc="The tensor's DType.")
   @property
   def device(self) -> str:
     """Where this Tensor is realized: the device its data was placed on, else DEVICE= (CPU by default)."""
@@ -169,9 +171,19 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   # ---- creation ----
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
+    # every Python scalar in an expression (x * 2) is a full(): its nodes are looked up in a memo by the arguments, not
+    # checked and built again (the same nodes, one dict lookup); a zero is keyed by its repr, as 0.0 == -0.0 == False
+    key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
+    try: u = _fulls.get(key) if type(shape) is tuple else None
+    except TypeError: u = None   # a size that is no number: the checks below name it
+    if u is not None: return Tensor(u)
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
-    return Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
+    t = Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
+    if key is not None and type(key[0]) is tuple:
+      if len(_fulls) >= 4096: _fulls.clear()   # a bound: a program may use ever new constants
+      _fulls[key] = t.uop
+    return t
   @staticmethod
   def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)
   @staticmethod
