@@ -56,6 +56,10 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
+  # per tensor, set only when they change (a new Tensor is made at every op: its __init__ sets only .uop)
+  grad: Tensor | None = None    # backward() fills it
+  lazy: UOp | None = None       # once realized: the graph that computed it, for gradients taken after realizing
+  _home: UOp | None = None      # set by assign: the buffer the next realize writes this tensor's value into
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
@@ -67,8 +71,6 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
-    self.grad, self.lazy = None, None
-    self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
 
   @property
