@@ -22,7 +22,7 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
-from uopc.mixin.shapes import broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: chapter 9)
+from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
 
@@ -174,11 +174,11 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
     # every Python scalar in an expression (x * 2) is a full(): its nodes are looked up in a memo by the arguments, not
-    # checked and built again (the same nodes, one dict lookup); a zero is keyed by its repr, as 0.0 == -0.0 == False
+    # checked and built again (the same nodes, one dict lookup). A zero is keyed by its repr, as 0.0 == -0.0 == False;
+    # sizes only when all are ints, as a float size would find its integer's entry
     key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
-    try: u = _fulls.get(key) if type(shape) is tuple else None
-    except TypeError: u = None   # a size that is no number: the checks below name it
-    if u is not None: return Tensor(u)
+    if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
+      return Tensor(u)
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
     t = Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
