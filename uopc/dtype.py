@@ -6,18 +6,22 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True, eq=True)
+_MADE: dict[tuple, DType] = {}   # (name, itemsize, kind, count) -> the one DType with those fields
+
+
+@dataclass(frozen=True, eq=False)
 class DType:
   name: str
   itemsize: int   # bytes of one lane
   kind: str       # "f" float, "i" signed int, "u" unsigned int, "b" bool, "v" void
   count: int = 1  # lanes: 1 for a scalar; dtypes.f32.vec(16) is 16 floats in one register (chapter 10, vector code)
 
-  # every UOp's key in the node table holds its dtype, so a dtype is hashed at every node built: the hash of the
-  # fields, computed once (the dataclass's generated __hash__ rebuilt and hashed their tuple every time)
-  def __post_init__(self): object.__setattr__(self, "_hash", hash((self.name, self.itemsize, self.kind, self.count)))
-  def __hash__(self): return self._hash
-  # str hashes differ between processes: an unpickled dtype is built anew (its hash computed here), not restored
+  # one object per value: DType(...) gives back the dtype made before with those fields, so equal dtypes are one
+  # object and == and hash are object identity, at C speed (every UOp's key in the node table holds its dtype, and
+  # a dataclass's generated __hash__ and __eq__ are Python code run at every node built)
+  def __new__(cls, name: str, itemsize: int, kind: str, count: int = 1):
+    return _MADE.setdefault((name, itemsize, kind, count), object.__new__(cls))
+  # an unpickled dtype is looked up by its fields, not restored as a second object
   def __reduce__(self): return DType, (self.name, self.itemsize, self.kind, self.count)
   def __repr__(self): return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
   def vec(self, lanes: int) -> DType:

@@ -44,29 +44,33 @@ class Step:
   inputs: list[tuple]                      # per plan input: ("arg", k) | ("out", step, i) | ("keep", array)
   writes: list[tuple[int, np.ndarray]] = field(default_factory=list)   # (output i, array it is copied into)
   bound: list[list] | None = None          # per kernel, per argument: its converted pointer if it never changes
+  direct: bool | None = None               # whether every kernel is a Program that converts its own arguments
+  free: list[list] | None = None           # per kernel: (position, kind, n) of each argument converted at every call
 
   def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
     """The plan on these inputs. On the CPU the pointers of what is the same array at every replay (the plan's
     temporaries, the arrays the capture keeps: parameters, optimizer state) are converted once: converting every
     argument of every call was a tenth of a replayed GPT step (NOTES 37). Elsewhere, or printing (DEBUG=2), replay."""
     plan = self.plan
-    if self.options.device != "CPU" or self.options.debug >= 2 or plan.temp_arrays is None \
-       or not all(hasattr(k.prg, "_convert") for k in plan.kernels):
+    if self.direct is None: self.direct = all(hasattr(k.prg, "_convert") for k in plan.kernels)   # once, not per call
+    if self.options.device != "CPU" or self.options.debug >= 2 or plan.temp_arrays is None or not self.direct:
       return replay(plan, arrays, self.options)
     if self.bound is None:
       fixed = {"temp": lambda n: plan.temp_arrays[n], "in": lambda n: self.inputs[n][1] if self.inputs[n][0] == "keep"
                else None, "out": lambda n: None}
       self.bound = [[None if (a := fixed[kind](n)) is None else k.prg._convert(i, a, k.prg.params[i])
                      for i, (kind, n) in enumerate(k.args)] for k in plan.kernels]
+      self.free = [[(i, kind, n) for i, ((kind, n), b) in enumerate(zip(k.args, bound)) if b is None]
+                   for k, bound in zip(plan.kernels, self.bound)]
     outs: list[np.ndarray] = []
     for o in plan.outs:   # as kernelize.run_kernels: an input passed through, an earlier output, or a fresh array
       outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else np.empty(o[1], np_dtype(o[0])))
     pick = {"in": arrays, "temp": plan.temp_arrays, "out": outs}
-    with plan.lock:
-      for k, bound in zip(plan.kernels, self.bound):
-        prg = k.prg
-        call_kernel(prg, [b if b is not None else prg._convert(i, pick[kind][n], prg.params[i])
-                          for i, ((kind, n), b) in enumerate(zip(k.args, bound))])
+    with plan.lock:   # per kernel: the bound pointers, the rest converted now (a loop: no comprehension's frame)
+      for k, bound, free in zip(plan.kernels, self.bound, self.free):
+        prg, args = k.prg, bound.copy()
+        for i, kind, n in free: args[i] = prg._convert(i, pick[kind][n], prg.params[i])
+        call_kernel(prg, args)
     return outs
 
 

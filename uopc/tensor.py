@@ -6,13 +6,14 @@
 """
 from __future__ import annotations
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
 from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops
 from uopc.dtype import DType, dtypes, from_np, to_array
-from uopc.helpers import DEBUG, DEVICE, MARCH, TC
+from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
 from uopc.options import Options
@@ -21,11 +22,13 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
-from uopc.mixin.shapes import broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: chapter 9)
+from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
+_fulls: dict[tuple, UOp] = cache("tensor.fulls", {})   # Tensor.full's (shape, dtype, value) -> the node it built
+_SCALAR_TYPES = {bool, int, float}
 
 
 # ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
@@ -53,6 +56,10 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
+  # per tensor, set only when they change (a new Tensor is made at every op: its __init__ sets only .uop)
+  grad: Tensor | None = None    # backward() fills it
+  lazy: UOp | None = None       # once realized: the graph that computed it, for gradients taken after realizing
+  _home: UOp | None = None      # set by assign: the buffer the next realize writes this tensor's value into
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
@@ -64,8 +71,6 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
-    self.grad, self.lazy = None, None
-    self._home: UOp | None = None   # set by assign: the buffer the next realize writes this tensor's value into
     if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
 
   @property
@@ -76,10 +81,9 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     else: _requires_grad.discard(self)
 
   # ---- properties ----
-  @property
-  def shape(self) -> tuple[int, ...]: return self.uop.shape
-  @property
-  def dtype(self) -> DType: return self.uop.dtype
+  # the uop's, read by attrgetter in C: every Tensor method reads shapes and dtypes, and a Python getter is a frame each
+  shape = property(attrgetter("uop.shape"), doc="The tensor's shape, a tuple of ints.")
+  dtype = property(attrgetter("uop.dtype"), doc="The tensor's DType.")
   @property
   def device(self) -> str:
     """Where this Tensor is realized: the device its data was placed on, else DEVICE= (CPU by default)."""
@@ -169,9 +173,19 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   # ---- creation ----
   @staticmethod
   def full(shape: Sequence[int], value, dtype: DType | None = None) -> Tensor:
+    # every Python scalar in an expression (x * 2) is a full(): its nodes are looked up in a memo by the arguments, not
+    # checked and built again (the same nodes, one dict lookup). A zero is keyed by its repr, as 0.0 == -0.0 == False;
+    # sizes only when all are ints, as a float size would find its integer's entry
+    key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
+    if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
+      return Tensor(u)
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
-    return Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
+    t = Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
+    if key is not None and type(key[0]) is tuple:
+      if len(_fulls) >= 4096: _fulls.clear()   # a bound: a program may use ever new constants
+      _fulls[key] = t.uop
+    return t
   @staticmethod
   def zeros(*shape, dtype: DType = dtypes.f32) -> Tensor: return Tensor.full(_shape_arg(shape), 0, dtype)
   @staticmethod

@@ -77,7 +77,8 @@ class _UOpMeta(type):
     # 0.0 == -0.0 and nan != nan in Python: key floats by their repr so each constant is its own node
     key = (op, dtype, src, ("float", repr(arg)) if isinstance(arg, float) else arg)
     if (ref := _nodes.get(key)) is not None and (hit := ref()) is not None: return hit
-    u = super().__call__(op, src, arg, dtype)
+    u = _new_node(cls)   # the fields set here, not by an __init__: one Python frame less per node built
+    _set_op(u, op); _set_src(u, src); _set_arg(u, arg); _set_dtype(u, dtype)
     ref = _NodeRef(u, _forget)
     ref.key = key
     _nodes[key] = ref
@@ -104,11 +105,7 @@ class _Shape:
 
 
 class UOp(metaclass=_UOpMeta):
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-
-  def __init__(self, op: Ops, src: tuple[UOp, ...], arg: Any, dtype: DType):
-    object.__setattr__(self, "op", op); object.__setattr__(self, "src", src)
-    object.__setattr__(self, "arg", arg); object.__setattr__(self, "dtype", dtype)
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")   # set once, by _UOpMeta.__call__
 
   def __setattr__(self, k, v): raise AttributeError(f"UOp is immutable (tried to set {k})")
   def __reduce__(self): return UOp, (self.op, self.src, self.arg, self.dtype)
@@ -135,14 +132,15 @@ class UOp(metaclass=_UOpMeta):
     # the cache holds the nodes below self, never self: a node whose own __dict__ held it would be a reference cycle,
     # and the arrays of its BUFFERs would wait for the cyclic garbage collector instead of being freed (NOTES 25)
     if (below := self.__dict__.get("_below")) is not None: return [*below, self]
-    order, seen, stack = [], set(), [(self, False)]
+    order, seen, stack = [], set(), [self]
+    pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
-      u, done = stack.pop()
-      if done: order.append(u); continue
+      u = pop()
+      if u is _DONE: order.append(pop()); continue   # the node under the marker: its sources are all in order now
       if u in seen: continue
       seen.add(u)
-      stack.append((u, True))
-      stack.extend([(s, False) for s in reversed(u.src) if s not in seen])
+      if u.src: push(u); push(_DONE); extend(u.src[::-1])   # a source seen by the time it is popped is skipped
+      else: order.append(u)
     self.__dict__["_below"] = tuple(order[:-1])
     return order
 
@@ -237,6 +235,11 @@ class UOp(metaclass=_UOpMeta):
   def render(self, names: dict[UOp, str] | None = None) -> str:
     """An infix form of an index or scalar expression, e.g. ((i*512)+j)."""
     return render_expr(self, names or {})
+
+
+_DONE = object()   # toposort's marker on its stack: the node below it has had its sources visited
+_new_node = object.__new__
+_set_op, _set_src, _set_arg, _set_dtype = UOp.op.__set__, UOp.src.__set__, UOp.arg.__set__, UOp.dtype.__set__
 
 
 def _shape(u: UOp) -> tuple[int, ...]:

@@ -51,7 +51,8 @@ class ElementwiseMixin:
     return self.cast(dt)._broadcast(shape), other.cast(dt)._broadcast(shape)
 
   def _binary(self, op: Ops, other, reverse: bool = False) -> Self:
-    same = isinstance(other, ElementwiseMixin) and other.dtype is self.dtype and other.shape == self.shape
+    if not isinstance(other, ElementwiseMixin): other = self._operand(other)   # a scalar: self's shape, the op's dtype
+    same = other.dtype is self.dtype and other.shape == self.shape
     a, b = (self, other) if same else self._pair(other)   # nothing to promote or broadcast: the common case, fast
     if reverse: a, b = b, a
     return a._alu(op, b)

@@ -8,7 +8,7 @@ import numpy as np
 from uopc.dtype import dtypes, least_upper_dtype
 from uopc.helpers import prod
 from uopc.mixin.elementwise import ElementwiseMixin, Self
-from uopc.mixin.shapes import axis_index as _axis, shape_arg as _shape_arg
+from uopc.mixin.shapes import ONLY_INT as _INT, axis_index as _axis, shape_arg as _shape_arg
 from uopc.uop import Ops
 from uopc.errors import UsageError, UsageTypeError
 
@@ -31,6 +31,8 @@ class MovementMixin(ElementwiseMixin):
   def reshape(self, *shape) -> Self:
     """Sizes are integers; one may be -1 (inferred), None keeps that axis' size."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    if _INT >= {*map(type, shape)} and min(shape, default=0) >= 0 and prod(shape) == self.numel():   # sizes in full
+      return self if shape == self.shape else self._mv(Ops.RESHAPE, shape)   # (the checks below, passed, in C)
     shape = [self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)]
     shape = list(_shape_arg(shape, "reshape"))
     if shape.count(-1) > 1: raise UsageError(f"reshape: only one -1 allowed, got {tuple(shape)}")
@@ -60,9 +62,12 @@ class MovementMixin(ElementwiseMixin):
     return x if x.shape == shape else x._mv(Ops.EXPAND, shape)
 
   def permute(self, *order) -> Self:
-    order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
-    if sorted(order) != list(range(self.ndim)):
-      raise UsageError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+    given = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else order
+    if _INT >= {*map(type, given)} and sorted(given) == list(range(self.ndim)): order = given   # checked, in C
+    else:   # axes to check or to count from the end (-1)
+      order = tuple(_axis(a, self.ndim) for a in _shape_arg(order, "permute"))
+      if sorted(order) != list(range(self.ndim)):
+        raise UsageError(f"permute: {order} is not a permutation of the {self.ndim} axes of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mv(Ops.PERMUTE, order)
 
   def transpose(self, a: int = -2, b: int = -1) -> Self:

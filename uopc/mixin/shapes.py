@@ -3,6 +3,8 @@ from __future__ import annotations
 import numpy as np
 from uopc.errors import UsageError
 
+ONLY_INT = {int}   # {*map(type, xs)} <= ONLY_INT: every x a Python int (no bool, float or NumPy integer), tested in C
+
 
 def axis_index(axis: int, ndim: int) -> int:
   if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):

@@ -24,6 +24,7 @@ class Compiled(Protocol):
   fn: Callable                # the C function, taking converted arguments
   threads: int | None         # OpenMP threads for its parallel loops: None = OpenMP's own choice
   _quick: tuple | None        # the scalars of its last call that finished within QUICK_S
+  scalar_slots: tuple[int, ...]   # the positions of its scalar arguments (a rendered kernel has none)
 
 # The handoff costs tens of microseconds, which shows in a small realize, so a call runs directly when the same Program
 # already finished with the same scalar arguments in under QUICK_S: the loop bounds of a kernel are constants or
@@ -74,7 +75,7 @@ def _wait_on_kernel_thread(prg: Compiled, args: list) -> None:
 
 def call_kernel(prg: Compiled, args: list) -> None:
   """prg.fn(*args) with converted arguments, interruptible on the main thread."""
-  scalars = tuple(a for a in args if isinstance(a, (int, float)))
+  scalars = tuple([args[k] for k in prg.scalar_slots]) if prg.scalar_slots else ()   # a kernel's loop bounds
   quick = QUICK_DIRECT and prg._quick == scalars and not _last_job.locked()
   if quick or threading.current_thread() is not threading.main_thread(): return _invoke(prg, args)
   t0 = time.perf_counter()
@@ -94,6 +95,7 @@ def _invoke(prg: Compiled, args: list) -> None:
   if prg.threads is None or _omp is None: return prg.fn(*args)
   get, set_ = _omp
   was = get()
+  if was == prg.threads: return prg.fn(*args)   # the thread runs that many already (OMP_NUM_THREADS=1): nothing to set
   set_(prg.threads)
   try: prg.fn(*args)
   finally: set_(was)

@@ -74,6 +74,7 @@ class Program:
     full = src if src.lstrip().startswith("#") else PRELUDE + src
     signature = getattr(src, "signature", None)
     self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
+    self.scalar_slots = tuple(k for k, a in enumerate(self.params) if not a.pointer)
     cc = compiler()
     t0 = time.perf_counter()
     self.flags, self.path, self.cached = build.locate(full, name, cc, tuple(flags) if flags is not None else FLAGS)
