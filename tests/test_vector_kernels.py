@@ -271,3 +271,20 @@ def test_a_weight_shared_by_every_batch_is_packed_once(monkeypatch, fresh_plan_c
     trips.append([u.src[0].arg for u in k.ast.toposort() if u.op is Ops.RANGE and u.arg[1].name == "THREAD"])
     close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=16))[0].reshape(ref.shape), ref, 16)
   assert trips == [[128 // 32], [4 * 128 // 32]]
+
+
+def test_a_matmul_after_a_reduction_still_gets_packed_panels(monkeypatch, fresh_plan_cache):
+  """layernorm(x) @ W: at layout time the matmul's operand still holds the LayerNorm's reductions (each becomes a
+  kernel of its own), and the matmul is recognised through them: with too few panels to pack inline, a copy kernel
+  packs W, and the matmul reads it without gathers."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1000)   # never enough panels to share out: packed by a kernel
+  x, w = f32(4, 64, 128), f32(128, 128)
+  mm = Tensor(x).layernorm(-1) @ Tensor(w)
+  plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=16))
+  assert "repacked" in plan.explain()
+  gathers = [u for k in plan.kernels for u in k.ast.toposort() if u.op is Ops.VECTORIZE and len(set(u.src)) > 1
+             and any(s.op is Ops.LOAD for s in u.src)]
+  assert not gathers
+  x64 = x.astype(np.float64)
+  ln = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+  close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=16))[0].reshape(4, 64, 128), ln @ w, 16)

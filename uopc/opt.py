@@ -155,9 +155,11 @@ class VectorOpt(DefaultOpt):
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
     if options is None or options.device == "CPU":
       isa = cls.isa(options)
-      chosen = {u: o for u in UOp(Ops.SINK, tuple(roots)).toposort()
-                if (o := gemm_vec.choose_opts(u, isa, cls.tuner))}
-      if chosen: roots = UOp.wrap(roots, set(chosen), lambda u: gemm_vec.pack_b(u, chosen[u]) or u)
+      # the whole graph's matmuls (graph=True: a reduction in an operand will be a kernel of its own); wrap hands
+      # pack_b each one rebuilt over its packed sources, whose opts are its problem's, chosen once
+      opts = lambda u: gemm_vec.choose_opts(u, isa, cls.tuner, graph=True)
+      chosen = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if opts(u)}
+      if chosen: roots = UOp.wrap(roots, chosen, lambda u: gemm_vec.pack_b(u, opts(u)) or u)
       # a matmul that packs B inline reads B as it is: no transposed copy of it first
       return layout_pass(roots, options, keep=lambda u: gemm_vec.packs_own_panels(u, isa, cls.tuner))
     return layout_pass(roots, options)

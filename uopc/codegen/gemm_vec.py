@@ -25,7 +25,7 @@ from uopc import symbolic
 from uopc.helpers import cache, omp_threads
 from uopc.dtype import dtypes
 from uopc.rangeify import Ctx, rangeify
-from uopc.codegen.tc import matmul_operands
+from uopc.codegen.tc import matmul_operands, opaque_reduces
 from uopc.uop import UOp, Ops, AxisType, ALU, ParamArg, range_, sink, substitute
 
 MIN_FLOPS = 1 << 22   # below this a matmul is too small for packing to pay: the default lowering takes it
@@ -81,7 +81,7 @@ _chosen: dict[tuple, GemmOpts] = cache("gemm_vec.chosen", {})
 Tuner = Callable[[str, tuple, list, GemmOpts, Callable[[GemmOpts], UOp]], GemmOpts]
 
 
-def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
+def _matmul(body: UOp, graph: bool = False) -> tuple[UOp, tuple[UOp, UOp]] | None:
   """(body as REDUCE(ADD, A * B), (A, B)) if it is a matmul (uopc.codegen.tc.matmul_operands), else None. A backward
   pass often reduces a permuted product (dW = x^T dy is sum over rows of PERMUTE(x * dy)): the permute moves into both
   operands, which an elementwise product allows. A sum over several trailing axes (dW sums over batch and time) is
@@ -100,7 +100,7 @@ def _matmul(body: UOp) -> tuple[UOp, tuple[UOp, UOp]] | None:
     merged = src.shape[:-n] + (math.prod(src.shape[-n:]),)
     body = UOp(Ops.REDUCE, (UOp(Ops.MUL, tuple(UOp(Ops.RESHAPE, (s,), merged) for s in src.src)),), (Ops.ADD, 1))
   # any number of batch dims: lower_gemm walks them all (attention's scores are (B, H, T, T))
-  if (xy := matmul_operands(body, max_batch=8)) is None: return None
+  if (xy := matmul_operands(body, max_batch=8, graph=graph)) is None: return None
   return _merge_batch(body, *xy)
 
 
@@ -110,7 +110,8 @@ def _merge_batch(body: UOp, x: UOp, y: UOp) -> tuple[UOp, tuple[UOp, UOp]]:
   *batch, M, N, K = x.shape
   if not batch: return body, (x, y)
   probe = tuple(range_(s, 1000 + k) for k, s in enumerate(x.shape))
-  if not set(probe[:len(batch)]).isdisjoint(symbolic.ranges_in(symbolic.simplify(rangeify(y, probe, Ctx())))):
+  b_at = symbolic.simplify(rangeify(opaque_reduces(y), probe, Ctx()))   # B at every index: which loops it reads
+  if not set(probe[:len(batch)]).isdisjoint(symbolic.ranges_in(b_at)):
     return body, (x, y)
   merged = (math.prod(batch) * M, N, K)
   x, y = UOp(Ops.RESHAPE, (x,), merged), UOp(Ops.RESHAPE, (y,), merged)
@@ -129,10 +130,10 @@ def _fits(matmul: UOp, opts: GemmOpts) -> bool:
   return not (M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS)
 
 
-def choose_opts(body: UOp, isa, tuner: Tuner) -> GemmOpts | None:
+def choose_opts(body: UOp, isa, tuner: Tuner, graph: bool = False) -> GemmOpts | None:
   """The opts for this matmul (the tuner's choice among the candidates that fit), or None where the vector matmul does
   not apply. isa: the vector registers and lanes to size the tile for (uopc.runtime.machine.ISA)."""
-  if (m := _matmul(body)) is None: return None
+  if (m := _matmul(body, graph)) is None: return None
   body = m[0]
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
@@ -178,20 +179,20 @@ def _inline(matmul: UOp, opts: GemmOpts) -> bool:
 
 def packs_own_panels(body: UOp, isa, tuner: Tuner) -> bool:
   """Whether body is a matmul whose kernel packs B inline (its operands then need no layout step)."""
-  opts = choose_opts(body, isa, tuner)
-  return opts is not None and _inline(_matmul(body)[0], opts)
+  opts = choose_opts(body, isa, tuner, graph=True)
+  return opts is not None and _inline(_matmul(body, graph=True)[0], opts)
 
 
-def gemm_fit(body: UOp, opts: GemmOpts) -> tuple[UOp, tuple[UOp, UOp]] | None:
+def gemm_fit(body: UOp, opts: GemmOpts, graph: bool = False) -> tuple[UOp, tuple[UOp, UOp]] | None:
   """(body as a matmul, (A, B)) if body is a float32 matmul that fits opts (_fits), else None."""
-  m = _matmul(body)
+  m = _matmul(body, graph)
   return m if m is not None and _fits(m[0], opts) else None
 
 
 def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   """body with its B operand read from a packed copy (None if body does not fit): B (batch?, K, N) as panels
   (batch?, N / nr, K, nr), so that the matmul's loop over k reads each panel front to back."""
-  if (fit := gemm_fit(body, opts)) is None or _inline(fit[0], opts): return None
+  if (fit := gemm_fit(body, opts, graph=True)) is None or _inline(fit[0], opts): return None
   shape = body.shape + (fit[0].src[0].shape[-1],)
   body, (x, y) = fit
   *batch, M, N, K = y.shape

@@ -15,13 +15,14 @@ through local memory from the hardware's table (uopc.render_gpu), so a load that
 gives wrong numbers there too.
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from uopc import symbolic
 from uopc.codegen import wmma
 from uopc.dtype import dtypes
 from uopc.options import Options
 from uopc.rangeify import Ctx, rangeify
-from uopc.uop import UOp, Ops, AxisType, range_, sink
+from uopc.uop import UOp, Ops, AxisType, ParamArg, range_, sink, substitute
 
 GPU_DEVICES = ("CL", "CUDA")   # where TC= applies: the devices that launch work-groups
 TC_SHAPES = {"f16": wmma.M16N8K16, "tf32": wmma.M16N8K8_TF32}   # the input kind -> the instruction that takes it
@@ -44,21 +45,39 @@ def _loaded_dtypes(v: UOp) -> set:
   return {u.dtype for u in v.toposort() if u.op is Ops.LOAD}
 
 
-def matmul_operands(body: UOp, max_batch: int = 1) -> tuple[UOp, UOp] | None:
+def matmul_operands(body: UOp, max_batch: int = 1, graph: bool = False) -> tuple[UOp, UOp] | None:
   """(A, B) if body is REDUCE(ADD, A * B) over one axis with A independent of the output column and B of the output
   row: a matmul, operands of shape (batch..., M, N, K) with at most max_batch batch dims (attention's (B, H, T, D)
-  has two), whatever elementwise work and movement sit on each side."""
+  has two), whatever elementwise work and movement sit on each side. A kernel's body (graph=False) holds no other
+  reduction in its operands; a node of the whole graph (graph=True, before kernels are cut) may: each reduction below
+  it becomes a kernel of its own, which the matmul kernel then reads."""
   if body.op is not Ops.REDUCE or body.arg != (Ops.ADD, 1) or not body.dtype.is_float: return None
   if not 2 <= len(body.shape) <= 2 + max_batch or body.src[0].op is not Ops.MUL: return None
   x, y = body.src[0].src
-  if any(u.op is Ops.REDUCE for u in (*x.toposort(), *y.toposort())): return None
+  if not graph and any(u.op is Ops.REDUCE for u in (*x.toposort(), *y.toposort())): return None
   probe = tuple(range_(s, 1000 + k) for k, s in enumerate(body.src[0].shape))   # scratch loop variables
   *b, m, n, k = probe
-  def deps(v: UOp) -> set: return set(symbolic.ranges_in(symbolic.simplify(rangeify(v, probe, Ctx()))))
+  def deps(v: UOp) -> set:
+    return set(symbolic.ranges_in(symbolic.simplify(rangeify(opaque_reduces(v), probe, Ctx()))))
   dx, dy = deps(x), deps(y)
   if n in dx and m in dy: x, y, dx, dy = y, x, dy, dx     # B * A
   if n in dx or m in dy: return None
   return x, y
+
+
+def opaque_reduces(v: UOp) -> UOp:
+  """v with each reduction nearest to it read from a stand-in buffer of its shape (never rendered): what a kernel of
+  v sees once the reductions are kernels of their own. Walks only the nodes above those reductions."""
+  stand_in, stack, seen = {}, [v], set()
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if u.op is Ops.REDUCE:
+      buf = UOp(Ops.BUFFER, (), ParamArg(-1, u.dtype, (math.prod(u.shape),)))
+      stand_in[u] = UOp(Ops.RESHAPE, (buf,), u.shape)
+    else: stack.extend(u.src)
+  return substitute(v, stand_in) if stand_in else v
 
 
 def tc_fit(body: UOp, tc: int) -> tuple[UOp, UOp, WMMAArg] | None:
