@@ -288,3 +288,17 @@ def test_a_matmul_after_a_reduction_still_gets_packed_panels(monkeypatch, fresh_
   x64 = x.astype(np.float64)
   ln = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
   close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=16))[0].reshape(4, 64, 128), ln @ w, 16)
+
+
+def test_a_merged_batchs_row_blocks_stay_within_a_batch(fresh_plan_cache):
+  """(12, 64, 128) @ W merged into 768 rows: on AVX2 (8 lanes, 16 registers) the heuristic's 6 rows would divide 768
+  but not 64, and a block across two batches computes its rows' addresses with // and %; the tile's rows divide 64."""
+  from uopc.runtime.machine import isa_of
+  x, w = f32(12, 64, 128), f32(128, 128)
+  mm = Tensor(x) @ Tensor(w)
+  plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=8))
+  opts = gemm_vec.choose_opts(plan.kernels[-1].body, isa_of(8), VectorOpt.tuner)
+  assert opts is not None and 64 % opts.rows == 0 and opts.lanes == 8
+  assert not [u for u in plan.kernels[-1].ast.toposort() if u.op in (Ops.IDIV, Ops.MOD)]
+  out = realize([mm.uop], options=Options(opt=VectorOpt, lanes=8))[0].reshape(12, 64, 128)
+  close(out, x.astype(np.float64) @ w, 16)
