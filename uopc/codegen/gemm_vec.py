@@ -118,6 +118,14 @@ def _merge_batch(body: UOp, x: UOp, y: UOp) -> tuple[UOp, tuple[UOp, UOp]]:
   return UOp(Ops.REDUCE, (x * y,), (Ops.ADD, 1)), (x, y)
 
 
+def _rows_per_batch(x: UOp, M: int) -> int:
+  """M, or for a merged batch (_merge_batch: A reshaped from (batch..., m, N, K) to (batch x m, N, K)) one batch's m:
+  a block of rows stays within it, so its rows' addresses are linear (across a batch boundary each takes a // and a
+  %: 6-row blocks over batches of 64 ran at half speed on AVX2). A sum over several axes reshapes K, not the rows."""
+  if x.op is not Ops.RESHAPE or len(x.src[0].shape) <= 3 or x.src[0].shape[-2:] != x.shape[-2:]: return M
+  return x.src[0].shape[-3]
+
+
 def as_matmul(body: UOp) -> UOp | None:
   """body as REDUCE(ADD, A * B) if it is a matmul, else None (see _matmul)."""
   return None if (m := _matmul(body)) is None else m[0]
@@ -137,9 +145,7 @@ def choose_opts(body: UOp, isa, tuner: Tuner, graph: bool = False) -> GemmOpts |
   body, (x, _) = m
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
-  # a merged batch (_merge_batch): a block of rows stays within one batch's M rows, whose addresses are then linear
-  # (across a batch boundary they take a // and a % per row: 6 rows of 64 on AVX2 ran at half the speed)
-  unit = x.src[0].shape[-3] if x.op is Ops.RESHAPE and len(x.src[0].shape) > 3 else M
+  unit = _rows_per_batch(x, M)
   problem = (tuple(batch), M, N, K, isa.lanes) + ((unit,) if unit != M else ())
   if (problem, isa) not in _chosen:   # once per process and ISA: the packing (layout) and the tile (lower) must agree
     heuristic = heuristic_opts(isa, unit, N, K)

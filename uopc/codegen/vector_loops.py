@@ -11,9 +11,10 @@ becomes the lanes of a vector, chosen so that every load the kernel makes steps 
   column        a reduce over rows whose output's last axis is contiguous (a bias gradient sums dy over rows): `nvec`
                 vector accumulators of neighbouring outputs, each row adding one vector to each
 
-A kernel none of these fits without a gather (a load whose lanes are not neighbours in memory: a transpose, a pad),
-that reads a non-32-bit buffer along the lanes (a bool mask is one byte a lane; the vector types here are 32-bit),
-holds a second reduction, or whose axis does not divide by W, gives None: the default lowering takes it.
+A bool mask read along the lanes (one byte a lane) is widened to the 32-bit lanes the vector ops compare with
+(uopc.codegen.vector's uopc_widen_u8xN). A kernel none of these fits without a gather (a load whose lanes are not
+neighbours in memory: a transpose, a pad), that reads another non-32-bit buffer along the lanes, holds a second
+reduction, or whose axis does not divide by W, gives None: the default lowering takes it.
 """
 from __future__ import annotations
 import math
@@ -119,10 +120,9 @@ def _column(body: UOp, out: UOp, ctx: Ctx, W: int) -> UOp | None:
 def _accumulate(ctx: Ctx, rop: Ops, val: UOp, loops: tuple[UOp, ...], red: list[UOp]) -> UOp:
   """A vector accumulator inside `loops`, combined with val on every iteration of the reduce loops `red`: its value
   after them."""
-  real = _ranges(*red)
+  real = _ranges(*red)   # every reduce axis has its loop (ctx.range), even a loop of one trip
   acc = ctx.alloc(val.dtype).after(*loops)
   init = acc.index(0).store(UOp.const(identity(rop, dtypes.f32), val.dtype))
-  if not real: return UOp(rop, (UOp.const(identity(rop, dtypes.f32), val.dtype), val))
   accl = acc.after(init, *real)
   upd = accl.index(0).store(UOp(rop, (accl.index(0).load(), val)))
   return acc.after(upd.end(*real)).index(0).load()
