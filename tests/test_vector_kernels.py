@@ -73,15 +73,34 @@ def test_operands_with_elementwise_work_and_a_transpose(vector_opt, pack):
 def test_the_plan_packs_b_then_runs_a_vector_tile(pack):
   a, b = Tensor(f32(256, 256)), Tensor(f32(256, 256))
   plan = make_plan([(a @ b).uop], options=Options(opt=VectorOpt))
-  opts = gemm_vec.heuristic_opts(VectorOpt.isa(), 256, 256, 256)
+  # inline, a tile's rows need not divide M (a last block takes the rest: 6 x 2 on AVX2 and SSE, 256 = 42 x 6 + 4)
+  opts = gemm_vec.heuristic_opts(VectorOpt.isa(), 256, 256, 256, tail=lambda o: pack == "inline")
+  tail = 256 % opts.rows
   src = plan.kernels[-1].src
-  assert f"f32x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == opts.rows * opts.nvec
-  if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k
+  assert f"f32x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == (opts.rows + tail) * opts.nvec
+  if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k (and the tail's k)
     assert len(plan.kernels) == 1 and not plan.temps and "repacked" not in plan.explain()
-    assert f"float acc0[{256 * opts.nr}];" in src and src.count("for (") == 4
+    assert f"float acc0[{256 * opts.nr}];" in src and src.count("for (") == 4 + (tail > 0)
   else:                  # the copy kernel, then the tile: the threaded loop over blocks and the loop over k
     assert len(plan.kernels) == 2 and "repacked" in plan.explain()
     assert src.count("for (") == 2   # every other axis is registers
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_a_last_block_of_fewer_rows(lanes, monkeypatch, fresh_plan_cache):
+  """Where B is packed inline, a tile's rows need not divide M: each panel's row blocks end with one of M % rows rows
+  (so AVX2 gets BLIS haswell's 6-row tile for M = 512, 1024, 2048, not 4 rows: NOTES 39). The ISA with `lanes` lanes
+  takes 6 x 2 (16 registers) or 8 x 2 (32), both with a tail at M = 100."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1)
+  isa = VectorOpt.isa(Options(lanes=lanes))
+  opts = gemm_vec.heuristic_opts(isa, 100, 256, 128, tail=lambda o: True)
+  assert 100 % opts.rows and opts.rows * opts.nvec == (12 if isa.registers == 16 else 16)
+  a, b = f32(100, 128), f32(128, 256)   # big enough to pack (gemm_vec.MIN_FLOPS)
+  mm = Tensor(a) @ Tensor(b)
+  src = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=lanes)).kernels[-1].src
+  assert src.count(f"f32x{lanes} acc") == (opts.rows + 100 % opts.rows) * opts.nvec   # the blocks' and the tail's
+  close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=lanes))[0].reshape(100, 256),
+        a.astype(np.float64) @ b, 12)
 
 
 @pytest.mark.parametrize("lanes", [4, 8])

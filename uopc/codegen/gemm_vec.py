@@ -53,24 +53,26 @@ def tile_registers(rows: int, nvec: int) -> int:
   return rows * nvec + nvec + 1
 
 
-def heuristic_opts(isa, M: int, N: int, K: int) -> GemmOpts:
+def heuristic_opts(isa, M: int, N: int, K: int, tail: Callable[[GemmOpts], bool] = lambda o: False) -> GemmOpts:
   """The tile without tuning, sized as BLIS sizes a micro-kernel from the register file (`isa`: lanes and registers,
   uopc.runtime.machine's table): the most accumulators whose tile, with B's vectors and A's broadcast, fits the
-  registers (at most 16 accumulators and 8 rows), among the tiles that divide M and N; then 2 vectors, then fewer
-  rows. AVX-512 (32 registers): 8 rows x 2 vectors, as NOTES 24 measured; AVX2 and SSE (16): 6 x 2 (BLIS haswell's
-  12 accumulators) where 6 divides M, else 4 x 2. With no tile that divides the problem, the first one that fits the
-  registers (which then does not fit the problem: the default lowering takes it)."""
+  registers (at most 16 accumulators and 8 rows), among the tiles that fit M and divide N; then 2 vectors, then fewer
+  rows. A tile fits M where its rows divide M, or where tail(tile) says a last, shorter block of rows may take the rest
+  (B packed inline). AVX-512 (32 registers): 8 rows x 2 vectors, as NOTES 24 measured; AVX2 and SSE (16): 6 x 2 (BLIS
+  haswell's 12 accumulators; 4 x 2 where 6 does not divide M and there is no tail: 10% slower on AVX2, NOTES 39).
+  With no tile that fits the problem, the first one that fits the registers (the default lowering then takes it)."""
   tiles = sorted((GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
                   if r <= MAX_HEURISTIC_ROWS and r * v <= MAX_HEURISTIC_ACCS and tile_registers(r, v) <= isa.registers),
                  key=lambda o: (-o.rows * o.nvec, abs(o.nvec - 2), o.rows))
-  return next((o for o in tiles if M % o.rows == 0 and N % o.nr == 0), tiles[0])
+  return next((o for o in tiles if (M % o.rows == 0 or tail(o)) and N % o.nr == 0), tiles[0])
 
 
-def candidate_opts(isa, M: int, N: int, K: int) -> list[GemmOpts]:
+def candidate_opts(isa, M: int, N: int, K: int, tail: Callable[[GemmOpts], bool] = lambda o: False) -> list[GemmOpts]:
   """What the tuner tries: every tile whose accumulators leave two registers (a broadcast and one vector of B: the
-  others can be FMA memory operands), at most 24 accumulators, that divides M and N."""
-  return [GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
-          if M % r == 0 and N % (v * isa.lanes) == 0 and r * v <= min(24, isa.registers - 2)]
+  others can be FMA memory operands), at most 24 accumulators, that fits M (as in heuristic_opts) and divides N."""
+  tiles = [GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
+           if N % (v * isa.lanes) == 0 and r * v <= min(24, isa.registers - 2)]
+  return [o for o in tiles if M % o.rows == 0 or tail(o)]
 
 
 # one choice per problem in a process: layout (packing) and lower must agree
@@ -131,11 +133,21 @@ def as_matmul(body: UOp) -> UOp | None:
   return None if (m := _matmul(body)) is None else m[0]
 
 
-def _fits(matmul: UOp, opts: GemmOpts) -> bool:
-  """Whether a matmul (as _matmul gives it) is big enough to pack and its M divides by rows, its N by nr."""
+def _fits(matmul: UOp, x: UOp, opts: GemmOpts) -> bool:
+  """Whether a matmul (as _matmul gives it, A = x) is big enough to pack, its N divides by nr and its M by rows, or
+  it may end in a shorter block of rows (_tail_ok)."""
   *batch, M, N = matmul.shape
   K = matmul.src[0].shape[-1]
-  return not (M % opts.rows or N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS)
+  if N % opts.nr or 2 * math.prod(batch) * M * N * K < MIN_FLOPS: return False
+  return M % opts.rows == 0 or _tail_ok(opts, x, matmul)
+
+
+def _tail_ok(opts: GemmOpts, x: UOp, matmul: UOp) -> bool:
+  """Whether the last block of a panel's rows may be shorter than opts.rows: where B is packed inline (the thread's
+  loop over blocks of rows then ends with one more), and not in a merged batch (a block there stays in one batch)."""
+  *batch, M, N = matmul.shape
+  return M >= opts.rows and _rows_per_batch(x, M) == M and packs_inline(opts, math.prod(batch), N,
+                                                                         matmul.src[0].shape[-1])
 
 
 def choose_opts(body: UOp, isa, tuner: Tuner, graph: bool = False) -> GemmOpts | None:
@@ -148,9 +160,10 @@ def choose_opts(body: UOp, isa, tuner: Tuner, graph: bool = False) -> GemmOpts |
   unit = _rows_per_batch(x, M)
   problem = (tuple(batch), M, N, K, isa.lanes) + ((unit,) if unit != M else ())
   if (problem, isa) not in _chosen:   # once per process and ISA: the packing (layout) and the tile (lower) must agree
-    heuristic = heuristic_opts(isa, unit, N, K)
-    if not _fits(body, heuristic): return None
-    cands = [c for c in candidate_opts(isa, unit, N, K) if _fits(body, c)] or [heuristic]
+    tail = lambda o: _tail_ok(o, x, body)
+    heuristic = heuristic_opts(isa, unit, N, K, tail)
+    if not _fits(body, x, heuristic): return None
+    cands = [c for c in candidate_opts(isa, unit, N, K, tail) if _fits(body, x, c)] or [heuristic]
     _chosen[problem, isa] = tuner("gemm_vec", problem, cands, heuristic, lambda o: program(M, N, K, o))
   return _chosen[problem, isa]
 
@@ -195,7 +208,7 @@ def packs_own_panels(body: UOp, isa, tuner: Tuner) -> bool:
 def gemm_fit(body: UOp, opts: GemmOpts, graph: bool = False) -> tuple[UOp, tuple[UOp, UOp]] | None:
   """(body as a matmul, (A, B)) if body is a float32 matmul that fits opts (_fits), else None."""
   m = _matmul(body, graph)
-  return m if m is not None and _fits(m[0], opts) else None
+  return m if m is not None and _fits(m[0], m[1][0], opts) else None
 
 
 def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
@@ -261,7 +274,7 @@ def _steps_by_one(addr: UOp, lane: UOp) -> bool:
 def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | None = None) -> UOp | None:
   """The register-tiled loop program of a matmul body (None if it does not fit). Works on any operands; fast when B
   is packed, inline (packs_inline, for `threads`: OpenMP's count by default) or by pack_b (then each vector of B is
-  one load)."""
+  one load). Inline, M need not divide by rows: each panel's loop over blocks of rows ends with one of M % rows."""
   if out.dtype is not dtypes.f32 or (fit := gemm_fit(body, opts)) is None: return None
   body, (x, y) = fit
   *batch, M, N = body.shape
@@ -270,6 +283,7 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
   nbatch = math.prod(batch)
   tiles_m, tiles_n = M // R, N // NR
   inline = packs_inline(opts, nbatch, N, K, threads)
+  if M % R and not inline: return None   # a shorter last block only where a thread owns a panel's every row
   if inline:   # an iteration per panel: pack it, then every block of C under it
     t = ctx.range(nbatch * tiles_n, AxisType.THREAD)
     bflat, jn = t // tiles_n, t % tiles_n
@@ -282,33 +296,38 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
   bidx, left = [], bflat
   for s in reversed(batch):
     bidx.insert(0, left % s); left = left // s
-  k = ctx.range(K, AxisType.REDUCE)
   vec = dtypes.f32.vec(W)
   col = lambda j, i: jn * NR + j * W + i
   at = lambda v, m, n, kk: symbolic.simplify_index(rangeify(v, (*bidx, m, n, kk), ctx))
-  # A does not depend on n; its values are simplified with the whole program at the end (one pass, not one a row)
-  a_vals = [rangeify(x, (*bidx, im * R + r, col(0, 0), k), ctx) for r in range(R)]
   lane = range_(W, 1 << 20)   # a stand-in for the lane's column within a vector: expand_lanes removes it
   lanes_of = lambda e: e if e.dtype.count == W else e.broadcast(W)
   if inline:   # B does not depend on m: its row 0 is every row's
     panel = ctx.alloc(dtypes.f32, K * NR).after(t)
     pack = UOp(Ops.SINK, tuple(panel.index(kp * NR + j * W).store(lanes_of(expand_lanes(
       at(y, UOp.const(0), col(j, lane), kp), lane))) for j in range(NV))).end(kp)
-    b_vecs = [panel.after(pack, k).index(k * NR + j * W).load(W) for j in range(NV)]
-    accs = [[ctx.alloc(vec).after(t, im) for _ in range(NV)] for _ in range(R)]
-  else:
-    b_vecs = [lanes_of(expand_lanes(at(y, im * R, col(j, lane), k), lane)) for j in range(NV)]   # nor B on m
-    accs = [[ctx.alloc(vec).after(t) for _ in range(NV)] for _ in range(R)]
-  init = UOp(Ops.SINK, tuple(a.index(0).store(UOp.const(0.0, vec)) for row in accs for a in row))
-  acc = lambda r, j: accs[r][j].after(init, k).index(0)
-  fma = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + a_vals[r] * b_vecs[j])
-                            for r in range(R) for j in range(NV))).end(k)
-  stores = []
-  for r in range(R):
-    for j in range(NV):
-      flat = UOp.const(0)
-      for bi, s in zip(bidx, batch): flat = flat * s + bi
-      flat = symbolic.simplify((flat * M + im * R + r) * N + col(j, 0))
-      stores.append(out.index(flat).store(accs[r][j].after(fma).index(0).load()))
-  loops = (t, im) if inline else (t,)
-  return symbolic.simplify_index(sink(UOp(Ops.SINK, tuple(stores)).end(*loops)))
+
+  def block(m0, rows: int, loops: tuple) -> UOp:
+    """The stores of the rows x nr block of C whose first row is m0, inside `loops`."""
+    k = ctx.range(K, AxisType.REDUCE)
+    # A does not depend on n; its values are simplified with the whole program at the end (one pass, not one a row)
+    a_vals = [rangeify(x, (*bidx, m0 + r, col(0, 0), k), ctx) for r in range(rows)]
+    if inline: b_vecs = [panel.after(pack, k).index(k * NR + j * W).load(W) for j in range(NV)]
+    else: b_vecs = [lanes_of(expand_lanes(at(y, m0, col(j, lane), k), lane)) for j in range(NV)]   # nor B on m
+    accs = [[ctx.alloc(vec).after(*loops) for _ in range(NV)] for _ in range(rows)]
+    init = UOp(Ops.SINK, tuple(a.index(0).store(UOp.const(0.0, vec)) for row in accs for a in row))
+    acc = lambda r, j: accs[r][j].after(init, k).index(0)
+    fma = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + a_vals[r] * b_vecs[j])
+                              for r in range(rows) for j in range(NV))).end(k)
+    stores = []
+    for r in range(rows):
+      for j in range(NV):
+        flat = UOp.const(0)
+        for bi, s in zip(bidx, batch): flat = flat * s + bi
+        flat = symbolic.simplify((flat * M + m0 + r) * N + col(j, 0))
+        stores.append(out.index(flat).store(accs[r][j].after(fma).index(0).load()))
+    return UOp(Ops.SINK, tuple(stores))
+
+  if not inline: return symbolic.simplify_index(sink(block(im * R, R, (t,)).end(t)))
+  blocks = block(im * R, R, (t, im)).end(im)
+  if M % R: blocks = UOp(Ops.SINK, (blocks, block(UOp.const(tiles_m * R), M % R, (t,))))   # the last M % R rows
+  return symbolic.simplify_index(sink(blocks.end(t)))
