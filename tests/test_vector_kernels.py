@@ -78,7 +78,7 @@ def test_the_plan_packs_b_then_runs_a_vector_tile(pack):
   tail = 256 % opts.rows
   src = plan.kernels[-1].src
   assert f"f32x{opts.lanes}" in src and src.count(f"f32x{opts.lanes} acc") == (opts.rows + tail) * opts.nvec
-  if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k (and the tail's k)
+  if pack == "inline":   # one kernel: per panel, the pack loop, then the loops over row blocks and over k, the tail's k
     assert len(plan.kernels) == 1 and not plan.temps and "repacked" not in plan.explain()
     assert f"float acc0[{256 * opts.nr}];" in src and src.count("for (") == 4 + (tail > 0)
   else:                  # the copy kernel, then the tile: the threaded loop over blocks and the loop over k
