@@ -1,6 +1,7 @@
 """Shared test setup. Tests take the book's code from examples/ with uopc.book.load_example, never a copy."""
 import pytest
 from uopc.kernelize import isolated_plan_cache
+from uopc.runtime.cl import CLUnavailable
 from uopc.tensor import Tensor
 
 
@@ -16,3 +17,14 @@ def tensor_switches():
   old = Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax
   yield
   Tensor.fuse_reduce, Tensor.opt, Tensor.online_softmax = old
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  """A test that needs device CL where it cannot run (uopc.runtime.cl.CLUnavailable: no PoCL, or a PoCL whose LLVM
+  does not know this CPU) is reported skipped, with the reason, not failed: the machine lacks it, the code is not wrong."""
+  outcome = yield
+  report = outcome.get_result()
+  if call.excinfo is not None and call.excinfo.errisinstance(CLUnavailable) and report.when == "call":
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import test_student_checks as student
+from uopc.runtime.cl import cl_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = re.compile(r"^\s*#\s*TASK:\s*(.+?)\s*$", re.M)
@@ -48,6 +49,7 @@ def planted(name: str, wrong: list) -> nbformat.NotebookNode:
 
 @pytest.mark.parametrize("week", sorted(WEEKS))
 def test_a_wrong_answer_fails_its_visible_checks_with_a_message(week, tmp_path):
+  if week == 6 and (why := cl_unavailable()): pytest.skip(f"week 6's row max kernel runs on device CL: {why}")
   name, wrong = WEEKS[week], wrongs(week)
   path = tmp_path / f"{name}.ipynb"
   nbformat.write(planted(name, wrong), path)

@@ -12,6 +12,7 @@ CPU does with a GPU program, not what a GPU would do.
 from __future__ import annotations
 import functools
 import os
+import re
 import warnings
 import numpy as np
 from uopc.dtype import np_dtype
@@ -22,9 +23,19 @@ from uopc.runtime.toolchain import CompileError, cache_dir, numbered
 PLATFORM = os.environ.get("UOPC_CL_PLATFORM", "Portable Computing Language")   # chosen by name, never by index
 
 
+class CLUnavailable(RuntimeError):
+  """Device CL cannot run here: no OpenCL platform by that name, or one that cannot build a kernel for this CPU."""
+
+
+# PoCL asks its LLVM for the host CPU's name; an LLVM older than the CPU answers "generic", which x86 code generation
+# refuses (pocl/pocl#1049): pip's PoCL 3.0 on an AMD Zen 5 (lscpu family 26) builds no kernel at all (NOTES 39)
+UNKNOWN_CPU = "unknown target CPU"
+
+
 @functools.cache
 def cl_queue():
-  """The OpenCL context and command queue of the first device of the platform named PLATFORM."""
+  """The OpenCL context and command queue of the first device of the platform named PLATFORM, once a one-line kernel
+  has been built on it (CLUnavailable says why not)."""
   # PoCL compiles each kernel again for every work-group size it meets: keep its cache with uopc's
   os.environ.setdefault("POCL_CACHE_DIR", str(cache_dir() / "pocl"))
   try: import pyopencl as cl
@@ -34,10 +45,30 @@ def cl_queue():
   except cl.Error: platforms = []
   found = [p for p in platforms if PLATFORM.lower() in p.name.lower()]
   if not found:
-    raise RuntimeError(f"device CL: no OpenCL platform named {PLATFORM!r} (found {[p.name for p in platforms]}); "
-                       "pip install 'pyopencl[pocl]' installs PoCL, or set UOPC_CL_PLATFORM")
+    raise CLUnavailable(f"device CL: no OpenCL platform named {PLATFORM!r} (found {[p.name for p in platforms]}); "
+                        "pip install 'pyopencl[pocl]' installs PoCL, or set UOPC_CL_PLATFORM")
   ctx = cl.Context(found[0].get_devices()[:1])
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      cl.Program(ctx, "__kernel void uopc_probe(__global float *a) { a[0] = 1.0f; }").build()
+  except cl.Error as e:
+    if UNKNOWN_CPU not in str(e): raise
+    d = ctx.devices[0]
+    which = " with ".join(m.group() for m in re.finditer(r"(PoCL|LLVM) [\w.-]+", d.platform.version)) or d.platform.name
+    raise CLUnavailable(f"device CL: {which} cannot build a kernel for this CPU ({d.name}): its LLVM does "
+                        "not know the CPU and asks for target CPU 'generic' (pocl/pocl#1049). Run on device CPU, or "
+                        "install a PoCL built with a newer LLVM, or choose another platform with UOPC_CL_PLATFORM") \
+      from None
   return ctx, cl.CommandQueue(ctx)
+
+
+@functools.cache
+def cl_unavailable() -> str | None:
+  """Why device CL cannot run here (CLUnavailable's message), or None where it can."""
+  try: cl_queue()
+  except CLUnavailable as e: return str(e)
+  return None
 
 
 def device_name() -> str:
