@@ -22,7 +22,7 @@ def tensor_switches():
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
   """A test that needs device CL where it cannot run (uopc.runtime.cl.CLUnavailable: no PoCL, or a PoCL whose LLVM
-  does not know this CPU) is reported skipped, with the reason, not failed: the machine lacks it, the code is not wrong."""
+  does not know this CPU) is reported skipped, with the reason, not failed: the machine lacks CL, the code is right."""
   outcome = yield
   report = outcome.get_result()
   if call.excinfo is not None and call.excinfo.errisinstance(CLUnavailable) and report.when == "call":
