@@ -53,6 +53,9 @@ def test_visible_checks(path: Path, task: str):
   nb = executed(path)
   known = set(tasks(path))
   owners = task_of_cells(nb)
+  # where device CL cannot run (uopc.runtime.cl.cl_unavailable), a cell that uses it says so, and a task after it fails
+  cl_down = next((o.get("evalue", "") for c in nb.cells for o in c.get("outputs", [])
+                  if o.get("output_type") == "error" and o.get("ename") == "CLUnavailable"), None)
   for k, (cell, owner) in enumerate(zip(nb.cells, owners)):
     if cell.cell_type != "code": continue
     errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -63,4 +66,5 @@ def test_visible_checks(path: Path, task: str):
     if ename == "NotImplementedError" and evalue in known:
       pytest.skip(f"{path.stem}, {task!r}: not attempted yet" +
                   ("" if evalue == task else f" (it uses {evalue!r}, not attempted yet)"))
+    if cl_down: pytest.skip(f"{path.stem}, {task!r} needs device CL: {cl_down}")
     pytest.fail(f"{path.name}, cell {k} of task {task!r}: {ename}: {evalue}")
