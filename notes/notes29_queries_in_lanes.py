@@ -21,7 +21,7 @@ import numpy as np
 from uopc.nn import flash as nn_flash
 from uopc.bench import header
 from uopc.bench.isolated import warm_allocator
-from uopc.kernels.flash_vec import FlashVecOpts
+from uopc.kernels.flash_vec import FlashVecOpts, kt_panels
 from uopc.kernels.flash_vec_q import FlashQOpts
 from uopc.nn import scaled_dot_product_attention
 from notes28_call_overhead import best_of   # the same timing in turns (notes/ is this script's path)
@@ -46,14 +46,14 @@ def main() -> None:
   rows = keys_opts.rows
   nq_p = -(-n // rows) * rows
   q_pad = np.zeros((1, nq_p, d), np.float32); q_pad[:, :n] = q
-  kt = np.ascontiguousarray(k.transpose(0, 2, 1)); kt_again = kt.copy()
+  kt = kt_panels(k, keys_opts.keys); kt_again = kt.copy()
   out_pad, out = np.empty((1, nq_p, d), np.float32), np.empty((1, n, d), np.float32)
   keys_kernel = nn_flash.program(1, n, n, d, d, causal, scale, keys_opts)
   queries_kernel = nn_flash.program(1, n, n, d, d, causal, scale, queries_opts)
   def copied():
     np.copyto(kt, kt_again); keys_kernel(q_pad, kt, v, out_pad)
   def transposed():
-    keys_kernel(q_pad, np.ascontiguousarray(k.transpose(0, 2, 1)), v, out_pad)
+    keys_kernel(q_pad, kt_panels(k, keys_opts.keys), v, out_pad)
   fns = {"keys: kernel, K^T ready": lambda: keys_kernel(q_pad, kt, v, out_pad),
          "keys: + K^T copied in": copied,
          "keys: + K^T transposed": transposed,

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from uopc.dtype import dtypes, from_np, np_dtype
-from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, default_opts as default_flash_opts
+from uopc.kernels.flash_vec import FlashVecOpts, LOG2E, flash_vector_ir, kt_panels, default_opts as default_flash_opts
 from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir, default_opts as default_queries_opts
 from uopc.render_c import render, render_c
 from uopc.render_gpu import CL, CUDA
@@ -301,6 +301,13 @@ FLASH_CASES = {   # heads, nq, nk, d, opts, causal, total_keys
   "128x32 heads2 causal padded": (2, 128, 128, 32, FlashVecOpts(rows=8, kvec=2, dchunk=1), True, 100),
   "128x32 whole tiles of padding": (1, 128, 128, 32, FlashVecOpts(rows=4, kvec=2, dchunk=2), False, 40),
   "64x32 8 lanes": (1, 64, 64, 32, FlashVecOpts(rows=4, kvec=2, dchunk=2, lanes=8), True, None),
+  # several score tiles per softmax step (NOTES 39): the step's max over all of them, one rescale of O a step
+  "256x64 8 lanes, 4 tiles a step": (1, 258, 256, 64, FlashVecOpts(rows=6, kvec=2, dchunk=2, groups=4, lanes=8),
+                                     False, None),
+  "256x32 heads2 causal, 8 tiles a step": (2, 258, 256, 32, FlashVecOpts(rows=6, kvec=2, dchunk=2, groups=8,
+                                                                          lanes=8), True, None),
+  "192x32 causal padded, 3 tiles a step": (1, 192, 192, 32, FlashVecOpts(rows=4, kvec=1, dchunk=1, groups=3), True,
+                                           150),
 }
 
 
@@ -313,10 +320,26 @@ def test_flash_vector_matches_float64_attention(case):
   if total_keys is not None: k[:, total_keys:], v[:, total_keys:] = 1e30, 1e30   # padding: garbage, must be masked
   prog = flash_vector_ir(heads, nq, nk, d, opts, causal=causal, total_keys=total_keys)
   out = np.full((heads, nq, d), np.nan, np.float32)
-  Program(render_c(prog, "flash_vec"), "flash_vec", opts.compile.flags)(q, np.ascontiguousarray(k.transpose(0, 2, 1)),
-                                                                         v, out)
+  Program(render_c(prog, "flash_vec"), "flash_vec", opts.compile.flags)(q, kt_panels(k, opts.keys), v, out)
   want = attention_reference(q, k, v, causal, nk if total_keys is None else total_keys)
   assert np.max(np.abs(out - want)) < 1e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_a_steps_max_is_over_all_its_tiles(groups):
+  """Scores far apart (the first tile's 200 above the rest, in base 2): P = 2^(s - m) stays finite only where m is the
+  max over every tile of the step, not the last tile's."""
+  opts = FlashVecOpts(rows=4, kvec=1, dchunk=1, groups=groups, lanes=8)
+  nq, nk, d = 8, 64, 16
+  rng = np.random.default_rng(1)
+  q = np.ones((1, nq, d), np.float32)
+  k, v = (rng.standard_normal((1, nk, d)).astype(np.float32) for _ in range(2))
+  k[:, :8] += 200 / (d * LOG2E / math.sqrt(d))   # the first tile's scores 200 higher (in base 2) than the others'
+  out = np.full((1, nq, d), np.nan, np.float32)
+  Program(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), "flash_vec", opts.compile.flags)(
+    q, kt_panels(k, opts.keys), v, out)
+  want = attention_reference(q, k, v, False, nk)
+  assert np.max(np.abs(out - want)) < 1e-4
 
 
 def test_flash_vector_refuses_tiles_that_do_not_divide():
@@ -444,10 +467,15 @@ def compiler_is_clang() -> bool:
 @pytest.mark.parametrize("level", EACH_LEVEL)
 def test_hot_loops_of_the_default_flash_tile_do_not_spill(level):
   """The keys layout's heuristic tile for the level's registers (AVX-512: rows=6, kvec=4, dchunk=2, 24 score and 12
-  output accumulators; 16 registers: 6 x 2), each accumulator kept in a register."""
-  opts = default_flash_opts(ISAS[LEVELS[level]])
+  output accumulators; 16 registers: 6 x 2), each accumulator kept in a register. The tiles' loops are those with a
+  multiply-add per accumulator (the exp2 loops of a step of several tiles have one polynomial's, and may read their
+  constants from the stack)."""
+  isa = ISAS[LEVELS[level]]
+  opts = default_flash_opts(isa)
+  assert opts.groups > 1   # several score tiles per softmax step, as the heuristic has them
   nq = -(-256 // opts.rows) * opts.rows
   loops = level_loops(render_c(flash_vector_ir(1, nq, 256, 64, opts), "flash_vec"), opts.compile.flags, level)
+  loops = [loop for loop in loops if sum(line.strip().startswith(isa.fma_asm) for line in loop) >= 2 * opts.rows]
   assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read
   assert [s for loop in loops for s in stack_spills(loop)] == []
 

@@ -2,18 +2,19 @@
 
 nn.scaled_dot_product_attention comes here for the common case (no attn_mask, no flash-decoding, a head dim the
 vectors divide); everything else runs uopc.kernels.flash's scalar kernel. There are two vector kernels, and the opts say
-which: uopc.kernels.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic) and
-uopc.kernels.flash_vec (FlashVecOpts: keys in the lanes, after a padded copy of q and a packed K^T made here). The opts
-are the tuner's (uopc.runtime.tune): the winner cached for this problem on this machine, or the heuristic; BEAM=n
-searches.
+which: uopc.kernels.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic with 32
+registers, and below KEYS_LAYOUT_FROM keys) and uopc.kernels.flash_vec (FlashVecOpts: keys in the lanes, after a
+padded copy of q and K^T packed in panels here; the heuristic with 16 registers from KEYS_LAYOUT_FROM keys).
+The opts are the tuner's (uopc.runtime.tune): the winner cached for this problem on this machine, or the heuristic;
+BEAM=n searches.
 """
 from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
 from uopc.helpers import cache
-from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts
-from uopc.kernels.flash_vec import default_opts  # noqa: F401  (chapter 10 reads the keys layout's heuristic here)
+from uopc.kernels.flash_vec import FlashVecOpts, flash_vector_ir, candidate_opts, kt_panels
+from uopc.kernels.flash_vec import default_opts   # chapter 10 reads the keys layout's heuristic here
 from uopc.kernels import flash_vec_q
 from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir
 from uopc.render_c import c_renderer
@@ -43,7 +44,7 @@ def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: 
     if isinstance(opts, FlashQOpts):   # q, k, v as they are
       name, sink = "flash_vec_q", flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
     else:                              # q padded to whole blocks, K^T padded to whole tiles (run makes both)
-      name, sink = "flash_vec", flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys), d, opts,
+      name, sink = "flash_vec", flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.span), d, opts,
                                                 causal=causal, scale=scale, dv=dv, total_keys=nk)
     _programs[key] = Program(c_renderer(opts.schedule).render(sink, name).src, name, opts.compile.flags)
   return _programs[key]
@@ -59,12 +60,12 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
     program(heads, nq, nk, d, dv, causal, scale, opts)(*(np.ascontiguousarray(a, np.float32) for a in (q, k, v)),
                                                        out)
     return out
-  nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.keys)
+  nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.span)
   qp = q if nq_p == nq else np.concatenate([q, np.zeros((heads, nq_p - nq, d), np.float32)], axis=1)
   qp = np.require(qp, np.float32, ["C_CONTIGUOUS"])
-  # K^T packed per head, keys contiguous; padded keys are zeros here and masked in the kernel
-  if nk_p == nk: kt = np.ascontiguousarray(k.transpose(0, 2, 1), np.float32)   # one pass, no zero-fill first
-  else: kt = np.zeros((heads, d, nk_p), np.float32); kt[:, :, :nk] = k.transpose(0, 2, 1)
+  # K^T in panels of a tile's keys (kt_panels); padded keys are zeros here and masked in the kernel
+  kp = k if nk_p == nk else np.concatenate([k, np.zeros((heads, nk_p - nk, d), np.float32)], axis=1)
+  kt = kt_panels(kp, opts.keys)
   vp = v if nk_p == nk else np.concatenate([v, np.zeros((heads, nk_p - nk, dv), np.float32)], axis=1)
   vp = np.require(vp, np.float32, ["C_CONTIGUOUS"])
   out = np.empty((heads, nq_p, dv), np.float32)
@@ -83,12 +84,23 @@ def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
   return _chosen[key, target()]
 
 
+# With 16 registers (AVX2, SSE) the queries layout broadcasts one of K's floats from memory for every FMA (there is no
+# FMA with a broadcast operand before AVX-512): from this many keys the keys layout is faster (NOTES 39, on a Zen 5 with
+# x86-64-v3: 1.18x against 1.04x PyTorch's SDPA at N = 512, and at N = 1024 to 4096 1.08-1.21x against 0.88-0.98x;
+# at N = 256 and below the queries layout, 1.5-1.9x against 1.1-1.5x, causal)
+KEYS_LAYOUT_FROM = 512
+
+
 def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
             scale: float) -> FlashVecOpts | FlashQOpts:
   isa = target().isa   # the tiles are sized to its registers and lanes (uopc.runtime.machine)
   lanes = isa.lanes
-  heuristic = flash_vec_q.default_opts(isa)
-  if not heuristic.fits(dv): heuristic = dataclasses.replace(heuristic, dcols=lanes)   # fits() said lanes divide dv
+  if isa.registers <= 16 and nk >= KEYS_LAYOUT_FROM:   # AVX2, SSE: the keys layout, its K^T copy paid for
+    heuristic = default_opts(isa, nk)
+    if dv % (heuristic.dchunk * lanes): heuristic = dataclasses.replace(heuristic, dchunk=1)   # lanes divide dv
+  else:
+    heuristic = flash_vec_q.default_opts(isa)
+    if not heuristic.fits(dv): heuristic = dataclasses.replace(heuristic, dcols=lanes)   # fits() said lanes divide dv
   problem = (heads, nq, nk, d, dv, causal)
   def timer(opts: FlashVecOpts | FlashQOpts):
     rng = np.random.default_rng(0)
