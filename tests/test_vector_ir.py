@@ -325,6 +325,20 @@ def test_flash_vector_matches_float64_attention(case):
   assert np.max(np.abs(out - want)) < 1e-5 * max(1.0, np.abs(want).max())
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_last_block_rereads_the_last_query(causal):
+  """q and out hold 70 rows, the blocks 72: the last block's rows 70 and 71 read query 69 again and write its row
+  again, nothing outside the buffers (out starts as NaN: a row not written stays NaN)."""
+  opts = FlashVecOpts(rows=6, kvec=1, dchunk=1, lanes=8)
+  rng = np.random.default_rng(2)
+  q, k, v = (rng.standard_normal((2, n, 32)).astype(np.float32) for n in (70, 64, 64))
+  out = np.full((2, 70, 32), np.nan, np.float32)
+  prog = flash_vector_ir(2, 72, 64, 32, opts, causal=causal, total_queries=70)
+  Program(render_c(prog, "flash_vec"), "flash_vec", opts.compile.flags)(q, kt_panels(k, opts.keys), v, out)
+  assert np.max(np.abs(out - attention_reference(q, k, v, causal, 64))) < 1e-5
+  with pytest.raises(ValueError, match="total_queries"): flash_vector_ir(1, 72, 64, 32, opts, total_queries=80)
+
+
 @pytest.mark.parametrize("groups", [1, 4])
 def test_a_steps_max_is_over_all_its_tiles(groups):
   """Scores far apart (the first tile's 200 above the rest, in base 2): P = 2^(s - m) stays finite only where m is the

@@ -215,7 +215,8 @@ def test_both_vector_layouts_give_the_same_attention():
     out = nn_flash.run(q, k, v, True, 0.2, opts)
     assert out.shape == (2, 70, 2 * lanes)
     close(out, want)
-  assert nn_flash.run(q, k, v, True, 0.2, heuristic).flags.c_contiguous   # written whole: no slice, no copy
+  for opts in (heuristic, FlashVecOpts(rows=6, kvec=1, dchunk=1, lanes=lanes)):   # 70 queries: 11 blocks of 6 and 4
+    assert nn_flash.run(q, k, v, True, 0.2, opts).flags.c_contiguous   # written whole: no padding, slice or copy
   kinds = {type(c) for c in nn_flash.flash_vec_q.candidate_opts(lanes, 64) + nn_flash.candidate_opts(lanes, 64)}
   assert kinds == {FlashQOpts, FlashVecOpts}
 

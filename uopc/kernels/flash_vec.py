@@ -82,11 +82,13 @@ def candidate_opts(isa: ISA | int, dv: int) -> list[FlashVecOpts]:
 
 
 def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = FlashVecOpts(), causal: bool = False,
-                    scale: float | None = None, dv: int | None = None, total_keys: int | None = None) -> UOp:
+                    scale: float | None = None, dv: int | None = None, total_keys: int | None = None,
+                    total_queries: int | None = None) -> UOp:
   """Loop program for out = softmax(q k^T * scale) v over `heads` (batch, head) pairs; the buffers are
   uopc.kernels.flash's but for K: data0 q (heads, nq, d), data1 kt (heads, nk / keys, d, keys): K^T in panels
   (kt_panels), data2 v (heads, nk, dv), data3 out (heads, nq, dv). total_keys: the real number of keys (the rest is
-  padding, masked)."""
+  padding, masked). total_queries: the real number of queries, where q and out hold only those (nq is then the
+  count in whole blocks: the last block's rows past the end read and write the last real row again)."""
   dv = d if dv is None else dv
   R, KV, DC, W = opts.rows, opts.kvec, opts.dchunk, opts.lanes
   keys = opts.keys
@@ -95,7 +97,9 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
                      f"dchunk*lanes={DC * W}")
   f32, vec = dtypes.f32, dtypes.f32.vec(W)
   buf = lambda slot, n: UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
-  Q, KT, V, OUT = buf(0, heads * nq * d), buf(1, heads * d * nk), buf(2, heads * nk * dv), buf(3, heads * nq * dv)
+  nqr = nq if total_queries is None else total_queries   # the rows q and out have
+  if not 0 < nqr <= nq: raise ValueError(f"flash_vector: total_queries={total_queries} must be in 1..nq={nq}")
+  Q, KT, V, OUT = buf(0, heads * nqr * d), buf(1, heads * d * nk), buf(2, heads * nk * dv), buf(3, heads * nqr * dv)
   slots = iter(range(1 << 16))
   alloc = lambda dtype, n=1: UOp(Ops.ALLOC, (), ParamArg(next(slots), dtype, (n,)))
   sc = (scale if scale is not None else 1 / math.sqrt(d)) * LOG2E   # base 2 throughout
@@ -104,7 +108,8 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   b = range_(heads * blocks, 0, AxisType.THREAD)
   h, qb = b // blocks, b % blocks
   if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (kernels.flash)
-  q0, o0 = h * (nq * d) + qb * (R * d), h * (nq * dv) + qb * (R * dv)
+  # each row's query number: past the last real query, the last one again (it computes that row once more)
+  row = [qb * R + r if nqr == nq else (qb * R + r < nqr).where(qb * R + r, nqr - 1) for r in range(R)]
   # each row's running max (the same in every lane) and its sum (lane by lane: added across lanes at the end)
   M = [alloc(vec).after(b) for _ in range(R)]
   L = [alloc(vec).after(b) for _ in range(R)]
@@ -130,7 +135,7 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   init_s = UOp(Ops.SINK, tuple(S[r][j].index(0).store(UOp.const(0.0, vec)) for r in range(R) for j in range(KV)))
   e = range_(d, 3)
   kv = [KT.index(h * (d * nk) + kg * d + e * keys + j * W).load(W) for j in range(KV)]
-  q = [Q.index(q0 + r * d + e).load() for r in range(R)]
+  q = [Q.index(h * (nqr * d) + row[r] * d + e).load() for r in range(R)]
   acc = lambda r, j: S[r][j].after(init_s, e).index(0)
   dot = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + q[r] * kv[j]) for r in range(R) for j in range(KV)))
   dot = dot.end(e)
@@ -145,7 +150,7 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
     s = S[r][j].after(dot).index(0).load()
     if not fold: s = s * sc
     key = lane + (kg + j * W)
-    if causal: s = ((qb * R + r) < key).where(-math.inf, s)
+    if causal: s = (row[r] < key).where(-math.inf, s)
     if total_keys is not None and total_keys < nk: s = (key < total_keys).where(s, -math.inf)
     return s
   scores = [[score(r, j) for j in range(KV)] for r in range(R)]
@@ -219,6 +224,6 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   for r in range(R):
     l = butterfly(L[r].after(loop_t).index(0).load(), UOp.__add__)
     inv = l.ne(0.0).where(l.recip(), 0.0)
-    outs.append(OUT.index(o0 + r * dv + x2 * W).store(Of.index(r * dv + x2 * W).load(W) * inv))
+    outs.append(OUT.index(h * (nqr * dv) + row[r] * dv + x2 * W).store(Of.index(r * dv + x2 * W).load(W) * inv))
   return sink(UOp(Ops.SINK, tuple(outs)).end(x2, b))
 

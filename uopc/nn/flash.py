@@ -3,8 +3,8 @@
 nn.scaled_dot_product_attention comes here for the common case (no attn_mask, no flash-decoding, a head dim the
 vectors divide); everything else runs uopc.kernels.flash's scalar kernel. There are two vector kernels, and the opts say
 which: uopc.kernels.flash_vec_q (FlashQOpts: queries in the lanes, q, k, v read as they are; the heuristic with 32
-registers, and below KEYS_LAYOUT_FROM keys) and uopc.kernels.flash_vec (FlashVecOpts: keys in the lanes, after a
-padded copy of q and K^T packed in panels here; the heuristic with 16 registers from KEYS_LAYOUT_FROM keys).
+registers, and below KEYS_LAYOUT_FROM keys) and uopc.kernels.flash_vec (FlashVecOpts: keys in the lanes, after
+K^T is packed in panels here; the heuristic with 16 registers from KEYS_LAYOUT_FROM keys).
 The opts are the tuner's (uopc.runtime.tune): the winner cached for this problem on this machine, or the heuristic;
 BEAM=n searches.
 """
@@ -43,9 +43,9 @@ def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: 
   if key not in _programs:
     if isinstance(opts, FlashQOpts):   # q, k, v as they are
       name, sink = "flash_vec_q", flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
-    else:                              # q padded to whole blocks, K^T padded to whole tiles (run makes both)
+    else:                              # q and out as they are, K^T in panels padded to whole steps (run makes it)
       name, sink = "flash_vec", flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.span), d, opts,
-                                                causal=causal, scale=scale, dv=dv, total_keys=nk)
+                                                causal=causal, scale=scale, dv=dv, total_keys=nk, total_queries=nq)
     _programs[key] = Program(c_renderer(opts.schedule).render(sink, name).src, name, opts.compile.flags)
   return _programs[key]
 
@@ -60,17 +60,16 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
     program(heads, nq, nk, d, dv, causal, scale, opts)(*(np.ascontiguousarray(a, np.float32) for a in (q, k, v)),
                                                        out)
     return out
-  nq_p, nk_p = _ceil_to(nq, opts.rows), _ceil_to(nk, opts.span)
-  qp = q if nq_p == nq else np.concatenate([q, np.zeros((heads, nq_p - nq, d), np.float32)], axis=1)
-  qp = np.require(qp, np.float32, ["C_CONTIGUOUS"])
+  nk_p = _ceil_to(nk, opts.span)
+  qc = np.require(q, np.float32, ["C_CONTIGUOUS"])   # the last block re-reads the last query: no padded copy
   # K^T in panels of a tile's keys (kt_panels); padded keys are zeros here and masked in the kernel
   kp = k if nk_p == nk else np.concatenate([k, np.zeros((heads, nk_p - nk, d), np.float32)], axis=1)
   kt = kt_panels(kp, opts.keys)
   vp = v if nk_p == nk else np.concatenate([v, np.zeros((heads, nk_p - nk, dv), np.float32)], axis=1)
   vp = np.require(vp, np.float32, ["C_CONTIGUOUS"])
-  out = np.empty((heads, nq_p, dv), np.float32)
-  program(heads, nq, nk, d, dv, causal, scale, opts)(qp, kt, vp, out)
-  return out[:, :nq]
+  out = np.empty((heads, nq, dv), np.float32)
+  program(heads, nq, nk, d, dv, causal, scale, opts)(qc, kt, vp, out)
+  return out
 
 
 # the choice per problem, made once per process (BEAM too)
