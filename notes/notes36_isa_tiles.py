@@ -37,7 +37,7 @@ def row(level: str) -> dict[str, str]:
     isa = target().isa
     g512, g384 = gemm_vec.heuristic_opts(isa, 512, 512, 512), gemm_vec.heuristic_opts(isa, 384, 384, 512)
     fv, fq = flash_vec.default_opts(isa), flash_vec_q.default_opts(isa)
-    nq = -(-256 // fv.rows) * fv.rows
+    nq = -(-256 // (fv.rows * fv.qblocks)) * fv.rows * fv.qblocks
     return {
       "level": level or "native", "ISA": f"{isa.name} {isa.registers}x{isa.lanes}",
       "gemm 512 (384)": f"{g512.rows}x{g512.nvec} ({g384.rows}x{g384.nvec})",

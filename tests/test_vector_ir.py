@@ -308,6 +308,11 @@ FLASH_CASES = {   # heads, nq, nk, d, opts, causal, total_keys
                                                                           lanes=8), True, None),
   "192x32 causal padded, 3 tiles a step": (1, 192, 192, 32, FlashVecOpts(rows=4, kvec=1, dchunk=1, groups=3), True,
                                            150),
+  # two and three blocks of rows through each step in turn
+  "264x64 8 lanes, 2 blocks a step": (2, 264, 256, 64, FlashVecOpts(rows=6, kvec=2, dchunk=2, groups=4, qblocks=2,
+                                                                     lanes=8), False, None),
+  "96x32 causal padded, 3 blocks a step": (1, 96, 96, 32, FlashVecOpts(rows=4, kvec=2, dchunk=1, groups=1, qblocks=3),
+                                           True, 90),
 }
 
 
@@ -450,7 +455,7 @@ def test_the_spill_checker_on_hand_written_loops():
 
 def flash_assembly(opts: FlashVecOpts, nq: int = 256, nk: int = 256, d: int = 64, flags=None) -> str:
   """The x86 assembly of the flash kernel, compiled as Program compiles it (PRELUDE first, the kernel's flags)."""
-  nq = -(-nq // opts.rows) * opts.rows   # padded to whole blocks, as uopc.nn.flash pads
+  nq = -(-nq // (opts.rows * opts.qblocks)) * opts.rows * opts.qblocks   # whole blocks, as uopc.nn.flash pads
   return assembly(render_c(flash_vector_ir(1, nq, nk, d, opts), "flash_vec"), flags or opts.compile.flags)
 
 
@@ -487,7 +492,7 @@ def test_hot_loops_of_the_default_flash_tile_do_not_spill(level):
   isa = ISAS[LEVELS[level]]
   opts = default_flash_opts(isa)
   assert opts.groups > 1   # several score tiles per softmax step, as the heuristic has them
-  nq = -(-256 // opts.rows) * opts.rows
+  nq = -(-256 // (opts.rows * opts.qblocks)) * opts.rows * opts.qblocks
   loops = level_loops(render_c(flash_vector_ir(1, nq, 256, 64, opts), "flash_vec"), opts.compile.flags, level)
   loops = [loop for loop in loops if sum(line.strip().startswith(isa.fma_asm) for line in loop) >= 2 * opts.rows]
   assert len(loops) >= 2   # S = Q K^T and O += P V: the checker found the loops it is meant to read

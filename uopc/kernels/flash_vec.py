@@ -35,6 +35,7 @@ class FlashVecOpts:
   kvec: int = 2          # vectors of keys per tile (keys = kvec * lanes)
   dchunk: int = 2        # vectors of the output row updated together
   groups: int = 1        # score tiles per softmax step: O is rescaled and P V run once per groups * keys keys
+  qblocks: int = 1       # blocks of rows that take each step in turn: K's and V's step is read once for them all
   lanes: int = 16        # floats per vector (16: one 512-bit register)
   schedule: str = "dynamic"   # how OpenMP deals the query blocks to threads (uopc.render_c.SCHEDULES)
   compile: CompileOpts = CompileOpts()
@@ -46,8 +47,8 @@ class FlashVecOpts:
   def span(self) -> int: return self.groups * self.keys   # keys per softmax step
 
   def fits(self, nq: int, nk: int, d: int, dv: int) -> bool:
-    """Whether these tiles divide the (padded) problem: nq by rows, nk by span, dv by dchunk * lanes."""
-    return nq % self.rows == 0 and nk % self.span == 0 and dv % (self.dchunk * self.lanes) == 0
+    """Whether these tiles divide the (padded) problem: nq by rows * qblocks, nk by span, dv by dchunk * lanes."""
+    return nq % (self.rows * self.qblocks) == 0 and nk % self.span == 0 and dv % (self.dchunk * self.lanes) == 0
 
 
 def kt_panels(k: np.ndarray, keys: int) -> np.ndarray:
@@ -66,10 +67,12 @@ def default_opts(isa: ISA | int, nk: int = SPAN) -> FlashVecOpts:
   6 rows x kvec score accumulators, three quarters of the registers (the rest hold a vector of K^T per column and the
   broadcast query value), and 6 x 2 output accumulators. 32 registers (AVX-512, NEON): 6 x 4, measured on a Zen 4 in
   NOTES 24; 16 (AVX2, SSE): 6 x 2, BLIS haswell's 12 accumulators. As many tiles per softmax step as make SPAN keys
-  (or nk's, where fewer: the keys are padded to a whole step)."""
+  (or nk's, where fewer: the keys are padded to a whole step), and two blocks of rows to a step (K's and V's step read
+  once for 12 rows: 3% at 2048 x 128 on AVX2, NOTES 39)."""
   isa = isa_of(isa)
   kvec = max(1, isa.registers * 3 // 4 // 6)
-  return FlashVecOpts(rows=6, kvec=kvec, dchunk=2, groups=max(1, min(SPAN, nk) // (kvec * isa.lanes)), lanes=isa.lanes)
+  return FlashVecOpts(rows=6, kvec=kvec, dchunk=2, groups=max(1, min(SPAN, nk) // (kvec * isa.lanes)), qblocks=2,
+                      lanes=isa.lanes)
 
 
 def candidate_opts(isa: ISA | int, dv: int) -> list[FlashVecOpts]:
@@ -93,8 +96,8 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   R, KV, DC, W = opts.rows, opts.kvec, opts.dchunk, opts.lanes
   keys = opts.keys
   if not opts.fits(nq, nk, d, dv):
-    raise ValueError(f"flash_vector: nq={nq} must divide by rows={R}, nk={nk} by keys={opts.span}, dv={dv} by "
-                     f"dchunk*lanes={DC * W}")
+    raise ValueError(f"flash_vector: nq={nq} must divide by rows={R * opts.qblocks}, nk={nk} by keys={opts.span}, "
+                     f"dv={dv} by dchunk*lanes={DC * W}")
   f32, vec = dtypes.f32, dtypes.f32.vec(W)
   buf = lambda slot, n: UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
   nqr = nq if total_queries is None else total_queries   # the rows q and out have
@@ -104,34 +107,42 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   alloc = lambda dtype, n=1: UOp(Ops.ALLOC, (), ParamArg(next(slots), dtype, (n,)))
   sc = (scale if scale is not None else 1 / math.sqrt(d)) * LOG2E   # base 2 throughout
 
-  blocks = nq // R
+  QB = opts.qblocks
+  blocks = nq // (R * QB)   # a thread's iteration: QB blocks of R rows
   b = range_(heads * blocks, 0, AxisType.THREAD)
   h, qb = b // blocks, b % blocks
   if causal: qb = (qb % 2).ne(1).where(qb // 2, (blocks - 1) - qb // 2)   # short and long blocks mixed (kernels.flash)
-  # each row's query number: past the last real query, the last one again (it computes that row once more)
-  row = [qb * R + r if nqr == nq else (qb * R + r < nqr).where(qb * R + r, nqr - 1) for r in range(R)]
-  # each row's running max (the same in every lane) and its sum (lane by lane: added across lanes at the end)
-  M = [alloc(vec).after(b) for _ in range(R)]
-  L = [alloc(vec).after(b) for _ in range(R)]
-  O = alloc(f32, R * dv).after(b)                         # the output block, in memory (a row is dv / lanes vectors)
-  init_ml = UOp(Ops.SINK, tuple(x for r in range(R) for x in (M[r].index(0).store(UOp.const(-math.inf, vec)),
-                                                              L[r].index(0).store(UOp.const(0.0, vec)))))
-  x0 = range_(R * dv // W, 1)
+  def rows_of(u) -> list[UOp]:
+    """Block u's query numbers: past the last real query, the last one again (it computes that row once more)."""
+    first = (qb * QB + u) * R
+    return [first + r if nqr == nq else (first + r < nqr).where(first + r, nqr - 1) for r in range(R)]
+  # each row's running max (the same in every lane) and its sum (lane by lane: added across lanes at the end), a
+  # vector of each per block
+  M = [alloc(vec, QB).after(b) for _ in range(R)]
+  L = [alloc(vec, QB).after(b) for _ in range(R)]
+  O = alloc(f32, QB * R * dv).after(b)                    # the output blocks, in memory (a row is dv / lanes vectors)
+  init_ml = UOp(Ops.SINK, tuple(x for r in range(R) for i in range(QB) for x in (
+    M[r].index(i).store(UOp.const(-math.inf, vec)), L[r].index(i).store(UOp.const(0.0, vec)))))
+  x0 = range_(QB * R * dv // W, 1)
   init_o = O.index(x0 * W).store(UOp.const(0.0, vec)).end(x0)
 
   G, span = opts.groups, opts.span
   steps = nk // span
   bound = UOp.const(steps)
   if causal:
-    last = (qb * R + (R - 1)) // span + 1
+    last = ((qb * QB + QB - 1) * R + (R - 1)) // span + 1
     bound = (last < steps).where(last, steps)
   t = range_(bound, 2)
   k0 = t * span
+  u = range_(QB, 30) if QB > 1 else 0   # the blocks in turn, each through the whole step
+  in_step = (b, t, u) if QB > 1 else (b, t)
+  row = rows_of(u)
+  o_at = (lambda i: i) if QB == 1 else (lambda i: u * (R * dv) + i)   # block u's rows in O
 
   # S = Q_blk K_tile^T for each of the step's G tiles: rows x kvec vector registers, the head dim as the loop
   g = range_(G, 7) if G > 1 else None
   kg = k0 if g is None else k0 + g * keys   # the tile's first key: its panel of K^T is kt[h, kg / keys]
-  S = [[alloc(vec).after(b, t, *[g] * (g is not None)) for _ in range(KV)] for _ in range(R)]
+  S = [[alloc(vec).after(*in_step, *[g] * (g is not None)) for _ in range(KV)] for _ in range(R)]
   init_s = UOp(Ops.SINK, tuple(S[r][j].index(0).store(UOp.const(0.0, vec)) for r in range(R) for j in range(KV)))
   e = range_(d, 3)
   kv = [KT.index(h * (d * nk) + kg * d + e * keys + j * W).load(W) for j in range(KV)]
@@ -154,14 +165,14 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
     if total_keys is not None and total_keys < nk: s = (key < total_keys).where(s, -math.inf)
     return s
   scores = [[score(r, j) for j in range(KV)] for r in range(R)]
-  Mt, Lt = [m.after(init_ml, t) for m in M], [x.after(init_ml, t) for x in L]
-  m_old = [Mt[r].index(0).load() for r in range(R)]
-  P = alloc(f32, R * span).after(b, t)   # the step's scores, then its probabilities, row by row
+  Mt, Lt = [m.after(init_ml, *in_step[1:]) for m in M], [x.after(init_ml, *in_step[1:]) for x in L]
+  m_old = [Mt[r].index(u).load() for r in range(R)]
+  P = alloc(f32, R * span).after(*in_step)   # the step's scores, then its probabilities, row by row
   if G == 1:   # the tile is the step: its max and P straight from the registers
     m_step = [butterfly(tree(scores[r], UOp.maximum), UOp.maximum) for r in range(R)]
     after_scores = None
   else:        # each tile's scores to P and their max, lane by lane, to TM; the lanes' max once a step
-    TM = [alloc(vec).after(b, t) for _ in range(R)]
+    TM = [alloc(vec).after(*in_step) for _ in range(R)]
     init_tm = UOp(Ops.SINK, tuple(TM[r].index(0).store(UOp.const(-math.inf, vec)) for r in range(R)))
     tm = lambda r: TM[r].after(init_tm, g).index(0)
     keep = UOp(Ops.SINK, tuple(x for r in range(R) for x in (
@@ -185,7 +196,7 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
     write_p = UOp(Ops.SINK, tuple(P.index(r * span + j * W).store(probs[r][j]) for r in range(R) for j in range(KV)))
     row_sum = [tree(probs[r], UOp.__add__) for r in range(R)]   # lane by lane: the lanes are added at the end
   else:        # P = 2^(s - m) in place, a loop a row (every row at once spills the exp's temporaries), its sum in LS
-    LS = [alloc(vec).after(b, t) for _ in range(R)]
+    LS = [alloc(vec).after(*in_step) for _ in range(R)]
     init_ls = UOp(Ops.SINK, tuple(LS[r].index(0).store(UOp.const(0.0, vec)) for r in range(R)))
     rows_p = []
     for r in range(R):
@@ -196,15 +207,15 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
       rows_p.append(UOp(Ops.SINK, (Px.index(r * span + x * W).store(p), ls.store(ls.load() + p))).end(x))
     write_p = UOp(Ops.SINK, tuple(rows_p))
     row_sum = [LS[r].after(write_p).index(0).load() for r in range(R)]
-  updates = [x for r in range(R) for x in (Lt[r].index(0).store(Lt[r].index(0).load() * corr[r] + row_sum[r]),
-                                           Mt[r].index(0).store(m_new[r]))]
+  updates = [x for r in range(R) for x in (Lt[r].index(u).store(Lt[r].index(u).load() * corr[r] + row_sum[r]),
+                                           Mt[r].index(u).store(m_new[r]))]
 
   # O = O * corr + P V, dchunk vectors of each row at a time
   dc = range_(dv // (DC * W), 4)
-  Ot = O.after(init_o, t, dc)
+  Ot = O.after(init_o, *in_step[1:], dc)
   col = lambda c: dc * (DC * W) + c * W
-  OA = [[alloc(vec).after(b, t, dc) for _ in range(DC)] for _ in range(R)]
-  load_o = UOp(Ops.SINK, tuple(OA[r][c].index(0).store(Ot.index(r * dv + col(c)).load(W) * corr[r])
+  OA = [[alloc(vec).after(*in_step, dc) for _ in range(DC)] for _ in range(R)]
+  load_o = UOp(Ops.SINK, tuple(OA[r][c].index(0).store(Ot.index(o_at(r * dv + col(c))).load(W) * corr[r])
                                for r in range(R) for c in range(DC)))
   c4 = range_(span, 5)
   Pk = P.after(write_p, c4)
@@ -213,17 +224,21 @@ def flash_vector_ir(heads: int, nq: int, nk: int, d: int, opts: FlashVecOpts = F
   oacc = lambda r, c: OA[r][c].after(load_o, c4).index(0)
   pv = UOp(Ops.SINK, tuple(oacc(r, c).store(oacc(r, c).load() + pk[r] * vv[c]) for r in range(R) for c in range(DC)))
   pv = pv.end(c4)
-  store_o = UOp(Ops.SINK, tuple(Ot.index(r * dv + col(c)).store(OA[r][c].after(pv).index(0).load())
+  store_o = UOp(Ops.SINK, tuple(Ot.index(o_at(r * dv + col(c))).store(OA[r][c].after(pv).index(0).load())
                                 for r in range(R) for c in range(DC))).end(dc)
-  loop_t = UOp(Ops.SINK, (store_o, *updates)).end(t)
+  loop_t = UOp(Ops.SINK, (store_o, *updates)).end(*in_step[1:])
 
-  # normalise; a row whose keys are all masked (l = 0) is written as zeros
-  x2 = range_(dv // W, 6)
+  # normalise, block by block; a row whose keys are all masked (l = 0) is written as zeros
+  u2 = range_(QB, 40) if QB > 1 else 0
+  x2 = range_(dv // W, 6 if QB == 1 else 41)
   Of = O.after(loop_t, x2)
+  row2 = rows_of(u2)
+  o2 = (lambda i: i) if QB == 1 else (lambda i: u2 * (R * dv) + i)
   outs = []
   for r in range(R):
-    l = butterfly(L[r].after(loop_t).index(0).load(), UOp.__add__)
+    l = butterfly(L[r].after(loop_t, *[u2] * (QB > 1)).index(u2).load(), UOp.__add__)
     inv = l.ne(0.0).where(l.recip(), 0.0)
-    outs.append(OUT.index(h * (nqr * dv) + row[r] * dv + x2 * W).store(Of.index(r * dv + x2 * W).load(W) * inv))
-  return sink(UOp(Ops.SINK, tuple(outs)).end(x2, b))
+    out_at = h * (nqr * dv) + row2[r] * dv + x2 * W
+    outs.append(OUT.index(out_at).store(Of.index(o2(r * dv + x2 * W)).load(W) * inv))
+  return sink(UOp(Ops.SINK, tuple(outs)).end(*[u2] * (QB > 1), x2, b))
 

@@ -44,8 +44,9 @@ def program(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool, scale: 
     if isinstance(opts, FlashQOpts):   # q, k, v as they are
       name, sink = "flash_vec_q", flash_queries_ir(heads, nq, nk, d, opts, causal=causal, scale=scale, dv=dv)
     else:                              # q and out as they are, K^T in panels padded to whole steps (run makes it)
-      name, sink = "flash_vec", flash_vector_ir(heads, _ceil_to(nq, opts.rows), _ceil_to(nk, opts.span), d, opts,
-                                                causal=causal, scale=scale, dv=dv, total_keys=nk, total_queries=nq)
+      nq_p, nk_p = _ceil_to(nq, opts.rows * opts.qblocks), _ceil_to(nk, opts.span)
+      name, sink = "flash_vec", flash_vector_ir(heads, nq_p, nk_p, d, opts, causal=causal, scale=scale, dv=dv,
+                                                total_keys=nk, total_queries=nq)
     _programs[key] = Program(c_renderer(opts.schedule).render(sink, name).src, name, opts.compile.flags)
   return _programs[key]
 
