@@ -490,8 +490,8 @@ def test_hot_loops_of_the_default_flash_tile_do_not_spill(level):
   multiply-add per accumulator (the exp2 loops of a step of several tiles have one polynomial's, and may read their
   constants from the stack)."""
   isa = ISAS[LEVELS[level]]
-  opts = default_flash_opts(isa)
-  assert opts.groups > 1   # several score tiles per softmax step, as the heuristic has them
+  opts = default_flash_opts(isa, nq=4096)
+  assert opts.groups > 1 and opts.qblocks > 1   # several score tiles a softmax step and two blocks, as for long inputs
   nq = -(-256 // (opts.rows * opts.qblocks)) * opts.rows * opts.qblocks
   loops = level_loops(render_c(flash_vector_ir(1, nq, 256, 64, opts), "flash_vec"), opts.compile.flags, level)
   loops = [loop for loop in loops if sum(line.strip().startswith(isa.fma_asm) for line in loop) >= 2 * opts.rows]

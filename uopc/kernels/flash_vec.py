@@ -60,19 +60,21 @@ def kt_panels(k: np.ndarray, keys: int) -> np.ndarray:
 
 
 SPAN = 128   # keys per softmax step in the heuristic: 8 tiles of 16 keys on AVX2 (NOTES 39)
+QBLOCKS_FROM = 2048   # queries from which the heuristic runs two blocks of rows through each step
 
 
-def default_opts(isa: ISA | int, nk: int = SPAN) -> FlashVecOpts:
+def default_opts(isa: ISA | int, nk: int = SPAN, nq: int = 0) -> FlashVecOpts:
   """The heuristic tile for a vector ISA (uopc.runtime.machine's table; a lane count means the ISA it names here):
   6 rows x kvec score accumulators, three quarters of the registers (the rest hold a vector of K^T per column and the
   broadcast query value), and 6 x 2 output accumulators. 32 registers (AVX-512, NEON): 6 x 4, measured on a Zen 4 in
   NOTES 24; 16 (AVX2, SSE): 6 x 2, BLIS haswell's 12 accumulators. As many tiles per softmax step as make SPAN keys
-  (or nk's, where fewer: the keys are padded to a whole step), and two blocks of rows to a step (K's and V's step read
-  once for 12 rows: 3% at 2048 x 128 on AVX2, NOTES 39)."""
+  (or nk's, where fewer: the keys are padded to a whole step), and from QBLOCKS_FROM queries two blocks of rows to a
+  step (K's and V's step read once for 12 rows: 3% at 2048 x 128 on AVX2; at 1024 queries the two threads' shares of
+  86 blocks were uneven enough to lose 4-9%, NOTES 39)."""
   isa = isa_of(isa)
   kvec = max(1, isa.registers * 3 // 4 // 6)
-  return FlashVecOpts(rows=6, kvec=kvec, dchunk=2, groups=max(1, min(SPAN, nk) // (kvec * isa.lanes)), qblocks=2,
-                      lanes=isa.lanes)
+  return FlashVecOpts(rows=6, kvec=kvec, dchunk=2, groups=max(1, min(SPAN, nk) // (kvec * isa.lanes)),
+                      qblocks=2 if nq >= QBLOCKS_FROM else 1, lanes=isa.lanes)
 
 
 def candidate_opts(isa: ISA | int, dv: int) -> list[FlashVecOpts]:

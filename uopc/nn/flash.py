@@ -96,7 +96,7 @@ def _choose(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
   isa = target().isa   # the tiles are sized to its registers and lanes (uopc.runtime.machine)
   lanes = isa.lanes
   if isa.registers <= 16 and nk >= KEYS_LAYOUT_FROM:   # AVX2, SSE: the keys layout, its K^T copy paid for
-    heuristic = default_opts(isa, nk)
+    heuristic = default_opts(isa, nk, nq)
     if dv % (heuristic.dchunk * lanes): heuristic = dataclasses.replace(heuristic, dchunk=1)   # lanes divide dv
   else:
     heuristic = flash_vec_q.default_opts(isa)
