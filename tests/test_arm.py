@@ -43,18 +43,25 @@ def neon_kernels(monkeypatch, tmp_path, fresh_plan_cache):
 
 def render_everything() -> None:
   from uopc.nn import GPT, GPTConfig, scaled_dot_product_attention
+  from uopc.nn import flash as nn_flash
+  from uopc.kernels.flash_vec import FlashVecOpts
   from uopc.opt import DefaultOpt, VectorOpt
   rng = np.random.default_rng(0)
   f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
   for opt in (DefaultOpt, VectorOpt):
     Tensor.opt = opt
     try:
-      for a, b in (((256, 256), (256, 256)), ((4, 128, 64), (4, 64, 96)), ((128, 1024), (1024, 64))):
+      # the last one: M = 100 rows, a last block of fewer rows (gemm_vec's tail)
+      for a, b in (((256, 256), (256, 256)), ((4, 128, 64), (4, 64, 96)), ((128, 1024), (1024, 64)),
+                   ((100, 128), (128, 256))):
         x, y = f32(*a), f32(*b)
         np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-3, atol=1e-3)
       for causal in (False, True):
         q, k, v = f32(2, 70, 32), f32(2, 45, 32), f32(2, 45, 32)
         scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v), is_causal=causal).numpy()
+        # the keys layout as AVX2 runs it on long inputs: several tiles a step, two blocks a step, q as it is
+        keys = FlashVecOpts(rows=6, kvec=2, dchunk=2, groups=4, qblocks=2, lanes=4, schedule="guided")
+        nn_flash.run(q, k, v, causal, 0.2, keys)
       cfg = GPTConfig(vocab_size=40, block_size=32, n_layer=1, n_head=2, n_embd=64)
       ids = np.random.default_rng(1).integers(0, 40, (8, 32))
       model = GPT(cfg, seed=0)
