@@ -40,7 +40,7 @@ def cl_queue():
   os.environ.setdefault("POCL_CACHE_DIR", str(cache_dir() / "pocl"))
   try: import pyopencl as cl
   except ImportError as e:
-    raise RuntimeError("device CL needs pyopencl and an OpenCL driver: pip install 'pyopencl[pocl]'") from e
+    raise CLUnavailable("device CL needs pyopencl and an OpenCL driver: pip install 'pyopencl[pocl]'") from e
   try: platforms = cl.get_platforms()
   except cl.Error: platforms = []
   found = [p for p in platforms if PLATFORM.lower() in p.name.lower()]
