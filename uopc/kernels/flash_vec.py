@@ -7,10 +7,11 @@ keys = kvec * lanes keys:
   S[r][j]   rows x kvec vector accumulators: S = Q_blk K_tile^T over the head dim, q[r][e] broadcast against
             kvec vectors of K^T, read from a panel of the tile's keys (K^T tile by tile, kt_panels: each tile's
             d x keys floats contiguous, as BLIS packs B)
-  softmax   on those vectors: scale, the causal mask as a lane comparison, the tile's max and sum by lane
-            reductions, P = 2^(S - m) by the vector exp2 (uopc.codegen.vector); P goes to a small array
+  softmax   once a step of `groups` tiles: scale, the causal mask as a lane comparison, the step's max and sum
+            by lane reductions, P = 2^(S - m) by the vector exp2 (uopc.codegen.vector); P goes to a small array
   O         rows x dv in a local array, updated a chunk of `dchunk` vectors at a time: rows x dchunk vector
-            accumulators, rescaled once per tile, then P[r][c] broadcast against dchunk vectors of V's row c
+            accumulators, rescaled once a step, then P[r][c] broadcast against dchunk vectors of V's row c
+  qblocks   blocks of `rows` queries that take each step in turn (K's and V's step read once for all of them)
 
 The tile sizes and the flags the kernel is compiled with are its opts (FlashVecOpts): the tuner (uopc.runtime.tune)
 times candidates on this machine, and default_opts sizes the tile to the vector ISA's registers.
