@@ -86,8 +86,8 @@ def choose_opts(heads: int, nq: int, nk: int, d: int, dv: int, causal: bool,
 
 # With 16 registers (AVX2, SSE) the queries layout broadcasts one of K's floats from memory for every FMA (there is no
 # FMA with a broadcast operand before AVX-512): from this many keys the keys layout is faster (NOTES 39, on a Zen 5,
-# lscpu family 26 model 2, with x86-64-v3: 1.18x against 1.04x PyTorch's SDPA at N = 512, and at N = 1024 to 4096 1.08-1.21x against 0.88-0.98x;
-# at N = 256 and below the queries layout, 1.5-1.9x against 1.1-1.5x, causal)
+# lscpu family 26 model 2, with x86-64-v3: 1.18x against 1.04x PyTorch's SDPA at N = 512, and at N = 1024 to 4096
+# 1.08-1.21x against 0.88-0.98x; at N = 256 and below the queries layout, 1.5-1.9x against 1.1-1.5x, causal)
 KEYS_LAYOUT_FROM = 512
 
 
