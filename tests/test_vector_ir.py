@@ -131,19 +131,29 @@ def test_a_scalar_condition_selects_whole_vectors():
   np.testing.assert_array_equal(out, np.where(np.arange(n) < 2 * W, a, b))
 
 
-# ---- 2. exp2 on vectors: both of its implementations ----
+# ---- 2. exp2 on vectors: each of its implementations ----
 def has_avx512() -> bool:
   """Whether -march=native gives this compiler AVX-512 (then f32x16's exp2 is the vscalefps form)."""
   return X86 and vector_bits(compiler()) == 512
 
 
+def cpu_has(*features: str) -> bool:
+  """Whether /proc/cpuinfo lists every one of these flags (a kernel built for them runs here)."""
+  try: flags = set(re.findall(r"^flags\s*:(.*)$", open("/proc/cpuinfo").read(), re.M)[0].split())
+  except (OSError, IndexError): return False
+  return set(features) <= flags
+
+
 AVX512 = has_avx512()
-# (lanes, flags): the AVX-512 form, the portable form of f32x16 (AVX-512 switched off), and f32x8, always portable
+AVX2 = X86 and cpu_has("avx2", "fma")
+# (lanes, flags): the AVX-512 form, the portable form of f32x16 (AVX-512 switched off), f32x8's AVX2 form (vroundps and
+# one mask) and its portable form (AVX2 switched off)
 EXP2_PATHS = {"avx512": (16, None), "portable16": (16, FLAGS + ("-mno-avx512f",) if X86 else None),
-              "portable8": (8, None)}
-EACH_EXP2 = [pytest.param(path, id=name, marks=pytest.mark.skipif(name == "avx512" and not AVX512,
-                                                                  reason="no AVX-512 for -march=native"))
-             for name, path in EXP2_PATHS.items()]
+              "avx2": (8, FLAGS + ("-mavx2", "-mfma") if X86 else None),
+              "portable8": (8, FLAGS + ("-mno-avx2",) if X86 else None)}
+SKIP_EXP2 = {"avx512": pytest.mark.skipif(not AVX512, reason="no AVX-512 for -march=native"),
+             "avx2": pytest.mark.skipif(not AVX2, reason="this CPU has no AVX2 and FMA")}
+EACH_EXP2 = [pytest.param(path, id=name, marks=SKIP_EXP2.get(name, ())) for name, path in EXP2_PATHS.items()]
 
 
 def run_exp2(x: np.ndarray, path) -> np.ndarray:
@@ -170,10 +180,22 @@ def test_vector_exp2_specials(path):
   np.testing.assert_array_equal(run_exp2(x, path), want)
 
 
+@pytest.mark.skipif(not X86, reason="x86 instruction names")
+def test_f32x8_exp2_is_the_avx2_form_where_the_flags_have_avx2():
+  """The #if picks the form: a rounding instruction (vroundps; vrndscaleps where AVX-512 is on too) and no selects with
+  AVX2 and FMA; with AVX2 switched off, the portable form's truncation and no rounding instruction."""
+  from uopc.runtime.asm import assembly   # (compiles only: any x86 machine)
+  src = render_c(lanewise_ir(lambda a: a.exp2(), [F32], 64, F32, 8), "lanewise")
+  avx2, portable = (assembly(src, EXP2_PATHS[name][1]) for name in ("avx2", "portable8"))
+  rounds = re.compile(r"\bv(roundps|rndscaleps)\b")
+  assert rounds.search(avx2) and "cvttps2dq" not in avx2 and "blendv" not in avx2
+  assert not rounds.search(portable) and "cvttps2dq" in portable   # n by truncating xc + 127.5
+
+
 def test_exp2_below_2_to_the_minus_126():
   """Where the two forms differ: vscalefps gives the denormals down to 2^-149, the portable form flushes to 0."""
   x = np.array([-126.5, -140, -149], np.float32)
-  for portable in ("portable16", "portable8"):
+  for portable in ("portable16", "portable8") + (("avx2",) if AVX2 else ()):   # (the AVX2 form flushes too)
     np.testing.assert_array_equal(run_exp2(x, EXP2_PATHS[portable]), np.zeros(3, np.float32))
   if AVX512:   # a denormal has fewer bits: within one of its ulps (2^-149)
     np.testing.assert_allclose(run_exp2(x, EXP2_PATHS["avx512"]), np.exp2(x.astype(np.float64)), rtol=0, atol=1.5e-45)
