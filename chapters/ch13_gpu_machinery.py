@@ -305,8 +305,9 @@ tile_d[places("C")[..., 0], places("C")[..., 1]] = d   # back from the lanes' re
 print("D matches float64 NumPy:", np.allclose(tile_d, ta.astype(np.float64) @ tb.astype(np.float64), atol=1e-5))
 hw = wmma.M16N8K16
 print("our tables are uopc's:", all((places(n) == op.positions()).all() for n, op in zip("ABC", (hw.a, hw.b, hw.c))))
-print("and so is the result:", np.array_equal(d, wmma.mma(hw, fragments(ta, "A"), fragments(tb, "B"),
-                                                          np.zeros((32, 4), np.float32))))
+# (to float32's rounding: NumPy's matmul adds the products in the order its BLAS kernel for this CPU chooses)
+print("and so is the result:", np.allclose(d, wmma.mma(hw, fragments(ta, "A"), fragments(tb, "B"),
+                                                       np.zeros((32, 4), np.float32)), rtol=0, atol=1e-5))
 
 # %% [markdown]
 # The picture: each element of the three tiles labelled `lane:register`, coloured by the lane's group g (the two
