@@ -57,9 +57,9 @@ def cl_queue():
     d = ctx.devices[0]
     which = " with ".join(m.group() for m in re.finditer(r"(PoCL|LLVM) [\w.-]+", d.platform.version)) or d.platform.name
     raise CLUnavailable(f"device CL: {which} cannot build a kernel for this CPU ({d.name}): its LLVM does "
-                        "not know the CPU and asks for target CPU 'generic' (pocl/pocl#1049). Run on device CPU, or "
-                        "install a PoCL built with a newer LLVM, or choose another platform with UOPC_CL_PLATFORM") \
-      from None
+                        f"not know the CPU (\"{UNKNOWN_CPU} 'generic'\", pocl/pocl#1049). Run on device CPU, or "
+                        "install a PoCL built with a newer LLVM, or choose another platform with UOPC_CL_PLATFORM, "
+                        "or run under scripts/cl_emulated.sh") from None
   return ctx, cl.CommandQueue(ctx)
 
 
