@@ -120,6 +120,16 @@ def test_a_constant_true_mask_selects_the_first_operand():
   np.testing.assert_array_equal(run_lanewise(lambda x, y: UOp.const(True).where(x, y), a, b), a)
 
 
+def test_a_select_between_masks_is_a_mask():
+  """WHERE with bool lanes (the GPT's training plan has `(x < c) ^ True` selecting True or False): a bitwise select of
+  masks, whose lanes are -1 or 0 again, so the mask it makes selects and casts like a comparison's."""
+  a, b = rand(64), rand(64, seed=1)
+  pick = lambda x, y: ((x < 0.0) ^ True).where(y < 0.0, UOp.const(False, dtypes.bool.vec(W)))   # x >= 0 and y < 0
+  want = (a >= 0) & (b < 0)
+  np.testing.assert_array_equal(run_lanewise(lambda x, y: pick(x, y).cast(F32.vec(W)), a, b), want.astype(np.float32))
+  np.testing.assert_array_equal(run_lanewise(lambda x, y: pick(x, y).where(x, y), a, b), np.where(want, a, b))
+
+
 def test_a_scalar_condition_selects_whole_vectors():
   a, b = rand(64), rand(64, seed=1)
   n = 64

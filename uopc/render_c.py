@@ -35,6 +35,8 @@ class CRenderer(CStyleRenderer):
   def vector_op(self, u: UOp, *srcs: str) -> str | None:
     op, dtype, src_kind = u.op, u.dtype, u.src[0].dtype.kind
     t = c_vector_name(dtype)
+    if op is Ops.WHERE and dtype.kind == "b":   # masks in, a mask out (-1 or 0 in each lane): a bitwise select
+      return f"(({srcs[0]} & {srcs[1]}) | (~{srcs[0]} & {srcs[2]}))"
     if op in (Ops.MAX, Ops.WHERE) and dtype.itemsize != 4:
       raise NotImplementedError(f"CRenderer: {op} on {dtype!r}: vector selects are written for 32-bit lanes only")
     if op is Ops.MAX: return f"uopc_max_{t}({srcs[0]}, {srcs[1]})"
