@@ -78,25 +78,32 @@ def _select_helpers(t: str, m: str, nan: bool) -> list[str]:
     f"{INLINE} {t} uopc_max_{t}({t} a, {t} b) {{ return uopc_where_{t}({keep_a}, a, b); }}"]
 
 
+def _exp2_poly(t: str) -> list[str]:
+  """2^f for |f| <= 1/2 into p: the Taylor series of every form below, to degree 7 (Horner, a multiply-add a term)."""
+  return [
+    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
+    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
+    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
+    "  p = p * f + 1.0f;"]
+
+
 def _exp2_helpers(t: str, m: str) -> list[str]:
+  x86 = {"f32x16": _exp2_avx512, "f32x8": _exp2_avx2}.get(t)   # an #if with x86's own form, the portable one #else
   return [
     # runtime.PRELUDE's exp2f on every lane: 2^x = 2^n 2^f, n = round(x), 2^f by its Taylor series to degree 7.
     # n is found by truncating xc + 127.5 (positive, so truncation is floor), never by adding and subtracting
     # 1.5*2^23, which -fassociative-math would fold away
-    *(_exp2_avx512(t) if t == "f32x16" else _exp2_avx2(t) if t == "f32x8" else []),
+    *(x86(t) if x86 else []),
     f"{INLINE} {t} uopc_exp2_{t}({t} x) {{",
     f"  {m} lo = x < -126.0f, hi = x > 128.0f;",
     f"  {t} xc = uopc_where_{t}(lo, ({t}){{}} - 126.0f, uopc_where_{t}(hi, ({t}){{}} + 128.0f, x));",
     f"  {m} n = __builtin_convertvector(xc + 127.5f, {m}) - 127;",
     f"  {t} f = xc - __builtin_convertvector(n, {t});",
-    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
-    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
-    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
-    "  p = p * f + 1.0f;",
+    *_exp2_poly(t),
     f"  {m} bits = ({m})p + (n << 23);   /* times 2^n in the exponent field; x >= 128 lands on inf */",
     "  /* nan stays nan; below 2^-126: 0 */",
     f"  return uopc_where_{t}(x != x, x, uopc_where_{t}(lo, ({t}){{}}, ({t})bits));",
-    "}", *(["#endif"] if t in ("f32x16", "f32x8") else [])]
+    "}", *(["#endif"] if x86 else [])]
 
 
 def _exp2_avx512(t: str) -> list[str]:
@@ -109,10 +116,7 @@ def _exp2_avx512(t: str) -> list[str]:
     f"  {t} xc = ({t})_mm512_min_ps(_mm512_set1_ps(150.0f), _mm512_max_ps(_mm512_set1_ps(-150.0f), (__m512)x));",
     f"  {t} n = ({t})_mm512_roundscale_ps((__m512)xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);",
     f"  {t} f = xc - n;",
-    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
-    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
-    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
-    "  p = p * f + 1.0f;",
+    *_exp2_poly(t),
     f"  return ({t})_mm512_scalef_ps((__m512)p, (__m512)n);",
     "}",
     "#else"]
@@ -129,10 +133,7 @@ def _exp2_avx2(t: str) -> list[str]:
     f"  {t} xc = ({t})_mm256_min_ps(_mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), (__m256)x));",
     f"  {t} n = ({t})_mm256_round_ps((__m256)xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);",
     f"  {t} f = xc - n;",
-    f"  {t} p = ({t}){{}} + 1.5252733804059841e-05f;",
-    "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
-    "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
-    "  p = p * f + 1.0f;",
+    *_exp2_poly(t),
     "  /* times 2^n in the exponent field (x >= 128 lands on inf); below 2^-126: 0 */",
     "  __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32((__m256)n), 23);",
     "  __m256 bits = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256((__m256)p), e));",
