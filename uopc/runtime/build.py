@@ -1,7 +1,8 @@
 """Running the C compiler: source -> a shared object in the cache, whole or not at all.
 
   locate(src, name, cc, flags)          the flags a kernel gets (-march=native as the target says, uopc.runtime.machine;
-                                        without -fopenmp where cc has no OpenMP), its cache
+                                        without -fopenmp where cc has no OpenMP; the workarounds of the compiler's
+                                        known wrong code, uopc.runtime.compiler_bugs), its cache
                                         entry, and whether that entry is intact
   build(src, so_path, cc, flags)        compile into the entry: atomic rename, a checksum beside it, one retry with FMA
                                         contraction off when the compiler itself crashes (NOTES 32)
@@ -26,6 +27,7 @@ import time
 import warnings
 from pathlib import Path
 from uopc.helpers import cache
+from uopc.runtime.compiler_bugs import workarounds
 from uopc.runtime.objfile import complete_object
 from uopc.runtime.machine import resolve, target
 from uopc.runtime.toolchain import CompileError, cache_dir, cache_key, numbered
@@ -193,6 +195,7 @@ def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[
   reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
   flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
   if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
+  flags = flags + workarounds(cc, flags)   # the compiler's known wrong code under these flags, checked by canaries
   path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
   if ok or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
   flags = serial_flags(flags, cc)

@@ -79,7 +79,9 @@ CPU_FEATURES = {
              "__AVX512BW__": "avx512bw", "__AVX512CD__": "avx512cd", "__AVX512DQ__": "avx512dq",
              "__AVX512VL__": "avx512vl", "__AVX512VNNI__": "avx512_vnni", "__AVX512BF16__": "avx512_bf16",
              "__AVX512FP16__": "avx512_fp16", "__AVX512IFMA__": "avx512ifma", "__AVX512VBMI__": "avx512vbmi",
-             "__AVXVNNI__": "avx_vnni", "__AMX_TILE__": "amx_tile"},
+             "__AVXVNNI__": "avx_vnni", "__AMX_TILE__": "amx_tile",
+             # Xeon Phi's AVX-512 (-march=knl, knm), which no other CPU has
+             "__AVX512ER__": "avx512er", "__AVX512PF__": "avx512pf", "__AVX5124FMAPS__": "avx512_4fmaps"},
   "aarch64": {"__ARM_FEATURE_SVE": "sve", "__ARM_FEATURE_SVE2": "sve2", "__ARM_FEATURE_DOTPROD": "asimddp",
               "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC": "asimdhp", "__ARM_FEATURE_ATOMICS": "atomics",
               "__ARM_FEATURE_BF16_VECTOR_ARITHMETIC": "bf16", "__ARM_FEATURE_MATMUL_INT8": "i8mm"},
