@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 import numpy as np
 from uopc.runtime import Program
+from uopc.runtime.build import run_compiler
 from uopc.runtime.compiler_bugs import COND_FMA, MAIN, workarounds
 from uopc.runtime.flags import FLAGS
 from uopc.runtime.machine import MarchError, compiler, resolve, target
@@ -37,7 +38,7 @@ def main() -> None:
     except MarchError as e: print(f"{level:10s} skipped: {e}"); continue
     plain, fixed = answer(flags), answer(flags + COND_FMA.workaround)
     print(f"{level:10s} uopc's flags: {float.fromhex(plain):6.3f}   with {' '.join(COND_FMA.workaround)}: "
-          f"{float.fromhex(fixed):6.3f}   uopc adds: {' '.join(workarounds(cc, flags)) or '(nothing)'}")
+          f"{float.fromhex(fixed):6.3f}   uopc adds: {' '.join(workarounds(cc, flags, run_compiler)) or '(nothing)'}")
   src = (Path(__file__).parent / "notes32_fma_crash.c").read_text()
   prg = Program(src, "r_6")
   x, s, out = np.linspace(-1, 1, 6, dtype=np.float32), np.array([0.5], np.float32), np.zeros(6, np.float32)

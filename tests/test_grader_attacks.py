@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 from assignment_grading import visible
+from uopc.runtime.compiler_bugs import CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADER = ROOT / "scripts" / "grade.py"
@@ -185,12 +186,13 @@ OWN_KERNEL = re.compile(r"^[A-Za-z_]\w*-[0-9a-f]{32}\.(so|sum)$")
 def fingerprint(home: Path, cache: Path) -> dict:
   """Hashes of what a submission must not change: the grader's tree (the content of tracked files, the names of
   untracked and ignored ones), its virtual environment (every file's size and time), its home and its cache. Left
-  out: the caches that test processes running beside this one write (.pyc files, hypothesis, ruff); the sandbox
+  out: the caches that test processes running beside this one write (.pyc files, hypothesis, ruff), and the
+  compiler's verdicts the grader's own processes keep in its cache (uopc.runtime.compiler_bugs); the sandbox
   mounts all of it read-only or not at all, which is what this checks from the outside."""
   def tree(root: Path, skip=(), own=None) -> str:
     h = hashlib.sha256()
-    for d, dirs, files in sorted(os.walk(root)):
-      dirs[:] = sorted(x for x in dirs if x not in skip)
+    for d, _, files in sorted(os.walk(root)):   # (sorted walks it all first: pruning `dirs` would come too late)
+      if set(Path(d).relative_to(root).parts) & set(skip): continue
       for f in sorted(files):
         if own is not None and own.match(f) and Path(d) == root: continue
         p = Path(d) / f
@@ -204,7 +206,7 @@ def fingerprint(home: Path, cache: Path) -> dict:
   for f in subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True).stdout.split("\0"):
     if f and (ROOT / f).is_file(): content.update(f.encode() + (ROOT / f).read_bytes())
   return {"tree": content.hexdigest(), "git status": git, "venv": tree(Path(sys.prefix), skip=("__pycache__",)),
-          "home": tree(home), "cache": tree(cache, own=OWN_KERNEL)}
+          "home": tree(home), "cache": tree(cache, skip=(CHECKS,), own=OWN_KERNEL)}
 
 
 @pytest.fixture(scope="module")

@@ -195,7 +195,7 @@ def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[
   reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
   flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
   if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
-  flags = flags + workarounds(cc, flags)   # the compiler's known wrong code under these flags, checked by canaries
+  flags = flags + workarounds(cc, flags, run_compiler)   # known wrong code of this compiler, checked by canaries
   path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
   if ok or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
   flags = serial_flags(flags, cc)

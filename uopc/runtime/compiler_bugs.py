@@ -6,7 +6,8 @@ each canary is compiled with those flags and run; where it comes out wrong, the 
 flags (and so its cache key). The verdict is kept on disk beside the kernels: a machine asks once per compiler, CPU
 and flags; a process reads a small file.
 
-  workarounds(cc, flags)   the flags to add for the bugs this compiler shows with these flags
+  workarounds(cc, flags, run)   the flags to add for the bugs this compiler shows with these flags (run: how to run
+                                the compiler, uopc.runtime.build.run_compiler)
 """
 from __future__ import annotations
 import functools
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from uopc.helpers import cache
 from uopc.runtime.toolchain import cache_dir, cache_key
 
@@ -63,22 +65,25 @@ NOT_FOR_PROGRAMS = ("-shared", "-fPIC", "-fopenmp")
 CANARY_TIMEOUT_S = 60   # to build it, and again to run it
 
 
-def workarounds(cc: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+Runner = Callable[[list[str], float], subprocess.CompletedProcess]
+
+
+def workarounds(cc: str, flags: tuple[str, ...], run: Runner) -> tuple[str, ...]:
   """The workaround flags of every bug in BUGS that `cc` shows when building with `flags` (already resolved for the
   target: -march=native means this machine's CPU, which the canary runs on)."""
   suspects = (bug for bug in BUGS if all(f in flags for f in bug.needs))
-  return tuple(f for bug in suspects if shows(bug, cc, flags) for f in bug.workaround if f not in flags)
+  return tuple(f for bug in suspects if shows(bug, cc, flags, run) for f in bug.workaround if f not in flags)
 
 
 @functools.cache
-def shows(bug: Bug, cc: str, flags: tuple[str, ...]) -> bool:
+def shows(bug: Bug, cc: str, flags: tuple[str, ...], run: Runner) -> bool:
   """Whether the canary comes out wrong. The verdict is stored under the compiler's, CPU's and flags' key where the
   kernel cache exists (never creating it: a process that only reads a shared cache leaves no folder behind). A canary
   that does not build or run says nothing (False): the kernel's own build then reports what is wrong."""
   verdict = cache_dir() / CHECKS / f"{bug.name}-{cache_key(bug.canary, cc, flags)}"
   try: return verdict.read_text().strip() == "wrong"
   except OSError: pass
-  answer = _run(bug, cc, flags)
+  answer = _answer(bug, cc, flags, run)
   if answer is None: return False
   wrong = answer != bug.expected
   if cache_dir().is_dir():
@@ -93,10 +98,9 @@ cache("runtime.compiler_bugs", shows)
 CHECKS = "compiler-checks"   # the verdicts' folder in the kernel cache
 
 
-def _run(bug: Bug, cc: str, flags: tuple[str, ...]) -> float | None:
+def _answer(bug: Bug, cc: str, flags: tuple[str, ...], run: Runner) -> float | None:
   """The canary's answer, built and run in a temporary folder (the system's, else one beside the kernels: a folder
   shared objects are loaded from lets programs run too, where /tmp is mounted noexec)."""
-  from uopc.runtime.build import run_compiler   # build imports this module
   program_flags = [f for f in flags if f not in NOT_FOR_PROGRAMS]
   for where in (None, cache_dir()):
     if where is not None and not where.is_dir(): continue
@@ -104,7 +108,7 @@ def _run(bug: Bug, cc: str, flags: tuple[str, ...]) -> float | None:
       c_file, exe = Path(tmp) / "canary.c", Path(tmp) / "canary"
       c_file.write_text(bug.canary + MAIN)
       try:
-        built = run_compiler([cc, *program_flags, "-o", str(exe), str(c_file)], CANARY_TIMEOUT_S)
+        built = run([cc, *program_flags, "-o", str(exe), str(c_file)], CANARY_TIMEOUT_S)
         if built.returncode != 0: return None
         out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=CANARY_TIMEOUT_S)
       except PermissionError: continue   # a noexec folder: try the next
