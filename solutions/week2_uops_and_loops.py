@@ -84,8 +84,6 @@ from solution_setup import gradelib, raised, record, recorded, seeded, time_kern
 import re
 from uopc.symbolic import evaluate as _evaluate, simplify as _simplify
 from uopc.uop import range_ as _range
-from uopc.render_c import render_c as _render_c
-from uopc.runtime import Program as _Program
 
 
 def _points(n: int = 200) -> list[tuple[int, int]]:
@@ -338,6 +336,10 @@ check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big),
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
+from uopc.runtime import Program as _Program
+
+
 def _run_argmax(_a, _threads):
   """The student's argmax_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
   _out = np.full(_a.shape[0], -1, np.int32)
@@ -444,6 +446,10 @@ check("run_prefix_sum of 1000 random numbers against np.cumsum", run_prefix_sum(
 # %% tags=["hidden-test"]
 # POINTS: prefix sum 2
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
+from uopc.runtime import Program as _Program
+
+
 def _run_prefix_sum(_a, _threads):
   """The student's prefix_sum_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
   _out = np.full(len(_a), np.nan, np.float32)
