@@ -87,15 +87,16 @@ test: setup
 # as the grader runs a notebook: OpenMP threads as the environment sets them, 120 s per cell (a runaway cell stops the
 # run there, once); NB= checks a copy of the week's notebook, any name, in its own folder, without writing it
 check: setup
-\t@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of that week's notebook>]"; exit 2; fi
+\t@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of the week's notebook>]"; \\
+\t  exit 2; fi
 \t$(if $(NB),UOPC_CHECK_NB="$(NB)" UOPC_CHECK_WEEK="$(WEEK)" )$(PY) -m pytest -p no:cacheprovider -v -rs \\
 \t  tests/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
 
 # the points come from the grader's hidden tests, which are not in this tree: here, the visible checks of NB
 grade: setup
 \t@if [ -z "$(NB)" ]; then echo "usage: make grade NB=<your notebook>.ipynb [WEEK=<1-7>]"; exit 2; fi
-\t@echo "make grade, in the student's tree: the hidden tests that score points are your instructor's, run on the notebook"
-\t@echo "you hand in; this runs $(NB)'s visible checks, task by task, as make check does"
+\t@echo "make grade, in the student's tree: the hidden tests that score points are your instructor's, run on the"
+\t@echo "notebook you hand in; this runs $(NB)'s visible checks, task by task, as make check does"
 \t$(MAKE) --no-print-directory check NB="$(NB)" $(if $(WEEK),WEEK=$(WEEK))
 
 notebooks: setup
