@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = Path(os.environ.get("UOPC_ASSIGNMENTS", ROOT / "assignments"))   # another folder: to check this test
 NOTEBOOK = os.environ.get("UOPC_CHECK_NB", "")      # make check NB=...: this notebook instead of assignments/
 WEEK = os.environ.get("UOPC_CHECK_WEEK", "")        # ... which must be this week's assignment
-CELL_TIMEOUT = float(os.environ.get("UOPC_CHECK_TIMEOUT", 120))   # seconds per cell: scripts/grade.py's default
+CELL_TIMEOUT = float(os.environ.get("UOPC_CHECK_TIMEOUT", 120))   # seconds per cell: the grader's default
 TASK = re.compile(r"^\s*#\s*TASK:\s*(.+?)\s*$", re.M)
 KERNEL_ENV = {"IPYKERNEL_CELL_NAME": "<IPY-INPUT>", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 TIMEOUT = "CellTimeout"

@@ -185,3 +185,14 @@ def test_a_copy_of_the_notebook_is_checked_where_it_is(tmp_path):
   r = subprocess.run([*make, "check", "WEEK=3", f"NB={mine}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert r.returncode != 0 and "is not week 3's assignment" in r.stdout, r.stdout[-3000:]
   assert json.loads(before)["cells"]   # still a notebook
+
+
+def test_the_per_cell_limit_is_the_graders():
+  """make check interrupts a cell where the grader would: the same number of seconds (scripts/grade.py's default)."""
+  import ast
+  import os
+  tree = ast.parse((ROOT / "scripts" / "grade.py").read_text())
+  (fn,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "grade"]
+  args = fn.args.args[-len(fn.args.defaults):]
+  default = next(ast.literal_eval(d) for a, d in zip(args, fn.args.defaults) if a.arg == "timeout")
+  if "UOPC_CHECK_TIMEOUT" not in os.environ: assert student.CELL_TIMEOUT == default
