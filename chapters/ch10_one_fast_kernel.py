@@ -643,8 +643,8 @@ plt.show()
 #   output element gets only 128 FLOPs (and S is written, or P read, at 4 bytes per element). They run the same
 #   4x4 tile as the GEMM steps; with a reduce axis of 64, S spends a larger share of its time in the horizontal
 #   sums after each reduce loop (10.5).
-# - The softmax kernels, the row max, the row sum of exponentials and `e_1024_1024` (P), sit far left, at one or two
-#   FLOPs per byte (the range printed above the plot): a few operations per element of S, each element 4 bytes
+# - The softmax kernels, the row max, the row sum of exponentials and `e_1024_1024` (P), sit far left, around one
+#   FLOP per byte (the range printed above the plot): a few operations per element of S, each element 4 bytes
 #   read or written. No tile or thread can lift them above the bandwidth line; the only way to make them faster is
 #   to move fewer bytes. If one of them shows up *above* the dashed line, its data came from a cache, not DRAM:
 #   S is 4 MB, which can stay in this CPU's last-level cache between kernels, so the triad's DRAM bandwidth is a
