@@ -231,9 +231,10 @@ print("the read-only array now holds", read_only)
 # array is written to. `Program` refuses all five.
 
 # %% [markdown]
-# Here is what `MiniProgram` does with the float64 array: it passes the pointer, and C reads the 8-byte
-# doubles 0.0, 1.0, 2.0, 3.0 as eight 4-byte floats. The low half of each of these doubles is all zeros;
-# the high half of 1.0 (0x3FF00000) read as a float is 1.875. No error, a wrong answer:
+# Here is what `MiniProgram` does with the float64 array: it passes the pointer, and with n = 4 C reads the
+# first four 4-byte floats, which are the 16 bytes of the doubles 0.0 and 1.0 (the array's 2.0 and 3.0 are never
+# read). The low half of each of these doubles is all zeros; the high half of 1.0 (0x3FF00000) read as a float is
+# 1.875, so the last output is 1.875 + 1.875. No error, a wrong answer:
 
 # %%
 x64, small_out = np.arange(4, dtype=np.float64), np.zeros(4, np.float32)

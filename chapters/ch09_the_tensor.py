@@ -443,7 +443,9 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
 # rule: each is a few Tensor operations, so its gradient comes from the table of 9.7. Three ideas carry most of it.
 #
 # - **Promotion.** Two dtypes meet in the smaller type both convert to: bool < uint8 < int32 < int64 < float16 <
-#   float32 < float64 (PyTorch's and tinygrad's order; NumPy differs only in making int64 with float32 a float64).
+#   float32 < float64 (PyTorch's and tinygrad's order). NumPy 2 differs where an integer meets a float too narrow to
+#   hold all its values: int32 or int64 with float16 or float32 is float64 there; and uint8 with int8 is int16,
+#   which uopc does not have (9.8 prints every pair from NumPy's own `np.result_type`).
 #   A Python scalar only widens the kind: `int32 + 0.5` is float32, a float16 tensor times 2.0 stays float16. Sums
 #   of integers and bools accumulate in int64, as NumPy's and PyTorch's do, so a count never wraps.
 # - **A step is a reshape.** `x[::k]` pads the axis to a multiple of k, reshapes it to `(n/k, k)` and keeps column
@@ -490,6 +492,21 @@ for name, t in {"i32 + i64": i32 + i64, "i32 + 0.5": i32 + 0.5, "f32 * bool": f3
                 "bool.sum()": flags.sum(), "full of 2**30, sum": Tensor(np.full(4, 2**30, np.int32)).sum()}.items():
   print(f"{name:20s} {str(t.dtype):12s} {t.numpy()}")
 print("dtypes.int.max:", dtypes.int.max, "  dtypes.u8.max:", dtypes.u8.max)
+
+# %% [markdown]
+# NumPy 2's promotion table is not this chain: NumPy promotes an integer and a float to a float that holds every
+# value of the integer exactly, so a float whose significand is too short for the integer becomes float64. Every
+# pair of dtypes on which uopc's order and NumPy's `np.result_type` disagree (the source of the NumPy column is
+# NumPy itself, whichever version is installed):
+
+# %%
+from uopc.dtype import PROMOTION_ORDER, least_upper_dtype, np_dtype
+
+print("NumPy", np.__version__)
+for k, d1 in enumerate(PROMOTION_ORDER):
+  for d2 in PROMOTION_ORDER[k + 1:]:
+    ours, theirs = np_dtype(least_upper_dtype(d1, d2)), np.result_type(np_dtype(d1), np_dtype(d2))
+    if ours != theirs: print(f"  {str(np_dtype(d1)):6s} with {str(np_dtype(d2)):8s} uopc {str(ours):8s} NumPy {theirs}")
 
 # %% [markdown]
 # A step slice is movement ops only; an integer index is a select and a sum, which the kernelizer gives a kernel:
@@ -580,8 +597,9 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
 # - **Realizing changes a Tensor.** After `.numpy()`, a Tensor's UOp is its data (a BUFFER); the graph
 #   that computed it is kept in `.lazy` so that gradients can still be taken. A plan built from
 #   `t.uop` after realizing is a plan for a copy, not for the computation.
-# - **Dtypes promote, as in PyTorch.** `float32 + int32` is float32 and `int32 + 0.5` is float32 (9.8); only
-#   int64 with float32 differs from NumPy (float32 here, float64 there). Integer sums are int64.
+# - **Dtypes promote, as in PyTorch.** `float32 + int32` is float32 and `int32 + 0.5` is float32 (9.8). NumPy 2
+#   makes int32 or int64 with float16 or float32 a float64 (the pairs printed in 9.8): code checked against NumPy
+#   on mixed dtypes must expect the difference. Integer sums are int64.
 # - **Gradients of max split between ties.** If two entries share the maximum, each gets half. Finite
 #   differences at a tie are meaningless: test with random data.
 # - **Every op is a few graph nodes.** `a - b` is `a + b * -1`, `a / b` is `a * recip(b)`, `exp` is
@@ -596,8 +614,10 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
 # 3. Why can no composition of the five movement ops reverse an axis? Add a FLIP movement op (rangeify maps
 #    index i to n-1-i; its derivative rule is FLIP again), make `Tensor.flip` use it, and compare the kernels of
 #    `x[::-1].sum()` with 9.8's one-hot select.
-# 4. `Tensor.layernorm` is five lines (`uopc/mixin/functional.py`). Check the gradient of `layernorm(x) @ w` against
-#    finite differences, and count its kernels with and without `stage_broadcast_compute` (Chapter 7).
+# 4. Write a variance and a LayerNorm from `sum`, `sqrt` and `recip` (Tensor operations only: not uopc's own
+#    `Tensor.var`, `Tensor.std` or `Tensor.layernorm`, which the week-5 grader refuses for this task). Check the
+#    gradient of `layernorm(x) @ w` against finite differences, and count its kernels with and without
+#    `stage_broadcast_compute` (Chapter 7).
 # 5. Count the kernels of the gradient of attention at N = 64 with and without `fuse_reduce`. Which
 #    reductions of the backward pass could share a kernel?
 # 6. `gradient` computes gradients of a scalar. Use its `seed=` argument to compute a vector-Jacobian

@@ -15,6 +15,12 @@ Counts and comparisons (`unbacked_claims`), the cases a number with a unit does 
     ("the ratio printed above", "the chart"), or introduce them (a sentence ending in ":"); otherwise reword.
 Here only a sentence that itself names its source ("the book measured", "NOTES n") is quoted. WAIVED lists the
 claims left as they are, each with its reason.
+
+Claims read against the numbers they are about (`growth_claims`, `bound_claims`):
+  - "doubles (triples, halves...) at every step" must match the per-step sizes printed next to it (lines that start
+    with a step number): some printed column grows by that factor at each step;
+  - "below (above) N FLOP per byte" must hold for every kernel the sentence names (a label cell of a printed table's
+    FLOP/byte column: its kernel name or its role).
 """
 from __future__ import annotations
 import re, sys
@@ -147,6 +153,116 @@ def unbacked_claims(nb) -> list[tuple[int, str, str, str]]:
   return found
 
 
+# Growth per step and bounds on printed values (issue 43): "the tree doubles at every step" over printed sizes that
+# triple, and "the softmax kernels sit below one FLOP per byte" over a printed row sum at 1.50. Each claim is read
+# against the numbers it is about: per-step sizes in the outputs next to it, a table's FLOP/byte column.
+GROWTH = {"halves": 0.5, "doubles": 2.0, "triples": 3.0, "quadruples": 4.0}
+STEPWORD = r"(?:steps?|iterations?|rounds?|levels?)"
+GROWS = re.compile(r"\b(halves|doubles|triples|quadruples)\b(?=[^.;]*?\b(?:every|each|per|a)\s+" + STEPWORD + r"\b)"
+                   r"|\b(?:every|each|per)\s+" + STEPWORD + r"\b[^.;]*?\b(halves|doubles|triples|quadruples)\b", re.I)
+STEP_ROW = re.compile(r"^\s*(?:" + STEPWORD + r"\s*)?(\d+)\s*[:|]\s*(.*)$", re.I)
+NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+TOLERANCE = 0.15   # a claimed factor and a printed one agree within 15% (5, 161, 4373: 3.18 then 3.01 a step)
+
+
+def _code_outputs(c) -> str:
+  return "\n".join(o["text"] if isinstance(o.get("text"), str) else "".join(o.get("text", []))
+                   for o in c.get("outputs", []) if "text" in o)
+
+
+def neighbour_outputs(nb, k: int) -> str:
+  """The printed text of the code cells on either side of cell k: where a sentence's numbers are printed."""
+  before = next((_code_outputs(c) for c in reversed(nb.cells[:k]) if c.cell_type == "code"), "")
+  after = next((_code_outputs(c) for c in nb.cells[k + 1:] if c.cell_type == "code"), "")
+  return before + "\n" + after
+
+
+def step_columns(text: str) -> list[list[tuple[int, float]]]:
+  """Each numeric column of the runs of lines that start with a step number (`step 4: ... 161 ... 10`), as
+  (step, value) pairs in order."""
+  runs, run = [], []
+  for line in text.splitlines() + [""]:
+    m = STEP_ROW.match(line)
+    if m and (values := [float(v) for v in NUM.findall(m.group(2))]): run.append((int(m.group(1)), values))
+    else:
+      if len(run) > 1: runs.append(run)
+      run = []
+  cols = []
+  for run in runs:
+    width = min(len(v) for _, v in run)
+    cols += [[(step, v[c]) for step, v in run] for c in range(width)]
+  return cols
+
+
+def per_step(col: list[tuple[int, float]]) -> list[float]:
+  return [(b / a) ** (1 / (t - s)) for (s, a), (t, b) in zip(col, col[1:]) if t > s and a > 0 and b > 0]
+
+
+def growth_claims(nb) -> list[tuple[int, str, str, str]]:
+  """(cell index, claim, sentence, why) for every "doubles (triples, halves...) at every step" that the per-step sizes
+  printed next to it do not show: some printed column must grow by that factor at every step, within TOLERANCE."""
+  found = []
+  for k, para in prose(nb, QUOTED_CLAIM):
+    for sent in sentences(MENTIONED.sub(" ", CODE.sub(" ", para))):
+      if CITED.search(sent): continue
+      for m in GROWS.finditer(sent):
+        word = (m.group(1) or m.group(2)).lower()
+        cols = [f for col in step_columns(neighbour_outputs(nb, k)) if (f := per_step(col))]
+        if not cols:
+          why = "no sizes per step are printed next to it"
+        elif any(all(abs(f / GROWTH[word] - 1) <= TOLERANCE for f in col) for col in cols):
+          continue
+        else:
+          why = "the printed sizes grow by " + " or ".join("x" + "/".join(f"{f:.2f}" for f in col) for col in cols) + \
+            " a step"
+        found.append((k, word, " ".join(sent.split()), why))
+  return found
+
+
+BOUND = re.compile(r"\b(below|under|less than|above|over|more than)\s+(\d+(?:\.\d+)?|" +
+                   "|".join(sorted(WORDS, key=len, reverse=True)) + r")\s+FLOPs?\s*(?:per\s+|/\s*)byte\b", re.I)
+HEADER = "FLOP/byte"
+
+
+def intensity_rows(text: str) -> list[tuple[str, float]]:
+  """(label, value) for every row of a printed table with a FLOP/byte column: the number that ends where the
+  header's `FLOP/byte` ends (right-aligned columns), and the text before it as the row's label."""
+  rows, end = [], None
+  for line in text.splitlines():
+    if HEADER in line and not NUM.search(line.split(HEADER)[0] + " "):
+      end = line.index(HEADER) + len(HEADER)
+      continue
+    if not line.strip(): end = None
+    if end is None: continue
+    for m in NUM.finditer(line):
+      if m.end() == end: rows.append((line[:m.start()], float(m.group())))
+  return rows
+
+
+def named_by(label: str, sentence: str) -> bool:
+  """A row is the sentence's when one of its label's cells (runs of text between wide gaps) is in the sentence."""
+  cells = [c.strip() for c in re.split(r"\s{2,}|\|", label) if len(c.strip()) >= 3 and re.search(r"[A-Za-z]", c)]
+  return any(c.lower() in sentence.lower() for c in cells)
+
+
+def bound_claims(nb) -> list[tuple[int, str, str, str]]:
+  """(cell index, claim, sentence, why) for every "below (above...) N FLOP per byte" that a printed FLOP/byte of a
+  kernel the sentence names contradicts."""
+  rows = intensity_rows(outputs_text(nb))
+  found = []
+  for k, para in prose(nb, QUOTED_CLAIM):
+    for sent in sentences(MENTIONED.sub(" ", para.replace("`", ""))):
+      if CITED.search(sent): continue
+      for m in BOUND.finditer(sent):
+        bound = float(count_value(m.group(2)))
+        below = m.group(1).lower() in ("below", "under", "less than")
+        for label, value in rows:
+          if named_by(label, sent) and (value >= bound if below else value <= bound):
+            found.append((k, m.group(0), " ".join(sent.split()),
+                          f"{' '.join(label.split())} prints {value:g} FLOP/byte"))
+  return found
+
+
 def check(paths: list[Path]) -> int:
   bad = 0
   for p in paths:
@@ -161,6 +277,10 @@ def check(paths: list[Path]) -> int:
         continue
       bad += 1
       print(f"{name}: cell {k}: {claim!r}: {why}; show it or reword: {sent[:160]}")
+    for rule in (growth_claims, bound_claims):
+      for k, claim, sent, why in rule(nb):
+        bad += 1
+        print(f"{name}: cell {k}: {claim!r}: {why}; make it true or reword: {sent[:160]}")
   return bad
 
 

@@ -16,9 +16,10 @@
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
 # - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
-#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
-# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
-#   points below.
+#   with an AssertionError naming what is wrong, expected against got. `make check WEEK=5` runs them task by task, as
+#   the grader runs the notebook, and `make check WEEK=5 NB=<your copy>` does the same for your copy;
+# - **hidden tests** the grader runs after your whole notebook, which score the points below (they are not in your
+#   tree).
 #
 # | exercise | task name | points |
 # |---|---|---|
@@ -342,12 +343,12 @@ for registers in (8, 16, 32):
   tm, tn = best_tile(registers)
   lpf, regs = tile_cost(tm, tn)
   print(f"{registers} registers: {tm}x{tn}, {lpf:.3f} loads per FMA, {regs} registers used")
-check("best_tile(r) for r = 3, 8, 16, 27, 32", [tuple(best_tile(r)) for r in (3, 8, 16, 27, 32)],
-      [(1, 1), (2, 2), (3, 3), (4, 4), (5, 4)])
+for registers, want in ((3, (1, 1)), (8, (2, 2)), (16, (3, 3)), (27, (4, 4)), (32, (5, 4))):
+  check(f"best_tile({registers})", tuple(best_tile(registers)), want)
 check_raises("best_tile(2): no tile fits", lambda: best_tile(2), ValueError, says=("3",))
 
 # %% [markdown]
-# Expected: 2x2, 3x3 and 5x4 (1, 0.667 and 0.45 loads per FMA, in 8, 15 and 29 registers); two `ok` lines. In 16
+# Expected: 2x2, 3x3 and 5x4 (1, 0.667 and 0.45 loads per FMA, in 8, 15 and 29 registers); six `ok` lines. In 16
 # registers the 4x4 tile (24 registers as counted here) does not fit, nor does 2x8 (26); 3x3 beats 2x4 (0.667 against
 # 0.75 loads per FMA). In 27, 4x4 and 3x6 tie at 0.5 and 4x4 takes fewer registers. (A compiler keeps one of the
 # loaded rows in memory operands of the FMAs, which is how 4x4 tiles run in 16 AVX2 registers: with that count the

@@ -107,3 +107,48 @@ def test_every_committed_notebook_backs_its_counts_and_comparisons(path):
   left = [(k, claim, why) for k, claim, _, why in prose_check.unbacked_claims(nbformat.read(path, as_version=4))
           if claim not in waived]
   assert left == []
+
+
+# Growth per step and bounds on printed values (issue 43): each rule fails on the sentence that slipped through.
+STEPS = ("step  1: as a tree      5 nodes, as a graph   4 nodes\n"
+         "step  4: as a tree    161 nodes, as a graph  10 nodes\n"
+         "step  7: as a tree   4373 nodes, as a graph  16 nodes\n"
+         "step 10: as a tree 118097 nodes, as a graph  22 nodes\n")
+
+
+def test_a_growth_per_step_the_printed_sizes_contradict_fails():
+  # chapter 3 said the tree doubles at every step over these sizes (it triples: 3s + 2)
+  bad = "Written out as a tree, the expression doubles in size at every step; as a graph it grows by two nodes."
+  found = prose_check.growth_claims(notebook(bad, STEPS))
+  assert [(k, claim) for k, claim, _, _ in found] == [(1, "doubles")]
+  assert "x3.18/3.01/3.00" in found[0][3], found[0][3]
+  assert prose_check.growth_claims(notebook(bad.replace("doubles", "triples"), STEPS)) == []
+  assert [c for _, c, _, _ in prose_check.growth_claims(notebook(bad, "no table here\n"))] == ["doubles"]
+  assert prose_check.growth_claims(notebook("Its FLOP count doubles without staging.", STEPS)) == []   # no "step"
+
+
+INTENSITIES = ("                               FLOP/byte |   ms\n"
+               "kernel                                   |   ms\n"
+               "r_1024_1024     S = Q K^T          28.44 | 1.2\n"
+               "r_1024          row max of S        0.50 | 0.4\n"
+               "r_1024          row sum of exp      1.50 | 0.3\n"
+               "e_1024_1024     P                   0.87 | 0.2\n")
+
+
+def test_a_bound_the_printed_intensity_contradicts_fails():
+  # chapter 10 said the softmax kernels sit below one FLOP per byte, over a row sum printed at 1.50
+  bad = "The softmax kernels, the row max, the row sum of exponentials and `e_1024_1024` (P), sit below one FLOP " \
+        "per byte."
+  found = prose_check.bound_claims(notebook(bad, INTENSITIES))
+  assert [(k, claim) for k, claim, _, _ in found] == [(1, "below one FLOP per byte")]
+  assert "row sum of exp prints 1.5 FLOP/byte" in found[0][3], found[0][3]
+  assert prose_check.bound_claims(notebook(bad.replace("below one", "below two"), INTENSITIES)) == []
+  assert prose_check.bound_claims(notebook("S = Q K^T sits above 20 FLOP/byte.", INTENSITIES)) == []
+  assert [c for _, c, _, _ in prose_check.bound_claims(notebook("S = Q K^T sits above 30 FLOP/byte.", INTENSITIES))] \
+    == ["above 30 FLOP/byte"]
+
+
+@pytest.mark.parametrize("path", prose_check.notebooks(), ids=lambda p: p.name)
+def test_every_committed_notebook_grows_and_bounds_as_it_prints(path):
+  nb = nbformat.read(path, as_version=4)
+  assert prose_check.growth_claims(nb) == [] and prose_check.bound_claims(nb) == []
