@@ -212,9 +212,8 @@ for _args, _what in (((8192, 1, 1, 4), "score_bytes(8192)"), ((8192, 12, 8, 4), 
 # `fused_plan(N, D, upcast)` the plan of fused attention with it; its last kernel is the fused one. Write
 # `count_key_passes(src, n_keys)`, which reads a kernel's C: a pass over the keys is a `for` loop of length
 # `n_keys` inside the row loop, and it runs once per iteration of the loops between the row loop and it.
-# The row loop is N long too, but it is the outermost loop: a pass over the keys is a loop of length N *inside*
-# it. Pick N different from D and from D / upcast (the output loop's trips), so that every other loop's length says
-# it is not a key loop.
+# The row loop is N long too, but it is the outermost loop, not a pass. Pick N different from D and from D / upcast
+# (the output loop's trips), so that no other loop has the keys' length.
 
 # %%
 def fused_plan(N: int, D: int, upcast: int = 16) -> Plan:
