@@ -172,16 +172,16 @@ def score_bytes(N: int, heads: int = 1, batch: int = 1, itemsize: int = 4) -> in
 
 
 # %%
-print(f"S per head at N = 8192:       {score_bytes(8192) / 1e6:7.1f} MB (P as much again)")
-print(f"S for 12 heads, batch 8:      {score_bytes(8192, heads=12, batch=8) / 1e9:7.1f} GB")
-print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)")
 check("score_bytes(1024)", score_bytes(1024), 4 * 2**20)
 check("score_bytes(1024, heads=2, batch=3, itemsize=2) (12 MiB)", score_bytes(1024, heads=2, batch=3, itemsize=2),
       12 * 2**20)
+print(f"S per head at N = 8192:       {score_bytes(8192) / 1e6:7.1f} MB (P as much again)")
+print(f"S for 12 heads, batch 8:      {score_bytes(8192, heads=12, batch=8) / 1e9:7.1f} GB")
+print(f"Q, K, V and O per head:       {4 * 8192 * 64 * 4 / 1e6:7.1f} MB (D = 64)")
 
 # %% [markdown]
-# Expected: the three sizes (S for one head at N = 8192 is hundreds of MB, for the whole layer tens of GB; Q, K, V
-# and O of a head are a few MB), then two `ok` lines.
+# Expected: two `ok` lines, then the three sizes (S for one head at N = 8192 is hundreds of MB, for the whole layer
+# tens of GB; Q, K, V and O of a head are a few MB).
 
 # %% [markdown] tags=["answer"]
 # 268.4 MB per head for S alone: 96 head-sequences make 25.8 GB for one layer, against 8.4 MB for Q, K, V and O
@@ -212,7 +212,8 @@ for _args, _what in (((8192, 1, 1, 4), "score_bytes(8192)"), ((8192, 12, 8, 4), 
 # `fused_plan(N, D, upcast)` the plan of fused attention with it; its last kernel is the fused one. Write
 # `count_key_passes(src, n_keys)`, which reads a kernel's C: a pass over the keys is a `for` loop of length
 # `n_keys` inside the row loop, and it runs once per iteration of the loops between the row loop and it.
-# Pick N different from D and from every other loop length, so that a loop's length says what it is.
+# The row loop is N long too, but it is the outermost loop, not a pass. Pick N different from D and from D / upcast
+# (the output loop's trips), so that no other loop has the keys' length.
 
 # %%
 def fused_plan(N: int, D: int, upcast: int = 16) -> Plan:
@@ -284,20 +285,22 @@ def most_registers() -> int:
 
 # %%
 N = 256
+# the counter first, on sources whose passes are known: the worked example's toy (3) and the online kernel (1)
+check("count_key_passes(the worked example's toy source, 48)", count_key_passes(toy, 48), passes_by_hand)
+check("count_key_passes(the online kernel, 256)", count_key_passes(render_c(online_attention_ir(N, 64), "flash"), N), 1)
+# then your predictions, against what the checked counter reads in each fused kernel's C
 for upcast in (8, 16, 32, 64):
   kernel = fused_plan(N, 64, upcast).kernels[-1]
   print(f"upcast {upcast:2d}: predicted {predicted_passes(upcast)} passes, the C of {kernel.name} makes "
         f"{count_key_passes(kernel.src, N)}, in {len(kernel.src.splitlines())} lines")
-  check(f"predicted_passes({upcast}) against count_key_passes of its kernel", predicted_passes(upcast),
+  check(f"predicted_passes({upcast}) against the passes count_key_passes reads in its kernel", predicted_passes(upcast),
         count_key_passes(kernel.src, N))
-check("count_key_passes(the online kernel)", count_key_passes(render_c(online_attention_ir(N, 64), "flash"), N), 1)
 print("needs the most registers: upcast", most_registers())
-check("count_key_passes(the worked example's toy source, 48)", count_key_passes(toy, 48), passes_by_hand)
 
 # %% [markdown]
-# Expected: for each upcast, a line where the prediction equals the count read from the C (whose length grows with
-# the upcast) and an `ok`; an `ok` for the online kernel; the upcast you chose; an `ok` for the worked example's
-# source.
+# Expected: two `ok` lines for the counter on the toy source and the online kernel; then, for each upcast, a line
+# where the prediction equals the count read from the C (whose length grows with the upcast) and an `ok`; then the
+# upcast you chose.
 
 # %% [markdown] tags=["answer"]
 # Two softmax passes plus 64 / upcast output passes: 10, 6, 4 and 3. The upcast of 64 makes the fewest passes but
@@ -940,12 +943,15 @@ def attention_variants(q, k, v) -> dict:
 for name, (fn, plan) in attention_variants(q, k, v).items():
   print(f"{name}\n{plan.explain()}\n")
   check(f"{name}: output against NumPy", fn().reshape(N, D), ref, atol=1e-4, rtol=1e-4)
-check("the staged plan's temporaries hold P (N x N = 1048576 elements)",
-      N * N in [n for _, n in staged_fused_attention(q, k, v)[1].temps], True)
+staged_plan = staged_fused_attention(q, k, v)[1]
+check("the staged plan's temporaries hold P (N x N = 1048576 elements)", N * N in [n for _, n in staged_plan.temps],
+      True)
+check("the staged plan's kernels: the fused plan's, and one more that stores P", len(staged_plan.kernels),
+      len(fused_plan(N, D, 16).kernels) + 1)
 
 # %% [markdown]
-# Expected: the three plans, each followed by an `ok` line for its output, then a last `ok` for the staged plan's
-# temporaries.
+# Expected: the three plans, each followed by an `ok` line for its output, then two `ok` lines for the staged plan:
+# its temporaries and its kernels.
 
 # %% tags=["nbval-ignore-output"]
 # N = 1000 does the same work as 1024 (2% less), but its rows are not 4096 bytes long: see the answer below

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import test_student_checks as student
+from assignment_grading import Wrong
 from uopc.runtime.cl import cl_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,29 @@ def test_a_wrong_answer_fails_its_visible_checks_with_a_message(week, tmp_path):
     message = str(failed.value)
     assert f"task {task!r}, code cell " in message and "): AssertionError: " in message, message
     assert "expected" in message and task in message, message
+
+
+# Week 6 (issue 41): a visible check tests the student's helper on known values before it uses it, so a wrong helper
+# is named, not the right answer the helper is then compared with; and exercise 7's checks count the plan's kernels.
+HELPERS_WRONG = [
+  # a pass counter that counts the row loop too: the old checks said "predicted_passes(8) ...: expected 11, got 10"
+  Wrong("count the passes", "if n == n_keys and open_loops:", "if n == n_keys:",
+        "count_key_passes(the worked example's toy source, 48): expected 3, got 4"),
+  # P stored, but by an unfused plan: its temporaries hold P, its kernels are not the fused plan's and one more
+  Wrong("upcast the head", "return out.reshape(q.shape[0], v.shape[1]), make_plan(roots, True, FlashOpt)",
+        "return out.reshape(q.shape[0], v.shape[1]), make_plan(roots, False, FlashOpt)",
+        "the staged plan's kernels: the fused plan's, and one more that stores P: expected 3, got"),
+]
+
+
+def test_week6_checks_name_the_wrong_helper_and_count_the_kernels(tmp_path):
+  if why := cl_unavailable(): pytest.skip(f"week 6's row max kernel runs on device CL: {why}")
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, HELPERS_WRONG), path)
+  for w in HELPERS_WRONG:
+    with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, w.task)
+    assert f"of task {w.task!r}: AssertionError: {w.says}" in str(failed.value), str(failed.value)
 
 
 def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
