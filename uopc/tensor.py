@@ -11,7 +11,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
 from uopc.capture import note_read, recording
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp, Ops, substitute
 from uopc.dtype import DType, dtypes, from_np, to_array
 from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
@@ -57,8 +57,8 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
   # per tensor, set only when they change (a new Tensor is made at every op: its __init__ sets only .uop)
-  grad: Tensor | None = None    # backward() fills it
-  lazy: UOp | None = None       # once realized: the graph that computed it, for gradients taken after realizing
+  _grad: Tensor | None = None   # .grad: backward() fills it
+  lazy: UOp | None = None       # once realized: the graph that computed it (autograd.made_from keeps it for backward)
   _home: UOp | None = None      # set by assign: the buffer the next realize writes this tensor's value into
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
@@ -72,6 +72,16 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
     if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
+
+  @property
+  def grad(self) -> Tensor | None:
+    """The gradient backward() computed: lazy until a realize, and realized with any realize that overwrites a buffer
+    it reads (an optimizer's step), so that it is the value computed, not one recomputed at the new parameters."""
+    return self._grad
+  @grad.setter
+  def grad(self, g: Tensor | None) -> None:
+    self._grad = g
+    if g is not None and not g._holds_data(): autograd.pending.add(g)
 
   @property
   def requires_grad(self) -> bool: return self in _requires_grad
@@ -106,19 +116,34 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
     todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
     if not todo: return self
-    placed = device_of(UOp(Ops.SINK, tuple(t.uop for t in todo)))   # Tensor(x, device=...) or .to(...)
+    roots = [t.uop for t in todo]
+    homes = {t._home for t in todo if t._home is not None}
+    # buffers about to be overwritten: pending .grads are realized in this plan too (what they read, computed now)
+    kept = autograd.preserve(homes) if homes and autograd.pending else []
+    extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in roots))
+    sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
+    placed = device_of(sink)   # Tensor(x, device=...) or .to(...)
+    tracked = autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
-    outs = realize([t.uop for t in todo], options=options, observe=observe)
+    outs = realize([*roots, *extra], options=options, observe=observe)
     writes = []
     for k, (t, out) in enumerate(zip(todo, outs)):
-      t.lazy = t.uop   # the graph that computed it, for gradients taken after realizing
+      t.lazy = t.uop   # the graph that computed it
       if t._home is not None:   # assign: the new value goes into the buffer the tensor already had
         home, t._home = t._home, None
         np.copyto(_flat(home), out)
         writes.append((k, _flat(home)))
         t.uop = home
-      else: t.uop = Tensor._from_array(out, t.shape, placed).uop
+      else:
+        t.uop = Tensor._from_array(out, t.shape, placed).uop
+        if tracked: autograd.record(t.uop, t.lazy)   # backward walks through it, as PyTorch's
+    if kept:
+      wanted = {u for _, us in kept for u in us}
+      done = {u: Tensor._from_array(out, u.shape, placed).uop for u, out in zip([*roots, *extra], outs) if u in wanted}
+      for t, us in kept: t.uop = substitute(t.uop, {u: done[u] for u in us})
+      # a replay (uopc.jit) writes its outputs into the arrays these values now read
+      writes += [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
     if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
     return self
 
