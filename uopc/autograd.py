@@ -65,6 +65,15 @@ def record(realized: UOp, graph: UOp | Opaque) -> None:
   made_from[buf] = graph
 
 
+custom: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # node -> (its sources, rule(out, srcs, g))
+
+
+def custom_rule(out: UOp, srcs: tuple[UOp, ...], rule: Callable) -> None:
+  """out's gradient is rule(out, srcs, g) -> one per source (pow's, erf's: PyTorch's rule at the edges, where the
+  formula that computes out would give nan or 0), not the derivative of the nodes below it."""
+  custom[out] = (srcs, rule)
+
+
 def tracks(roots: list[UOp]) -> bool:
   """Whether a gradient could flow from these graphs to a tensor that requires one (so realizing them records
   where they came from: a realized intermediate keeps its gradient, and inference keeps no graphs alive)."""
@@ -211,6 +220,11 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
       if isinstance(m, Opaque):
         if not needed.isdisjoint(m.srcs): raise NotImplementedError(f"gradient: {m.name} has no derivative")
       elif m in needed: grads[m] = grads[m] + grads[u] if m in grads else grads[u]
+      continue
+    if (c := custom.get(u)) is not None:   # a rule of its own, for the sources it names
+      if needed.isdisjoint(c[0]): continue
+      for s, gs in zip(c[0], c[1](T(u), [T(x) for x in c[0]], grads[u])):
+        if gs is not None and s in needed: grads[s] = grads[s] + gs if s in grads else gs
       continue
     if u.op in NO_GRADIENT or needed.isdisjoint(u.src): continue
     if u.op not in DERIVATIVES: raise NotImplementedError(f"gradient: no derivative rule for {u.op}")

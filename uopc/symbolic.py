@@ -13,7 +13,7 @@ from uopc.uop import UOp, Ops, Pat, Rule, graph_rewrite, ALU
 from uopc.dtype import dtypes
 
 INT_LIMITS = {dtypes.i32: (-2**31, 2**31 - 1), dtypes.i64: (-2**63, 2**63 - 1), dtypes.u8: (0, 255),
-              dtypes.i8: (-128, 127), dtypes.bool: (0, 1)}
+              dtypes.i8: (-128, 127), dtypes.bool: (0, 1), dtypes.u32: (0, 2**32 - 1), dtypes.u64: (0, 2**64 - 1)}
 
 
 def ranges_in(*us: UOp) -> list[UOp]:

@@ -12,7 +12,7 @@ import numpy as np
 from uopc import autograd
 from uopc.capture import note_read, recording
 from uopc.uop import UOp, Ops, substitute
-from uopc.dtype import DType, dtypes, from_np, to_array
+from uopc.dtype import DType, dtypes, from_np, to_array, to_dtype
 from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
@@ -201,6 +201,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     # every Python scalar in an expression (x * 2) is a full(): its nodes are looked up in a memo by the arguments, not
     # checked and built again (the same nodes, one dict lookup). A zero is keyed by its repr, as 0.0 == -0.0 == False;
     # sizes only when all are ints, as a float size would find its integer's entry
+    if dtype is not None and type(dtype) is not DType: dtype = to_dtype(dtype)
     key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
     if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
       return Tensor(u)
@@ -224,7 +225,11 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
   def _rop(self, op: Ops, n: int) -> Tensor: return Tensor(UOp(Ops.REDUCE, (self.uop,), (op, n)))
   def _holds_data(self) -> bool: return is_contiguous_buffer(self.uop)
+  def _custom_grad(self, srcs: tuple, rule) -> Tensor:
+    autograd.custom_rule(self.uop, tuple(s.uop for s in srcs), rule)
+    return self
   def cast(self, dtype: DType) -> Tensor:
+    if type(dtype) is not DType: dtype = to_dtype(dtype)   # "float16", "long", np.int32, torch.float32
     return self if dtype is self.dtype else Tensor(UOp(Ops.CAST, (self.uop,), None, dtype))
 
   def __setitem__(self, key, value):
