@@ -94,9 +94,11 @@ class WindowMixin(IndexingMixin):
     n = len(oyx)
     x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
     x = x.permute(0, 1, 3, *[4 + i for i in range(n)], 2, *[4 + n + i for i in range(len(HW))])
-    # (bs, groups, rcout, *o, cin, *HW) times the weights, summed over (cin, *HW)
-    w = weight.reshape(1, groups, rcout, *[1] * n, cin, *HW)
-    out = (x * w).sum(tuple(-1 - i for i in range(1 + len(HW))), dtype=dtype).reshape(bs, cout, *oyx)
+    # (bs, cout, *o, cin, *HW) times the weights, summed over (cin, *HW): the REDUCE is (bs, cout, *o) itself (a
+    # RESHAPE after it would be a copy kernel of its own)
+    x = x.reshape(bs, cout, *oyx, cin, *HW)
+    w = weight.reshape(1, cout, *[1] * n, cin, *HW)
+    out = (x * w).sum(tuple(-1 - i for i in range(1 + len(HW))), dtype=dtype)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
   conv1d = conv3d = conv2d
 
