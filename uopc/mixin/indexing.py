@@ -109,7 +109,8 @@ class IndexingMixin(ReduceMixin):
                          f"axis {axis} (tensor shape {self.shape})")
       expanded.extend(T(np.asarray(ix, np.int64).astype(np.int32)) for ix in np.nonzero(arr))
       axis += arr.ndim
-    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, (list, np.ndarray)) else k for k in expanded]
+    seqs = (list, tuple, np.ndarray)   # a list or tuple inside the key is an index array, as in NumPy
+    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, seqs) else k for k in expanded]
     for k in key:
       if isinstance(k, T) and (k.dtype.is_float or k.dtype is dtypes.bool and k.ndim == 0):
         raise TypeError(f"cannot index a Tensor with a {k.dtype} Tensor (indices are integers or boolean masks)")
@@ -180,7 +181,7 @@ def _bool_mask(T, k):
   """k as a NumPy bool array if it is a boolean mask (a bool array, list or Tensor), else None."""
   if isinstance(k, T):
     return k.numpy() if k.dtype is dtypes.bool and k.ndim else None
-  if isinstance(k, (list, np.ndarray)):
+  if isinstance(k, (list, tuple, np.ndarray)):
     a = np.asarray(k)
     return a if a.dtype == np.bool_ and a.ndim else None
   return None
