@@ -61,6 +61,7 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, E
   _grad: Tensor | None = None   # .grad: backward() fills it
   lazy: UOp | None = None       # once realized: the graph that computed it (autograd.made_from keeps it for backward)
   _home: UOp | None = None      # set by assign: the buffer the next realize writes this tensor's value into
+  _tail: UOp | None = None      # set by preserve: the graph over kept buffers that every read of it computes
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
@@ -115,8 +116,11 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, E
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor, and any others given, in one plan (Tensor.realize(loss, *grads, *updates)): each then
     holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
-    todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
+    todo = [t for t in dict.fromkeys((self, *others))
+            if t._home is not None or not is_contiguous_buffer(t.uop) or t._tail is not None]
     if not todo: return self
+    for t in todo:   # a value kept by preserve: computed again from the buffers it reads (a replay refreshes them)
+      if t._tail is not None: t.uop = t._tail
     roots = [t.uop for t in todo]
     homes = {t._home for t in todo if t._home is not None}
     # buffers about to be overwritten: pending .grads are realized in this plan too (what they read, computed now)
@@ -142,7 +146,9 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, E
     if kept:
       wanted = {u for _, us in kept for u in us}
       done = {u: Tensor._from_array(out, u.shape, placed).uop for u, out in zip([*roots, *extra], outs) if u in wanted}
-      for t, us in kept: t.uop = substitute(t.uop, {u: done[u] for u in us})
+      for t, us in kept:
+        t.uop = substitute(t.uop, {u: done[u] for u in us})
+        if not is_contiguous_buffer(t.uop): t._tail = t.uop
       # a replay (uopc.jit) writes its outputs into the arrays these values now read
       writes += [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
     if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
@@ -189,7 +195,11 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, E
   def to(self, device: str) -> Tensor:
     """This Tensor's values on another device: realized where it is now, then placed on `device`. Buffers are host
     arrays on every device, so nothing is copied here; the device's program maps them when a kernel runs."""
-    return Tensor._from_array(self._data(), self.shape, canonical(device))
+    tracked, graph, was = autograd.tracks([self.uop]), self.uop, self.device
+    out = Tensor._from_array(self._data(), self.shape, canonical(device))
+    if tracked:   # the same device: the graph; another: backward() raises (a graph spans one device)
+      autograd.record(out.uop, graph if canonical(device) == was else autograd.Opaque("Tensor.to(device)", (graph,)))
+    return out
 
   def item(self):
     if self.numel() != 1: raise UsageError(f"item() needs a tensor with one element, this one has shape {self.shape}")
