@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import uopc.kernelize
 from uopc.jit import TinyJit
-from uopc.kernelize import normalize, plan_for
+from uopc.kernelize import normalize
 from uopc.nn import scaled_dot_product_attention as sdpa
 from uopc.optim import SGD, AdamW, clip_grad_norm_
 from uopc.tensor import Tensor

@@ -83,8 +83,12 @@ class ElementwiseMixin:
   def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
   def __lt__(self, x): return self._binary(Ops.CMPLT, x)
   def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
-  def __ge__(self, x): return (self < x).logical_not()
-  def __le__(self, x): return (self > x).logical_not()
+  def __ge__(self, x): return self._or_equal(x, self < x)
+  def __le__(self, x): return self._or_equal(x, self > x)
+  def _or_equal(self, x, strict) -> Self:
+    """a <= b as not(a > b), except for floats: a NaN on either side compares False, as in NumPy and C."""
+    a, b = self._pair(x)
+    return strict.logical_not() if not a.dtype.is_float else strict.logical_not() & a.eq(a) & b.eq(b)
   def __eq__(self, x): return self.eq(x)   # elementwise, as in NumPy, PyTorch and tinygrad
   def __ne__(self, x): return self.ne(x)
   __hash__ = object.__hash__   # == is elementwise, so a Tensor hashes by identity
@@ -268,7 +272,9 @@ class ElementwiseMixin:
   def _shift(self, n, left: bool) -> Self:
     """x << n is x * 2^n, x >> n is floor(x / 2^n) (an arithmetic shift for signed integers), as tinygrad."""
     if not self.dtype.is_int: raise TypeError(f"<< and >> need an integer tensor, got {self.dtype}")
-    if isinstance(n, ElementwiseMixin): k = type(self).full(self.shape, 2, self.dtype)._int_pow(n.cast(self.dtype))
+    if isinstance(n, ElementwiseMixin):   # 2^n as a select over the bit positions (no product that overflows)
+      k = self.const_like(0)
+      for b in range(8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1)): k = n.eq(b).where(1 << b, k)
     elif isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
       raise ValueError(f"shift count must be a non-negative integer, got {n!r}")
     elif n >= 8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1):   # every bit shifted out
