@@ -215,16 +215,17 @@ class WindowMixin(IndexingMixin):
       outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, f)), [1 / s for s in f]
     x = self if self.dtype.is_float else self.float()
     T = type(self)
+    f = np.float64 if x.dtype is dtypes.f64 else np.float32   # positions in the input's precision, as PyTorch's
     for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):
-      axis, dst = 2 + j, np.arange(o, dtype=np.float32)
+      axis, dst = 2 + j, np.arange(o, dtype=f)
       if not linear:
-        src = np.floor((dst + 0.5) * np.float32(sc)) if mode == "nearest-exact" else np.floor(dst * np.float32(sc))
+        src = np.floor((dst + 0.5) * f(sc)) if mode == "nearest-exact" else np.floor(dst * f(sc))
         x = x._take(axis, T(np.minimum(src, i - 1).astype(np.int32)))
         continue
-      if align_corners: src = dst * np.float32((i - 1) / (o - 1) if o > 1 else 0)
-      else: src = np.maximum((dst + 0.5) * np.float32(sc) - 0.5, 0)
+      if align_corners: src = dst * f((i - 1) / (o - 1) if o > 1 else 0)
+      else: src = np.maximum((dst + 0.5) * f(sc) - 0.5, 0)
       lo = np.minimum(np.floor(src), i - 1).astype(np.int32)
       hi = np.minimum(lo + 1, i - 1).astype(np.int32)
-      w = T((src - lo).astype(np.float32)).cast(x.dtype).reshape(o, *[1] * (n - 1 - j))
+      w = T((src - lo).astype(f)).cast(x.dtype).reshape(o, *[1] * (n - 1 - j))
       x = x._take(axis, T(lo)) * (1 - w) + x._take(axis, T(hi)) * w
     return x
