@@ -23,8 +23,8 @@ from uopc.uop import UOp, Ops
 from uopc.errors import UsageError
 
 # what the rules compute with: a value with the Tensor ops of uopc.mixin (the STACK rule indexes, so up to
-# IndexingMixin's). gradient() and backward() also need its graph node .uop, .grad, and the class made from a UOp:
-# cls(uop). uopc.tensor's Tensor is one; autograd never imports it
+# IndexingMixin's). gradient() and backward() also need its graph node .uop, .lazy (the graph that computed it, once
+# realized), .grad, and the class made from a UOp: cls(uop). uopc.tensor's Tensor is one; autograd never imports it
 TensorLike = IndexingMixin
 
 LN2 = math.log(2)
@@ -207,6 +207,7 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
     if f.numel() != 1: raise UsageError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
   T = type(f)   # the class of the tensors given: this module does not import uopc.tensor
+  if f.lazy is not None and _base(f.uop).op is Ops.BUFFER: f = T(f.lazy)   # f itself realized: what computed it
   targets = {w.uop for w in wrt}
   topo = _toposort(f.uop)   # through realized tensors, into the graphs that computed them
   # only nodes on a path to a target need a gradient
