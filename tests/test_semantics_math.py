@@ -192,7 +192,9 @@ def test_half_matmul_accumulates_in_float():
   reduce = next(u for u in normalize([out.uop])[0][0].toposort() if u.op is Ops.REDUCE)
   assert reduce.dtype is dtypes.f32                         # the sum is a float32 REDUCE (chapter 13's TC form)
   from uopc.codegen.tc import tc_fit
-  assert tc_fit(reduce, 1).__getitem__(2).dtype == "f16"   # TC=1 on a GPU device lowers it to f16 WMMA
+  tile = Tensor(np.ones((32, 64), np.float16)) @ Tensor(np.ones((64, 16), np.float16))
+  reduce = next(u for u in normalize([tile.uop])[0][0].toposort() if u.op is Ops.REDUCE)
+  assert tc_fit(reduce, 1)[2].dtype == "f16"                # TC=1 on a GPU device lowers it to f16 WMMA
   np.testing.assert_allclose(out.numpy().astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3)
 
 
