@@ -227,8 +227,22 @@ class ComposeMixin(WindowMixin):
 
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0,
                                    is_causal: bool = False, scale: float | None = None) -> Self:
-    """tinygrad's method form of uopc.nn.scaled_dot_product_attention (self is the query): the fused kernel, with
-    the unfused graph's gradient; dropout_p > 0 runs the unfused graph with dropout on the probabilities."""
-    from uopc.nn.attention import attention_graph, scaled_dot_product_attention
-    if dropout_p: return attention_graph(self, key, value, attn_mask, is_causal, scale, dropout_p)
-    return scaled_dot_product_attention(self, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    """tinygrad's method (self is the query): softmax(q k^T * scale + mask) v as a lazy graph of Tensor ops, which
+    the kernelizer fuses like any other (uopc.nn.scaled_dot_product_attention runs the flash kernels instead, and
+    differentiates this graph). A query whose keys are all masked gets zeros, as from the kernels, not the nan of a
+    softmax of -infs; dropout_p drops probabilities."""
+    T = type(self)
+    nq, nk = self.shape[-2], key.shape[-2]
+    s = (self @ key.transpose(-1, -2)) * (1 / math.sqrt(self.shape[-1]) if scale is None else float(scale))
+    if is_causal: s = T(np.tril(np.ones((nq, nk), np.bool_))).where(s, -math.inf)
+    if attn_mask is not None:
+      m = attn_mask if isinstance(attn_mask, T) else T(np.asarray(attn_mask))
+      if m.dtype.is_int: m = m.ne(0)
+      s = m.where(s, -math.inf) if m.dtype is dtypes.bool else s + m.cast(s.dtype)
+    top = s.max(-1, keepdim=True).detach()
+    top = top.isinf().where(0.0, top)                                    # a row of -infs: exp gives zeros
+    e = (s - top).exp()
+    total = e.sum(-1, keepdim=True)
+    p = e / total.eq(0).where(1.0, total)
+    if dropout_p: p = p.dropout(dropout_p)
+    return p @ value

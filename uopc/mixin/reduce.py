@@ -62,10 +62,11 @@ class ReduceMixin(MovementMixin):
 
   def log_softmax(self, axis: int = -1) -> Self:
     """x - max - log(sum(exp(x - max))). The MAX with -inf changes no value; it keeps x - max apart from the log in
-    the C (kernels are built with -fassociative-math): x - (max + log) is 1e30 - 1e30 = 0 where the answer is -0.69."""
+    the output's C (kernels are built with -fassociative-math): x - (max + log) is 1e30 - 1e30 = 0 where the answer is
+    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes."""
     if not self.numel(): return self
-    m = (self - self.max(axis, keepdim=True))._binary(Ops.MAX, -math.inf)
-    return m - m.exp().sum(axis, keepdim=True).log()
+    m = self - self.max(axis, keepdim=True)
+    return m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
 
   # ---- more reductions ----
   def prod(self, axis=None, keepdim: bool = False) -> Self:

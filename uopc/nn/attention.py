@@ -106,23 +106,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
 
 def attention_graph(q, k, v, attn_mask=None, is_causal: bool = False, scale: float | None = None,
                     dropout_p: float = 0.0):
-  """The same attention as Tensor operations, unfused (the graph backward() differentiates): a query whose keys are
-  all masked gets zeros, as from the kernels, not the nan of a softmax of -infs."""
-  from uopc.tensor import Tensor
-  nq, nk = q.shape[-2], k.shape[-2]
-  s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]) if scale is None else float(scale))
-  if is_causal: s = Tensor(np.tril(np.ones((nq, nk), np.bool_))).where(s, -math.inf)
-  if attn_mask is not None:
-    m = attn_mask if isinstance(attn_mask, Tensor) else Tensor(np.asarray(attn_mask))
-    if m.dtype.is_int: m = m.ne(0)
-    s = m.where(s, -math.inf) if m.dtype.name == "bool" else s + m.cast(s.dtype)
-  top = s.max(-1, keepdim=True).detach()
-  top = top.isinf().where(0.0, top)                                    # a row of -infs: exp gives zeros
-  e = (s - top).exp()
-  total = e.sum(-1, keepdim=True)
-  p = e / total.eq(0).where(1.0, total)
-  if dropout_p: p = p.dropout(dropout_p)
-  return p @ v
+  """The same attention as Tensor operations, unfused (the graph backward() differentiates): Tensor's method."""
+  return q.scaled_dot_product_attention(k, v, attn_mask, dropout_p, is_causal, scale)
 
 
 def _attention(q, k, v, attn_mask, is_causal: bool, scale: float | None, splits: int | None):
