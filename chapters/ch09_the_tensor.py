@@ -592,6 +592,86 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
       " of [1, 2, nan]:", Tensor(np.array([1, 2, np.nan], np.float32)).max().item())
 
 # %% [markdown]
+# ## 9.9 Convolution as a view
+#
+# A convolution looks like a new kind of kernel: every output pixel reads a small window of the input. It is not.
+# The windows of an image are a **view** of it, made of the five movement ops, and a convolution is that view times
+# the weights, summed: one REDUCE, like a matmul. Take one axis of length n and windows of k elements, every s-th:
+# window o is `x[o*s : o*s + k]`. No movement op slides, but repeating the axis does it. Repeat x (an EXPAND and a
+# RESHAPE) and cut the long row into rows of n + 1 elements: row a then starts one element later in x than row a - 1,
+# so entry [a, b] is `x[a + b]`. Keep every s-th column (a RESHAPE to (o, s) and a SHRINK to the first), and
+# [a, o] is `x[o*s + a]`. Padding is a PAD before all that.
+
+# %%
+def windows_1d(x, k, s=1):
+  """x (..., n) -> (..., o, k) with [..., o, a] = x[..., o*s + a]: movement ops only."""
+  n = x.shape[-1]
+  o, lead = (n - k) // s + 1, x.shape[:-1]
+  rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)    # x repeated k + 1 times
+  rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)   # row a: x[a], x[a+1], ...
+  cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
+  return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
+
+
+def my_conv2d(x, w, stride=1, padding=0):
+  """x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow): pad, windows over H then W, multiply, sum."""
+  F, C, kh, kw = w.shape
+  x = x.pad([None, None, (padding, padding), (padding, padding)])
+  win = windows_1d(x.transpose(2, 3), kh, stride)             # (N, C, W, oh, kh)
+  win = windows_1d(win.permute(0, 1, 3, 4, 2), kw, stride)      # (N, C, oh, kh, ow, kw)
+  win = win.permute(0, 1, 2, 4, 3, 5)                           # (N, C, oh, ow, kh, kw)
+  prod = win.unsqueeze(1) * w.reshape(1, F, C, 1, 1, kh, kw)    # (N, F, C, oh, ow, kh, kw)
+  return prod.sum((2, 5, 6))
+
+
+def np_conv2d(x, w, stride=1, padding=0):
+  """The definition, in float64 loops over the kernel offsets."""
+  xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+  kh, kw = w.shape[2:]
+  oh, ow = (xp.shape[2] - kh) // stride + 1, (xp.shape[3] - kw) // stride + 1
+  out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+  for a in range(kh):
+    for b in range(kw):
+      patch = xp[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]        # (N, C, oh, ow)
+      out += np.einsum("nchw,fc->nfhw", patch, w[:, :, a, b].astype(np.float64))
+  return out
+
+
+img, filt = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+for stride, padding in ((1, 0), (2, 1)):
+  mine = my_conv2d(Tensor(img), Tensor(filt), stride, padding)
+  print(f"stride {stride}, padding {padding}: shape {mine.shape}, matches NumPy:",
+        np.allclose(mine.numpy(), np_conv2d(img, filt, stride, padding), atol=1e-5))
+
+# %% [markdown]
+# What does the kernelizer make of it? The repeated axis is read at `(a*(n+1) + b) % n`, and the index algebra
+# (uopc.symbolic) knows `0 <= a + b < n` inside a window, so the `%` folds to `a + b`: the one kernel reads
+# `x[o*s + a]` directly, with no division per element.
+
+# %%
+plan = make_plan([my_conv2d(Tensor(img), Tensor(filt)).uop], False, DefaultOpt)
+print("kernels:", [k.name for k in plan.kernels], " a % in the C:", "%" in str(plan.kernels[0].src))
+print(plan.kernels[0].src)
+
+# %% [markdown]
+# That is how uopc's own `Tensor.conv2d` is built (tinygrad's `_pool`, in `uopc/mixin/windows.py`, which also
+# handles dilation and groups, and 1-D and 3-D inputs): pooling is the same view with a max or a mean in place of
+# the weighted sum, and a transposed convolution is a convolution of the input spread out by the stride. Each is a
+# graph of the ops above, so its gradient comes from the autograd table with no rule of its own.
+
+# %%
+ours = Tensor(img).conv2d(Tensor(filt), stride=2, padding=1)
+print("Tensor.conv2d matches NumPy:", np.allclose(ours.numpy(), np_conv2d(img, filt, 2, 1), atol=1e-5))
+plan = make_plan([Tensor(img).conv2d(Tensor(filt)).uop], False, DefaultOpt)
+print("its kernels:", [k.name for k in plan.kernels])
+pooled = Tensor(img).max_pool2d(2)
+print("max_pool2d(2) shape", pooled.shape, "matches NumPy:",
+      np.array_equal(pooled.numpy(), img[:, :, :8, :8].reshape(2, 3, 4, 2, 4, 2).max((3, 5))))
+wt = Tensor(filt, requires_grad=True)
+(Tensor(img).conv2d(wt, padding=1) ** 2).sum().backward()
+print("gradient of the filters, shape", wt.grad.shape)
+
+# %% [markdown]
 # ## Pitfalls
 #
 # - **Realizing changes a Tensor.** After `.numpy()`, a Tensor's UOp is its data (a BUFFER); the graph

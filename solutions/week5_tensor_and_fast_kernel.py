@@ -25,6 +25,7 @@
 # |---|---|---|
 # | 9.4 | variance and LayerNorm | 3 |
 # | 9.6 | vector-Jacobian product | 2 |
+# | 9.9 | convolution as a view | 3 |
 # | 10.1 | GEMM intensity | 2 |
 # | 10.2 | the best tile | 2 |
 #
@@ -240,6 +241,113 @@ gradelib.expect_close(recorded["x * x"], 2 * _x_np * _v_np, "vjp(x * x, x, v) (e
 _w_np, _v2 = seeded(9).standard_normal((4, 2)), seeded(10).standard_normal((3, 2))
 (_fd,) = _finite_differences(lambda a: (np.exp(a @ _w_np) * _v2).sum(), [_x_np])
 gradelib.expect_close(recorded["exp(x @ w)"], _fd, "vjp(exp(x @ w), x, v) against finite differences", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 9.9: convolution as a view
+#
+# **Worked example.** Chapter 9.9's window view of one axis, and with it a 1-D convolution: x (N, C, L), w (F, C, k)
+# -> (N, F, o), `out[n, f, i] = sum_c sum_a x[n, c, i*s + a] * w[f, c, a]` (PyTorch's convolution is this
+# cross-correlation: the kernel is not flipped).
+
+# %%
+def windows_1d(x: Tensor, k: int, s: int = 1) -> Tensor:
+  """x (..., n) -> (..., o, k) with [..., o, a] = x[..., o*s + a], from movement ops only."""
+  n = x.shape[-1]
+  o, lead = (n - k) // s + 1, x.shape[:-1]
+  rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)
+  rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)
+  cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
+  return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
+
+
+def conv1d(x: Tensor, w: Tensor, stride: int = 1, padding: int = 0) -> Tensor:
+  F, C, k = w.shape
+  win = windows_1d(x.pad([None, None, (padding, padding)]), k, stride)      # (N, C, o, k)
+  return (win.unsqueeze(1) * w.reshape(1, F, C, 1, k)).sum((2, 4))         # (N, F, o)
+
+
+x1 = rng.standard_normal((2, 3, 10))
+w1 = rng.standard_normal((4, 3, 3))
+ref1 = np.stack([np.einsum("nck,fck->nf", np.pad(x1, [(0, 0), (0, 0), (1, 1)])[:, :, i * 2:i * 2 + 3], w1)
+                 for i in range(5)], -1)
+print("conv1d, stride 2, padding 1, matches NumPy:", np.allclose(conv1d(Tensor(x1), Tensor(w1), 2, 1).numpy(), ref1))
+
+# %% [markdown]
+# **Your task.** `conv2d(x, w, stride, padding)`: x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow) with
+# `oh = (H + 2 padding - kh) // stride + 1` (and ow alike), the same stride and padding on both axes, built from
+# Tensor operations as chapter 9.9 builds it: pad, a window view of each spatial axis (`windows_1d` above),
+# multiply, sum (not `Tensor.conv2d`). The checks below compare with NumPy and with the definition; they catch the
+# usual slips: an output size that forgets the padding or the stride, a flipped kernel (that is a convolution in the
+# textbook's sense, not PyTorch's), the channels in the wrong place.
+
+# %%
+# TASK: convolution as a view
+def conv2d(x: Tensor, w: Tensor, stride: int = 1, padding: int = 0) -> Tensor:
+  """PyTorch's conv2d without bias: out[n, f, i, j] = sum_{c,a,b} x_padded[n, c, i*s + a, j*s + b] w[f, c, a, b]."""
+  ### BEGIN SOLUTION
+  F, C, kh, kw = w.shape
+  x = x.pad([None, None, (padding, padding), (padding, padding)])
+  win = windows_1d(x.transpose(2, 3), kh, stride)              # (N, C, W, oh, kh)
+  win = windows_1d(win.permute(0, 1, 3, 4, 2), kw, stride)      # (N, C, oh, kh, ow, kw)
+  win = win.permute(0, 1, 2, 4, 3, 5)                           # (N, C, oh, ow, kh, kw)
+  return (win.unsqueeze(1) * w.reshape(1, F, C, 1, 1, kh, kw)).sum((2, 5, 6))
+  ### END SOLUTION
+
+
+# %%
+def np_conv2d(a: np.ndarray, k: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+  """The definition, in float64 loops over the kernel offsets."""
+  ap = np.pad(a, [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+  kh, kw = k.shape[2:]
+  oh, ow = (ap.shape[2] - kh) // stride + 1, (ap.shape[3] - kw) // stride + 1
+  out = np.zeros((a.shape[0], k.shape[0], oh, ow))
+  for i in range(kh):
+    for j in range(kw):
+      out += np.einsum("nchw,fc->nfhw", ap[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride], k[:, :, i, j])
+  return out
+
+
+img, filt = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 2))   # C = 3, F = 4: not square
+check("output shape, x (2, 3, 9, 8), w (4, 3, 3, 2), stride 2, padding 1",
+      conv2d(Tensor(img), Tensor(filt), 2, 1).shape, (2, 4, 5, 5))
+corner = np.zeros((1, 3, 3, 2))
+corner[0, 1, 0, 0] = 1.0                                        # picks channel 1 at the window's top-left
+check("a kernel with one 1 at its top-left picks x[:, 1, :7, :7] (the kernel is not flipped)",
+      conv2d(Tensor(img), Tensor(corner)).numpy(), img[:, 1:2, :7, :7], atol=1e-12)
+check("conv2d(x, w), channels C = 3 in, F = 4 out", conv2d(Tensor(img), Tensor(filt)).numpy(), np_conv2d(img, filt),
+      rtol=1e-10, atol=1e-10)
+check("conv2d(x, w, stride=2, padding=1)", conv2d(Tensor(img), Tensor(filt), 2, 1).numpy(),
+      np_conv2d(img, filt, 2, 1), rtol=1e-10, atol=1e-10)
+check("conv2d(x, w, stride=3, padding=2)", conv2d(Tensor(img), Tensor(filt), 3, 2).numpy(),
+      np_conv2d(img, filt, 3, 2), rtol=1e-10, atol=1e-10)
+check("the same as uopc's Tensor.conv2d", conv2d(Tensor(img), Tensor(filt), 2, 1).numpy(),
+      Tensor(img).conv2d(Tensor(filt), stride=2, padding=1).numpy(), rtol=1e-10, atol=1e-10)
+
+# %% [markdown]
+# Expected: six `ok` lines.
+
+# %% tags=["hidden-test"]
+# POINTS: convolution as a view 3
+### BEGIN HIDDEN TESTS
+_cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
+          ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]
+for _k, (_xs, _ws, _s, _p) in enumerate(_cases):
+  _x, _w = Tensor(seeded(20 + _k).standard_normal(_xs)), Tensor(seeded(30 + _k).standard_normal(_ws))
+  record(f"case {_k}", conv2d(_x, _w, _s, _p).numpy())
+# JUDGE
+_cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
+          ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]
+for _k, (_xs, _ws, _s, _p) in enumerate(_cases):
+  _a, _w = seeded(20 + _k).standard_normal(_xs), seeded(30 + _k).standard_normal(_ws)
+  _ap = np.pad(_a, [(0, 0), (0, 0), (_p, _p), (_p, _p)])
+  _oh, _ow = (_ap.shape[2] - _ws[2]) // _s + 1, (_ap.shape[3] - _ws[3]) // _s + 1
+  _ref = np.zeros((_xs[0], _ws[0], _oh, _ow))
+  for _i in range(_ws[2]):
+    for _j in range(_ws[3]):
+      _ref += np.einsum("nchw,fc->nfhw", _ap[:, :, _i:_i + _s * _oh:_s, _j:_j + _s * _ow:_s], _w[:, :, _i, _j])
+  gradelib.expect_close(recorded[f"case {_k}"], _ref, f"conv2d(x {_xs}, w {_ws}, stride={_s}, padding={_p})",
+                        tol=1e-8)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -15,6 +15,7 @@ same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capt
 """
 from __future__ import annotations
 import numpy as np
+from uopc.autograd import pending
 from uopc.dtype import np_dtype
 from uopc.nn.layers import requires_grad_ids
 from uopc.tensor import Tensor
@@ -181,6 +182,7 @@ def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) ->
   total = sum((p.grad.detach() * p.grad.detach()).sum() for p in grads).sqrt()                  # ()
   scale = (max_norm / (total + eps)).minimum(1.0)
   for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
+  pending.add(total)   # realized with the step that overwrites the parameters it reads, as the .grads are
   return total
 
 

@@ -5,6 +5,7 @@
   python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
   python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
   python -m uopc.bench gpt --preset baby    # nanoGPT's baby GPT: the step timed, then 2000 steps trained by both
+  python -m uopc.bench conv                 # a small CNN's conv2d against PyTorch's, at 1 and 2 threads
 
 gemm and attention time each peer in a process of its own, one process at a time (--method isolated, the default:
 uopc.bench.isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
@@ -231,7 +232,7 @@ def positive_int(text: str) -> int:
 def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser(prog="python -m uopc.bench", description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt"])
+  ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt", "conv"])
   ap.add_argument("--sizes", type=positive_int, nargs="+")
   ap.add_argument("--dims", type=positive_int, nargs="+", default=[64])
   ap.add_argument("--reps", type=positive_int, default=5)
@@ -263,6 +264,10 @@ def main(argv: list[str] | None = None) -> None:
       old, Tensor.opt = Tensor.opt, opt
       try: print("\n".join(twin(args.preset, args.steps, args.out)))
       finally: Tensor.opt = old
+    return
+  if args.what == "conv":
+    from uopc.bench.conv import conv
+    print("\n".join(conv(max(args.reps, 20))), flush=True)
     return
   if args.what == "peak":
     r = peak(args.reps)

@@ -22,7 +22,8 @@ from uopc.runtime.toolchain import CompileError, cache_dir, compiler, numbered
 # C parameter types a kernel may take, and what a caller must pass for each
 C_TO_NP = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64, "long long": np.int64,
            "int32_t": np.int32, "int64_t": np.int64, "_Float16": np.float16, "unsigned char": np.uint8,
-           "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32}
+           "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32,
+           "unsigned long long": np.uint64}
 
 
 @dataclass(frozen=True)
