@@ -204,6 +204,7 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Tensor-level kernel body -> loop program (a SINK) that stores body, row-major, into the BUFFER out."""
   ctx = ctx or Ctx()
+  if viz_trace.RECORDERS: viz_trace.lowering()   # uopc.viz keeps the rewrites of this lowering apart
   shape = body.shape
   kinds = [AxisType.THREAD if k == ctx.opts.thread else AxisType.LOOP for k in range(len(shape))]
   parts = [_axis_parts(ctx, s, ctx.opts.upcast.get(k, 1), kinds[k]) for k, s in enumerate(shape)]

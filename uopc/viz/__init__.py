@@ -61,7 +61,10 @@ class _AtExit:
     return self.rec
 
   def realized(self, *args) -> None: self._get().realized(*args)
+  def lowering(self) -> None: self._get().lowering()
   def lowered(self, *args) -> None: self._get().lowered(*args)
+  def rewrote(self, *args) -> None:   # a rewrite before the first lowering belongs to no kernel
+    if self.rec is not None: self.rec.rewrote(*args)
 
   def save(self) -> None:
     path = self.rec.save()

@@ -24,6 +24,7 @@ class Layout:
   edges: list[list[tuple[float, float]]]         # per input edge: the polyline from the source's bottom to the user
   width: float
   height: float
+  crossings: int                                 # edge crossings of the order chosen (dummies included)
 
 
 def layers(n: int, edges: list[tuple[int, int]]) -> list[int]:
@@ -91,7 +92,8 @@ def _place(order: list[int], want: list[float], width: list[float], weight: list
 
 
 def layout(sizes: list[tuple[float, float]], edges: list[tuple[int, int]], sweeps: int = 12) -> Layout:
-  """Coordinates for nodes of the given (width, height) and edges (source, user), in input order."""
+  """Coordinates for nodes of the given (width, height) and edges (source, user), in input order. sweeps=0 keeps
+  the naive order (each layer in input order), against which the sweeps are measured."""
   n = len(sizes)
   layer = layers(n, edges)
   width = [w for w, _ in sizes]
@@ -128,7 +130,7 @@ def layout(sizes: list[tuple[float, float]], edges: list[tuple[int, int]], sweep
   for (s, d), chain in zip(edges, chains):
     pts = [(x[s], y[s] + height[s])] + [(x[v], y[v]) for v in chain[1:-1]] + [(x[d], y[d])]
     polylines.append(pts)
-  return Layout(layer[:n], order, x, y, polylines, right, top - GAP_Y / 2)
+  return Layout(layer[:n], order, x, y, polylines, right, top - GAP_Y / 2, crossings(order, down))
 
 
 def _sweep(order: list[list[int]], up: list[list[int]], down: list[list[int]], sweeps: int) -> list[list[int]]:

@@ -45,7 +45,7 @@ body { margin: 0; font: 13px system-ui, sans-serif; display: flex; height: 100vh
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-function fail(msg) { $("errors").textContent += msg + "\n"; }
+function fail(msg) { $("errors").textContent += msg + "\n"; console.error("uopc.viz: " + msg); }
 window.addEventListener("error", (e) => fail("error: " + e.message));
 window.addEventListener("unhandledrejection", (e) => fail("error: " + e.reason));
 let index = null;

@@ -27,6 +27,7 @@ class Pass:
   marks: dict = field(default_factory=dict)      # node -> outline (the cut's points)
   notes: dict = field(default_factory=dict)      # node -> one more line (the kernel a point becomes)
   doc: str = ""
+  local: bool = False   # the rewrites were made on expressions inside the pass (each is drawn alone), not on before
 
 
 def _docs() -> dict[str, str]:
@@ -41,7 +42,8 @@ DOCS = {**_docs(), "normalize": "Tensor data -> numbered inputs (graphs of one s
         "layout": _docs().get("opt.layout", "the optimizer's layout pass"),
         "cut": "where kernels are cut: roots, STAGEs, REDUCEs (outlined), each point a kernel",
         "kernel body": "what this kernel computes: the other points read back from their buffers",
-        "rangeify": "the tensor-level body -> a loop program (RANGE, INDEX, LOAD, STORE, END)",
+        "rangeify": "the tensor-level body -> a loop program (RANGE, INDEX, LOAD, STORE, END); each index is "
+                    "simplified as it is built (section 11.5): those rewrites one by one",
         "simplify": "the final cleanup of every index expression (uopc.symbolic), rewrite by rewrite",
         "lower": "the optimizer's own lowering (no rangeify step to show)",
         "linearize": "the loop program -> ordered lines in nested loops (drawn as loops, the C beside)"}
@@ -126,15 +128,17 @@ def _staged(before: list[UOp], after: list[UOp]) -> list[tuple[UOp, UOp]]:
   return [(u.src[0], u) for u in UOp(Ops.SINK, tuple(after)).toposort() if u.op is Ops.STAGE and u not in old]
 
 
-def kernel_passes(kernel, raw: UOp | None) -> list[Pass]:
-  """One kernel's passes: its body, rangeify's program and simplify's rewrites of it (or the optimizer's lowering,
-  where it built the loops itself), then linearize (drawn as loops beside the C, by the caller)."""
+def kernel_passes(kernel, raw: UOp | None, log: list) -> list[Pass]:
+  """One kernel's passes: its body, rangeify's program (with the rewrites simplify made of each index while it was
+  built, log) and the final simplify's rewrites of it (or the optimizer's lowering, where it built the loops
+  itself), then linearize (drawn as loops beside the C, by the caller)."""
   passes = [Pass("kernel body", [], [kernel.body])]
   if raw is not None:
-    log: list = []
-    done = traced_rewrite(raw, symbolic_rules, log)
-    passes += [Pass("rangeify", [kernel.body], [raw]),
-               Pass("simplify", [raw], [done], log if done is kernel.ast else [])]
+    final: list = []
+    done = traced_rewrite(raw, symbolic_rules, final)
+    seen = set(final)
+    passes += [Pass("rangeify", [kernel.body], [raw], [rw for rw in log if rw not in seen], local=True),
+               Pass("simplify", [raw], [done], final if done is kernel.ast else [])]
     if done is not kernel.ast: passes.append(Pass("lower", [done], [kernel.ast]))   # an optimizer's later steps
   else: passes.append(Pass("lower", [kernel.body], [kernel.ast]))
   passes.append(Pass("linearize", [kernel.ast], [kernel.ast]))

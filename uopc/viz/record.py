@@ -8,13 +8,22 @@ rewrites between them by node number, so a reader can step through them without 
 from __future__ import annotations
 import json, threading, weakref
 from pathlib import Path
-from uopc.uop import UOp, Ops
+from uopc.uop import INFIX, UOp, Ops, render_expr
 from uopc.viz.dag import describe, toposort
 from uopc.viz.loops import loops_svg
 from uopc.viz.passes import Pass, kernel_passes, tensor_passes
 from uopc.viz.plan import plan_svg
 
 VERSION = 1
+
+
+def rewrite_text(a: UOp, b: UOp, wide: int = 90) -> str:
+  """A rewrite in one line: infix where the nodes are index arithmetic, the op names elsewhere."""
+  def text(u: UOp) -> str:
+    s = render_expr(u, {}) if all(x.op in INFIX or x.op in (Ops.CONST, Ops.RANGE, Ops.MAX, Ops.WHERE) for x in
+                                   u.toposort()) else f"{u.op.name}({', '.join(x.op.name for x in u.src)})"
+    return s if len(s) <= wide else s[:wide - 1] + "…"
+  return f"{text(a)}  ->  {text(b)}"
 
 
 class Recorder:
@@ -28,12 +37,19 @@ class Recorder:
     self._ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # node -> number (never keeps a node alive)
     self._keys: dict[tuple, int] = {}                                     # (op, dtype, arg, sources) -> number
     self._plans: dict[int, tuple[weakref.ref, int]] = {}                   # id(plan) -> (the plan, its number)
-    self._raw: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # lowered program -> rangeify's, unsimplified
+    self._raw: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # program -> (rangeify's, its rewrites)
     self._lock = threading.RLock()
+    self._local = threading.local()   # per thread: the rewrites of the lowering under way
 
   # ---- the hooks (uopc.viz.trace) ----
+  def lowering(self) -> None: self._local.log = []
+
+  def rewrote(self, before: UOp, after: UOp, rules) -> None:
+    if (log := getattr(self._local, "log", None)) is not None: log.append((before, after))
+
   def lowered(self, raw: UOp, prog: UOp) -> None:
-    with self._lock: self._raw[prog] = raw
+    log, self._local.log = getattr(self._local, "log", None) or [], None
+    with self._lock: self._raw[prog] = (raw, list(dict.fromkeys(log)))   # a rewrite made again is listed once
 
   def realized(self, roots: list[UOp], norm: list[UOp], plan, options) -> None:
     with self._lock:
@@ -65,6 +81,8 @@ class Recorder:
     rec = {"name": p.name, "doc": p.doc, "before": [self.number(u) for u in p.before or []],
            "after": [self.number(u) for u in p.after],
            "rewrites": [[self.number(a), self.number(b)] for a, b in p.rewrites]}
+    if p.rewrites: rec["texts"] = [rewrite_text(a, b) for a, b in p.rewrites]
+    if p.local: rec["local"] = True
     if p.marks: rec["marks"] = {str(self.number(u)): m for u, m in p.marks.items()}
     if p.notes: rec["notes"] = {str(self.number(u)): t for u, t in p.notes.items()}
     return rec
@@ -75,7 +93,7 @@ class Recorder:
     cut.notes = {p: f"-> {k.name}" for p, k in zip(points, plan.kernels)}
     kernels = []
     for k in plan.kernels:
-      kp = kernel_passes(k, self._raw.get(k.ast))
+      kp = kernel_passes(k, *self._raw.get(k.ast, (None, [])))
       recs = [self.pass_record(p) for p in kp[:-1]]
       recs.append({"name": "linearize", "doc": kp[-1].doc, "loops": loops_svg(k.ast, caption=k.name)})
       kernels.append({"name": k.name, "src": str(k.src), "args": [list(a) for a in k.args], "passes": recs})

@@ -54,7 +54,7 @@ def _pass_html(table: Table, p: dict, src: str = "") -> str:
     before = pass_svg(table, p, 0)[0] if p["before"] else ""
     after = pass_svg(table, p, steps(p))[0]
     body = side_by_side(*([before] if before else []), after, captions=(["before"] if before else []) + ["after"])
-  return f'<details open class="uopc-pass"><summary>{head}</summary>{body}</details>'
+  return f'<details open="" class="uopc-pass"><summary>{head}</summary>{body}</details>'
 
 
 def trace_html(tr: dict, plan: int = 0) -> str:

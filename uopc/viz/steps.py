@@ -45,8 +45,10 @@ class Table:
 
 
 def steps(p: dict) -> int:
-  """How many steps a pass has after its first graph: one per rewrite (at least one: the pass as a whole)."""
-  return max(1, len(p.get("rewrites", [])))
+  """How many steps a pass has after its first graph: one per rewrite (at least one: the pass as a whole); a pass
+  whose rewrites were made inside it (rangeify's of each index) has one more, its result."""
+  n = len(p.get("rewrites", []))
+  return n + 1 if p.get("local") else max(1, n)
 
 
 def graph_at(table: Table, p: dict, step: int | None = None) -> tuple[list[TNode], set[TNode], str]:
@@ -57,20 +59,19 @@ def graph_at(table: Table, p: dict, step: int | None = None) -> tuple[list[TNode
   n = steps(p)
   step = n if step is None else max(0, min(step, n))
   if step == 0: return (before or after), set(), "before the pass"
+  if p.get("local"):   # each rewrite drawn alone: the expression, and what it became
+    if step == n: return after, set(), "after the pass"
+    a, b = rewrites[step - 1]
+    return [a, b], set(toposort([b])) - set(toposort([a])) | {b}, f"rewrite {step} of {n - 1}: {p['texts'][step - 1]}"
   if not rewrites or step == n:
     prev = before if step == n and not rewrites else replay(before, rewrites[:n - 1], table.rebuild)
-    roots, what = after, (f"rewrite {n} of {n}: {_says(rewrites[-1])}" if rewrites else "after the pass")
+    roots, what = after, (f"rewrite {n} of {n}: {p['texts'][-1]}" if rewrites else "after the pass")
   else:
     prev = replay(before, rewrites[:step - 1], table.rebuild)
-    roots, what = replay(before, rewrites[:step], table.rebuild), f"rewrite {step} of {n}: {_says(rewrites[step - 1])}"
+    roots, what = replay(before, rewrites[:step], table.rebuild), f"rewrite {step} of {n}: {p['texts'][step - 1]}"
   old = set(toposort(prev))
   new = {u for u in toposort(roots) if u not in old}
   return roots, (new if old and len(new) < len(old) + len(new) else set()), what
-
-
-def _says(rw: tuple[TNode, TNode]) -> str:
-  a, b = rw
-  return f"{' '.join(a.lines[:1])} -> {' '.join(b.lines[:1])}"
 
 
 def pass_svg(table: Table, p: dict, step: int | None = None) -> tuple[str, str]:
