@@ -12,7 +12,7 @@ nothing to install, and the same graph always gives the same text. This package 
 first (uopc.kernelize imports it); the rest comes when it is used.
 """
 from __future__ import annotations
-import atexit, contextlib, os, sys, tempfile
+import atexit, os, sys, tempfile
 from pathlib import Path
 from uopc.helpers import getenv
 from uopc.viz import trace
@@ -31,16 +31,11 @@ def side_by_side(*drawings, captions: list[str] | None = None):
   return _sbs(*drawings, captions=captions)
 
 
-@contextlib.contextmanager
 def recording(path: str | Path | None = None):
-  """Record every realize inside the block: yields the Recorder (uopc.viz.record); saved to path at the end if given."""
-  from uopc.viz.record import Recorder
-  rec = Recorder(path)
-  trace.RECORDERS.append(rec)
-  try: yield rec
-  finally:
-    trace.RECORDERS.remove(rec)
-    if path is not None: rec.save()
+  """with uopc.viz.recording() as rec: every realize inside the block is recorded (rec.trace(), rec.save(path));
+  saved to path at the end if one is given."""
+  from uopc.viz.record import recording as _recording
+  return _recording(path)
 
 
 def trace_path() -> Path:

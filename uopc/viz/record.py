@@ -6,12 +6,13 @@ kernels, each with its own passes, loops and C. Each pass names the roots of the
 rewrites between them by node number, so a reader can step through them without uopc (uopc.viz.steps).
 """
 from __future__ import annotations
-import json, threading, weakref
+import contextlib, json, threading, weakref
 from pathlib import Path
 from uopc.uop import INFIX, UOp, Ops, render_expr
 from uopc.viz.dag import describe, toposort
 from uopc.viz.loops import loops_svg
 from uopc.viz.passes import Pass, kernel_passes, tensor_passes
+from uopc.viz import trace as viz_trace
 from uopc.viz.plan import plan_svg
 
 VERSION = 1
@@ -36,7 +37,7 @@ class Recorder:
     self.plans: list[dict] = []
     self._ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # node -> number (never keeps a node alive)
     self._keys: dict[tuple, int] = {}                                     # (op, dtype, arg, sources) -> number
-    self._plans: dict[int, tuple[weakref.ref, int]] = {}                   # id(plan) -> (the plan, its number)
+    self._made: dict[int, tuple[weakref.ref, int]] = {}                   # id(plan) -> (the plan, its number)
     self._raw: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # program -> (rangeify's, its rewrites)
     self._lock = threading.RLock()
     self._local = threading.local()   # per thread: the rewrites of the lowering under way
@@ -53,12 +54,12 @@ class Recorder:
 
   def realized(self, roots: list[UOp], norm: list[UOp], plan, options) -> None:
     with self._lock:
-      ref, n = self._plans.get(id(plan), (None, None))
+      ref, n = self._made.get(id(plan), (None, None))
       new = ref is None or ref() is not plan
       if new:
         n = len(self.plans)
         self.plans.append(self.plan_record(roots, norm, plan, options))
-        self._plans[id(plan)] = (weakref.ref(plan), n)
+        self._made[id(plan)] = (weakref.ref(plan), n)
       self.realizes.append({"plan": n, "new": new})
 
   # ---- what is kept ----
@@ -113,3 +114,14 @@ class Recorder:
     tmp.write_text(json.dumps(self.trace(), separators=(",", ":")))
     tmp.replace(path)
     return path
+
+
+@contextlib.contextmanager
+def recording(path: str | Path | None = None):
+  """Record every realize inside the block: yields the Recorder; saved to path at the end if one is given."""
+  rec = Recorder(path)
+  viz_trace.RECORDERS.append(rec)
+  try: yield rec
+  finally:
+    viz_trace.RECORDERS.remove(rec)
+    if path is not None: rec.save()

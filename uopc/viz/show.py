@@ -3,7 +3,7 @@ from __future__ import annotations
 from html import escape
 from uopc.kernelize import isolated_plan_cache, normalize, plan_for
 from uopc.options import Options
-from uopc.viz import recording
+from uopc.viz.record import recording
 from uopc.viz.dag import uop_svg
 from uopc.viz.plan import html_of
 from uopc.viz.steps import Table, pass_svg, steps
