@@ -9,9 +9,15 @@ from uopc.viz.plan import html_of
 from uopc.viz.steps import Table, pass_svg, steps
 
 
-class Drawing(str):
-  """HTML text that Jupyter displays as what it draws (and prints as the text)."""
-  def _repr_html_(self) -> str: return str(self)
+BOX = '<g class="node '   # how each box of a drawing starts
+
+
+class Drawing:
+  """A drawing as HTML (str() of it): Jupyter shows the picture, a console a short line."""
+  def __init__(self, html: str): self.html = html
+  def _repr_html_(self) -> str: return self.html
+  def __str__(self) -> str: return self.html
+  def __repr__(self) -> str: return f"<uopc.viz drawing: {self.html.count(BOX)} boxes>"
 
 
 def _roots(x) -> list:
@@ -28,7 +34,7 @@ def show(x, passes: bool = False, options: Options | None = None, **kw) -> Drawi
 def side_by_side(*drawings, captions: list[str] | None = None) -> Drawing:
   captions = captions or [""] * len(drawings)
   cells = "".join(f'<div><div style="font:bold 12px monospace">{escape(c)}</div>{d}</div>'
-                  for d, c in zip(drawings, captions))
+                  for d, c in zip(map(str, drawings), captions))
   return Drawing(f'<div style="display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap">{cells}</div>')
 
 
@@ -50,6 +56,8 @@ def _pass_html(table: Table, p: dict, src: str = "") -> str:
   if "loops" in p:
     body = (f'<div style="display:flex;gap:16px;align-items:flex-start">{p["loops"]}'
             f'<pre style="font-size:11px;margin:0">{escape(src)}</pre></div>')
+  elif p["before"] == p["after"] and not p.get("rewrites") and "marks" not in p:
+    body = "<p><i>no change: the graph after is the graph before</i></p>"
   else:
     before = pass_svg(table, p, 0)[0] if p["before"] else ""
     after = pass_svg(table, p, steps(p))[0]

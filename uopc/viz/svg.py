@@ -22,6 +22,7 @@ KINDS = {
 # mark -> (stroke, width, dash): how a highlighted node is outlined
 MARKS = {"": ("#555555", 1.0, ""), "changed": ("#d62728", 3.0, ""), "point": ("#1f3fbf", 3.0, ""),
          "temp": ("#8a6d00", 1.5, "5,3")}
+MARK_NAMES = {"changed": "changed by the pass", "point": "a kernel's output (cut)", "temp": "temporary"}
 
 
 @dataclass
@@ -62,7 +63,9 @@ def render(g: Graph, legend: bool = True, caption: str = "") -> str:
   if caption:
     out.append(f'<text x="6" y="{f(top + LINE_H)}" font-weight="bold">{escape(caption)}</text>')
     top += LINE_H + 8
-  if legend and g.nodes: out.append(_legend(sorted({n.kind for n in g.nodes}, key=list(KINDS).index), top))
+  if legend and g.nodes:
+    out.append(_legend(sorted({n.kind for n in g.nodes}, key=list(KINDS).index),
+                       sorted({n.mark for n in g.nodes if n.mark and n.mark != n.kind}, key=list(MARKS).index), top))
   out.append(f'<g transform="translate(0,{f(head)})">')
   ports: dict[int, list[int]] = {}
   for k, (_, d) in enumerate(g.edges): ports.setdefault(d, []).append(k)
@@ -94,11 +97,13 @@ def render(g: Graph, legend: bool = True, caption: str = "") -> str:
   return "\n".join(out)
 
 
-def _legend(kinds: list[str], top: float) -> str:
+def _legend(kinds: list[str], marks: list[str], top: float) -> str:
+  """A box per kind of node drawn (its fill), then one per outline used."""
   parts, x = [], 6.0
-  for kind in kinds:
-    fill, name = KINDS[kind]
-    parts.append(f'<rect x="{f(x)}" y="{f(top)}" width="12" height="12" rx="2" fill="{fill}" stroke="#555"/>'
+  for fill, (stroke, sw, dash), name in ([(KINDS[k][0], MARKS[""], KINDS[k][1]) for k in kinds] +
+                                          [("#ffffff", MARKS[m], MARK_NAMES[m]) for m in marks]):
+    parts.append(f'<rect x="{f(x)}" y="{f(top)}" width="12" height="12" rx="2" fill="{fill}" stroke="{stroke}" '
+                 f'stroke-width="{f(min(sw, 2.0))}"' + (' stroke-dasharray="3,2"' if dash else "") + "/>"
                  f'<text x="{f(x + 16)}" y="{f(top + 10)}">{escape(name)}</text>')
     x += 16 + len(name) * CHAR_W + 14
   return '<g class="legend">' + "".join(parts) + "</g>"
