@@ -12,8 +12,7 @@ nothing to install, and the same graph always gives the same text. This package 
 first (uopc.kernelize imports it); the rest comes when it is used.
 """
 from __future__ import annotations
-import atexit, os, sys, tempfile
-from pathlib import Path
+import atexit, os, sys
 from uopc.helpers import getenv
 from uopc.viz import trace
 
@@ -31,15 +30,17 @@ def side_by_side(*drawings, captions: list[str] | None = None):
   return _sbs(*drawings, captions=captions)
 
 
-def recording(path: str | Path | None = None):
+def recording(path=None):
   """with uopc.viz.recording() as rec: every realize inside the block is recorded (rec.trace(), rec.save(path));
   saved to path at the end if one is given."""
   from uopc.viz.record import recording as _recording
   return _recording(path)
 
 
-def trace_path() -> Path:
+def trace_path():
   """Where VIZ=1 writes its trace: $VIZ_TRACE, else uopc-trace-<pid>.json in the temporary folder."""
+  import tempfile
+  from pathlib import Path
   return Path(os.environ.get("VIZ_TRACE") or Path(tempfile.gettempdir()) / f"uopc-trace-{os.getpid()}.json")
 
 
