@@ -326,3 +326,24 @@ def test_the_server_answers_on_localhost_and_stops_by_itself(tmp_path):
   finally:
     if proc.poll() is None: proc.kill()
     proc.stdout.close(); proc.stderr.close()
+
+
+def test_the_command_line_names_a_file_that_is_not_a_trace(tmp_path):
+  (tmp_path / "notes.json").write_text('{"realizes": []}')
+  for path, says in ((tmp_path / "missing.json", "not a readable uopc trace"), (tmp_path / "notes.json", "not a uopc")):
+    out = subprocess.run([sys.executable, "-m", "uopc.viz", str(path), "--port", "0"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and says in out.stderr
+
+
+def test_show_draws_a_plan_a_kernel_and_a_realize_pass_by_pass():
+  x = Tensor(np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
+  plan = make_plan([x.softmax(-1).uop])
+  assert repr(viz.show(plan)).startswith("<uopc.viz drawing:") and "temporary 0" in str(viz.show(plan))
+  kernel = str(viz.show(plan.kernels[-1]))
+  assert 'class="loop"' in kernel and "void " + plan.kernels[-1].name in kernel
+  passes = str(viz.show(x.softmax(-1), passes=True))
+  names = re.findall(r"<summary><b>([\w ]+)</b>", passes)
+  assert names[:5] == ["normalize", "strip_detach", "stage_broadcast_compute", "layout", "cut"]
+  assert names[5:] == ["kernel body", "rangeify", "simplify", "linearize"] * len(plan.kernels)
+  assert "no change" in passes   # strip_detach: no DETACH in softmax

@@ -20,13 +20,13 @@ from uopc.viz import trace
 def show(x, passes: bool = False, **kw):
   """x drawn, as an object Jupyter displays (its text is the HTML). passes=True: realizing x (a Tensor, a UOp or a
   list of them) pass by pass, with the Tensor switches as they are now (or options=)."""
-  from uopc.viz.show import show as _show
+  from uopc.viz.view import show as _show
   return _show(x, passes, **kw)
 
 
 def side_by_side(*drawings, captions: list[str] | None = None):
   """Several drawings (SVG or HTML text) in one row, each under its caption."""
-  from uopc.viz.show import side_by_side as _sbs
+  from uopc.viz.view import side_by_side as _sbs
   return _sbs(*drawings, captions=captions)
 
 

@@ -1,4 +1,4 @@
-"""uopc.viz.show: anything the compiler makes, drawn for a notebook; and a realize drawn pass by pass."""
+"""uopc.viz.show and side_by_side: what the compiler makes, drawn for a notebook; a realize drawn pass by pass."""
 from __future__ import annotations
 from html import escape
 from uopc.kernelize import isolated_plan_cache, normalize, plan_for
