@@ -7,11 +7,12 @@ writes, from this checkout's code:
                         as its loops: a dot-product loop recomputed inside each of its three key loops
   viz_ch11_online.png   the online kernel of 11.7 (online_attention_ir) at the same size: one key loop
   viz_page.png          the page `python -m uopc.viz` serves for `VIZ=1 python examples/flash_attention.py 256 64`,
-                        with the fused plan's kernel r_256_64 and its rangeify pass selected at rewrite 3
+                        with the fused plan's kernel r_256_64 and its rangeify pass selected at the rewrite of section
+                        11.5, ((i*256)+j)//256 -> i
 Chromium is Debian's `chromium` (.ci/run installs it); it runs with a new, empty profile and no network but localhost.
 """
 from __future__ import annotations
-import argparse, os, re, shutil, subprocess, sys, tempfile
+import argparse, json, os, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,12 +88,17 @@ def main() -> int:
     env = {**os.environ, "VIZ": "1", "VIZ_TRACE": str(trace), "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, str(ROOT / "examples/flash_attention.py"), "256", "64"], env=env, check=True,
                    capture_output=True)
+    tr = json.loads(trace.read_text())
+    r = next(n for n, rz in enumerate(tr["realizes"]) if rz["new"] and rz["plan"] == 1)   # the fused plan
+    k = len(tr["plans"][1]["kernels"]) - 1
+    texts = tr["plans"][1]["kernels"][k]["passes"][1]["texts"]   # its rangeify's rewrites
+    s = 1 + next(n for n, t in enumerate(texts) if re.fullmatch(r"\(\(\(ridx0\*256\)\+ridx\d+\)//256\)  ->  ridx0", t))
     server = subprocess.Popen([sys.executable, "-m", "uopc.viz", str(trace), "--port", "0", "--idle", "60"],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
       server.stdout.readline()
       url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group(0)
-      screenshot(url + "#r=5&k=1&p=1&s=3", out / "viz_page.png")   # realize 5 made the fused plan: kernel 1
+      screenshot(url + f"#r={r}&k={k}&p=1&s={s}", out / "viz_page.png")
       print(f"wrote {out / 'viz_page.png'}")
     finally: server.kill(); server.wait()
   return 0

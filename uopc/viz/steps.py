@@ -82,4 +82,9 @@ def pass_svg(table: Table, p: dict, step: int | None = None) -> tuple[str, str]:
   marks = {table[int(k)]: m for k, m in p.get("marks", {}).items()} if step is None or step >= steps(p) else {}
   notes = {table[int(k)]: t for k, t in p.get("notes", {}).items()} if marks else {}
   marks.update({u: "changed" for u in changed if u not in marks})
+  if p.get("local") and step is not None and 0 < step < steps(p):
+    # one rewrite made inside the pass: the expression it found, and what that became, drawn apart
+    a, b = (render(uop_graph(r, m, describe=TNode.box), legend=False, caption=c)
+            for r, m, c in zip(roots, ({}, marks), ("found", "became")))
+    return f'<div style="display:flex;gap:32px;align-items:flex-start">{a}{b}</div>', what
   return render(uop_graph(roots, marks, notes=notes, describe=TNode.box)), what

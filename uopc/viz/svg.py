@@ -56,16 +56,14 @@ def render(g: Graph, legend: bool = True, caption: str = "") -> str:
   sizes = [size(n) for n in g.nodes]
   lay = layout(sizes, g.edges)
   head = (LINE_H + 8) * ((1 if legend and g.nodes else 0) + (1 if caption else 0))
-  width, height = max(lay.width, 200.0), lay.height + head
+  width, height = max(lay.width, 200.0, _legend_width(g) if legend else 0.0), lay.height + head
   out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="uopc-graph" width="{f(width)}" height="{f(height)}" '
          f'viewBox="0 0 {f(width)} {f(height)}" font-family="monospace" font-size="11">']
   top = 4.0
   if caption:
     out.append(f'<text x="6" y="{f(top + LINE_H)}" font-weight="bold">{escape(caption)}</text>')
     top += LINE_H + 8
-  if legend and g.nodes:
-    out.append(_legend(sorted({n.kind for n in g.nodes}, key=list(KINDS).index),
-                       sorted({n.mark for n in g.nodes if n.mark and n.mark != n.kind}, key=list(MARKS).index), top))
+  if legend and g.nodes: out.append(_legend(g, top))
   out.append(f'<g transform="translate(0,{f(head)})">')
   ports: dict[int, list[int]] = {}
   for k, (_, d) in enumerate(g.edges): ports.setdefault(d, []).append(k)
@@ -97,11 +95,20 @@ def render(g: Graph, legend: bool = True, caption: str = "") -> str:
   return "\n".join(out)
 
 
-def _legend(kinds: list[str], marks: list[str], top: float) -> str:
+def _legend_items(g: Graph) -> list[tuple[str, tuple, str]]:
+  """(fill, outline, name) for each kind of node drawn, then for each outline used."""
+  kinds = sorted({n.kind for n in g.nodes}, key=list(KINDS).index)
+  marks = sorted({n.mark for n in g.nodes if n.mark and n.mark != n.kind}, key=list(MARKS).index)
+  return [(KINDS[k][0], MARKS[""], KINDS[k][1]) for k in kinds] + [("#ffffff", MARKS[m], MARK_NAMES[m]) for m in marks]
+
+
+def _legend_width(g: Graph) -> float: return 6.0 + sum(30 + len(name) * CHAR_W for _, _, name in _legend_items(g))
+
+
+def _legend(g: Graph, top: float) -> str:
   """A box per kind of node drawn (its fill), then one per outline used."""
   parts, x = [], 6.0
-  for fill, (stroke, sw, dash), name in ([(KINDS[k][0], MARKS[""], KINDS[k][1]) for k in kinds] +
-                                          [("#ffffff", MARKS[m], MARK_NAMES[m]) for m in marks]):
+  for fill, (stroke, sw, dash), name in _legend_items(g):
     parts.append(f'<rect x="{f(x)}" y="{f(top)}" width="12" height="12" rx="2" fill="{fill}" stroke="{stroke}" '
                  f'stroke-width="{f(min(sw, 2.0))}"' + (' stroke-dasharray="3,2"' if dash else "") + "/>"
                  f'<text x="{f(x + 16)}" y="{f(top + 10)}">{escape(name)}</text>')
