@@ -13,9 +13,11 @@ seconds of the process (time.process_time):
 --callgrind also counts instructions (valgrind --tool=callgrind), which the load of the machine does not change:
 the difference between 500 and 100 iterations (plans: 8 and 2), per iteration, on each tree (kernels built for
 x86-64-v3: valgrind runs no AVX-512; one PYTHONHASHSEED). --turns 0 skips the timing.
+--rewrites records `VIZ=1 python examples/flash_attention.py 256 64` and prints, per kernel, the rewrites simplify
+made while rangeify built the loop program and those the final simplify of rangeify.lower made after it.
 """
 from __future__ import annotations
-import argparse, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,9 @@ def main() -> int:
   ap.add_argument("--base", help="a checkout of main (default: `git archive main` into a temporary folder)")
   ap.add_argument("--turns", type=int, default=10)
   ap.add_argument("--callgrind", action="store_true")
+  ap.add_argument("--rewrites", action="store_true")
   args = ap.parse_args()
+  if args.rewrites: return rewrites()
   rev = lambda r: subprocess.run(["git", "-C", str(ROOT), "rev-parse", r], capture_output=True,
                                  text=True).stdout.strip()
   base_rev = subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True,
@@ -94,6 +98,20 @@ def main() -> int:
         diff = per["viz"] - per["main"]
         print(f"{what:8s} instructions per iteration (callgrind, {hi} minus {lo}): main {per['main']:,.0f}  "
               f"viz {per['viz']:,.0f}  difference {diff:+,.0f} ({diff / per['main']:+.3%})")
+  return 0
+
+
+def rewrites() -> int:
+  with tempfile.TemporaryDirectory() as tmp:
+    env = {**os.environ, "VIZ": "1", "VIZ_TRACE": f"{tmp}/t.json", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(ROOT / "examples/flash_attention.py"), "256", "64"], env=env, check=True,
+                   capture_output=True)
+    tr = json.loads(Path(f"{tmp}/t.json").read_text())
+  print(f"{'plan':>4} {'kernel':<12} {'rewrites in rangeify':>20} {'in the final simplify':>22}")
+  for n, plan in enumerate(tr["plans"]):
+    for k in plan["kernels"]:
+      ps = {p["name"]: p for p in k["passes"]}
+      print(f"{n:>4} {k['name']:<12} {len(ps['rangeify']['rewrites']):>20} {len(ps['simplify']['rewrites']):>22}")
   return 0
 
 
