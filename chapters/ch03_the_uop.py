@@ -146,6 +146,24 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# Drawn, the difference is plain. Here is the same expression after two steps, built from uopc's real UOp (section
+# 3.3; the variable is a loop variable, `RANGE`, with its bound as a constant) and drawn by `uopc.viz`: each box a
+# node (its op, then its dtype), each arrow a source going into its user, sources above their users. On the left
+# every use is written out as its own copy, the tree a program without hash-consing would hold; on the right the
+# graph uopc holds, where `t` is one box with two arrows leaving it, one per use:
+
+# %%
+import uopc.viz as viz
+from uopc.uop import range_ as loop_variable
+from uopc.viz.dag import uop_graph, uop_svg
+
+t2 = loop_variable(100, 0)
+for step in range(2): t2 = t2 * t2 + t2
+tree_nodes, graph_nodes = len(uop_graph(t2, tree=True).nodes), len(t2.toposort())
+viz.side_by_side(uop_svg(t2, tree=True, legend=False), uop_svg(t2, share_consts=True, legend=False),
+                 captions=[f"as a tree: {tree_nodes} nodes", f"as a graph: {graph_nodes} nodes"])
+
+# %% [markdown]
 # Anything that walks the tree (our `tree_size`, a naive printer, a recursive evaluator without a memo)
 # pays the exponential; anything that walks `toposort()` pays the linear. Keep that in mind when you print
 # big UOps in 3.3.

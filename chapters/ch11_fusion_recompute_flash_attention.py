@@ -820,6 +820,23 @@ print(f"max error {np.abs(o_online.reshape(N, D) - ref).max():.1e}; "
       f"single-thread CPU {cpu_best(lambda: prg(q, k, v, o_online)) * 1e3:.2f} ms")
 
 # %% [markdown]
+# The two kernels side by side, drawn by `uopc.viz` as their loops (a box per loop, nested as the linearizer nests
+# them, a line per store: accumulator updates in red, first values in grey, results in brown), at N = 16 and D = 8 so
+# that they fit. On the left the fused kernel of 11.4, made by the book's FlashOpt: the dot product over e is a loop
+# inside each of its three key loops (the max pass, the sum pass, the output pass), so Q K^T is computed three times
+# per row. On the right the online kernel: one key loop, one dot product per key.
+
+# %%
+import uopc.viz as viz
+from uopc.viz.loops import loops_svg
+
+small = [Tensor(x) for x in inputs(16, 8)]
+small_fused = make_plan([fa.attention(*small).uop], options=Options(fuse_reduce=True, opt=fa.FlashOpt)).kernels[-1]
+viz.side_by_side(loops_svg(small_fused.ast), loops_svg(fa.online_attention_ir(16, 8)),
+                 captions=[f"fused: {small_fused.name}, recomputes Q K^T x{max(small_fused.recompute.values()):g}",
+                           "online: online_attention_ir(16, 8)"])
+
+# %% [markdown]
 # ## 11.8 Results
 #
 # The book's captured runs (D = 64; each time is the best of three after a warm-up, and includes building the graph
