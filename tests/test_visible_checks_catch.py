@@ -83,7 +83,8 @@ def test_week6_checks_name_the_wrong_helper_and_count_the_kernels(tmp_path):
   nbformat.write(planted(name, HELPERS_WRONG), path)
   for w in HELPERS_WRONG:
     with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, w.task)
-    assert f"of task {w.task!r}: AssertionError: {w.says}" in str(failed.value), str(failed.value)
+    said = str(failed.value)
+    assert f"task {w.task!r}, code cell" in said and f": AssertionError: {w.says}" in said, said
 
 
 def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
