@@ -312,14 +312,17 @@ def _probe_outcome(r: dict, k: int) -> tuple[str, str, float]:
 class Judging:
   """The judges of one grading: each test's recorded values (read once), its fixture, the namespace."""
 
-  def __init__(self, tests: list[judge.HiddenTest], ns: dict, fixtures: dict[int, object]):
-    self.tests, self.ns, self.fixtures, self.values, self.where = tests, ns, fixtures, {}, {}
+  def __init__(self, tests: list[judge.HiddenTest], ns: dict, fixtures: dict[int, object], batch: outside.Batch):
+    self.tests, self.ns, self.fixtures, self.batch, self.values, self.where = tests, ns, fixtures, batch, {}, {}
 
   def judged(self, k: int, secs: float) -> tuple[str, str, float]:
-    """(status, error, seconds) of test k's judge; raises outside.Later when it asked for a job not run yet."""
+    """(status, error, seconds) of test k's judge; raises outside.Later when it asked for a job not run yet (its
+    verdict, on placeholders, does not count)."""
     t0 = time.perf_counter()
     if k not in self.values: self.values[k] = judge.values_of(self.where[k], k)
+    self.batch.missing = False
     status, error = judge.run(self.tests[k], self.values[k], self.ns, self.fixtures.get(k))
+    if self.batch.missing: raise outside.Later()
     return status, short(error), secs + time.perf_counter() - t0
 
 
@@ -375,7 +378,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     batch = outside.Batch(course_tree(), outside.definitions([src for _, src in cells]))
     ns = judge.namespace(setup_cells(solution_nb), seed, **batch.functions())
     fixtures = {k: judge.make_fixture(t, ns) for k, t in enumerate(tests) if t.fixture is not None}
-    J = Judging(tests, ns, fixtures)
+    J = Judging(tests, ns, fixtures, batch)
     wall = budget + (len(tests) + 3) * (test_timeout + 10) + 60
     clock.lap("course")
     warm = seed_cache(solution)

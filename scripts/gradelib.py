@@ -212,6 +212,24 @@ def expect_speedup(timing: dict, ratio: float, what: str) -> float:
   return tr / tm
 
 
+def expect_peak(measured: dict, bound: int, what: str, sizes: dict[str, int], inputs: str = "float32") -> None:
+  """measured (from peak_memory: the peak of a fresh process's resident memory during one call, less what it held
+  before) is at most `bound` bytes. The message gives the peak and the bound in bytes, the sizes named in `sizes`
+  for scale, and the dtype of the output found when it differs from the inputs' (a float64 temporary is a dtype
+  mistake, not a bigger array): nothing that was not measured."""
+  peak = measured.get("peak") if isinstance(measured, dict) else None
+  if type(peak) is not int: raise AssertionError(f"{what}: the peak memory was not measured ({measured!r:.80})")
+  if peak <= bound: return
+  scale = "; ".join(f"{name}: {n:,} bytes" for name, n in sizes.items())
+  dtype = measured.get("dtype")
+  note = ""
+  if dtype and dtype != inputs:
+    times = np.dtype(dtype).itemsize / np.dtype(inputs).itemsize
+    note = (f"; its output is {dtype} for {inputs} inputs: {dtype} temporaries take {times:g}x the bytes (a NumPy "
+            f"float64 scalar such as np.sqrt(D) makes them float64; math.sqrt(D) keeps {inputs})")
+  raise AssertionError(f"{what}: peak memory {peak:,} bytes, above the bound of {bound:,} bytes ({scale}){note}")
+
+
 def text(value: Any, what: str) -> str:
   """value, which a probe recorded as generated C or other text; an AssertionError if it is not a string."""
   if type(value) is not str: raise AssertionError(f"{what}: expected the C source as a string, found {value!r:.80}")

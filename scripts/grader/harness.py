@@ -335,30 +335,57 @@ def rss(pid: int) -> int:
 
 
 def do_peak(job: dict, inputs: list) -> dict:
+  """The peak job, through a `peak` process of its own: a small process (no NumPy, none of this one's arrays) whose
+  child's count of resident memory starts from that small size, since a process's peak includes what it held before
+  it exec'd (the kernel keeps the larger)."""
   import numpy as np
-  c = Child()
+  arrays = [np.asarray(inputs[k]) for k in job["inputs"]]
+  metas, data = zip(*(pack(a) for a in arrays)) if arrays else ((), ())
+  p = subprocess.Popen([sys.executable, "-s", str(HERE), "peak"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, close_fds=True)
   try:
-    arrays = [np.asarray(inputs[k]) for k in job["inputs"]]
-    metas, data = zip(*(pack(a) for a in arrays)) if arrays else ((), ())
-    reply, _ = c.ask({"op": "defs", "defs": job["defs"], "fn": job["fn"], "arrays": list(metas),
-                      "kwargs": job.get("kwargs", {})}, list(data))
-    _check(reply)
-    base = rss(c.p.pid)   # inputs in place, no student code run yet
-    send(c.p.stdin, {"op": "call"})
-    try: reply, blobs = recv(c.p.stdout)
-    except (EOFError, ValueError) as e: reply, blobs = {"error": f"the child ended without an answer ({e})"}, []
-    c.p.stdin.close()
-    _, status, usage = os.wait4(c.p.pid, 0)
-    c.p.returncode = status
-    # what the child started and left behind is this process's now (a subreaper): stopped and counted as well
-    peak = max(0, max([usage.ru_maxrss] + sweep()) * 1024 - base)
-    if "error" in reply: return {"error": reply["error"], "peak": peak}
-    meta = reply["result"]
-    out = {"peak": peak, "type": meta.get("type", "ndarray")}
-    if "dtype" in meta: out.update(outputs=[unpack(meta, blobs[0])], dtype=meta["dtype"])
-    return out
+    send(p.stdin, {"op": "defs", "defs": job["defs"], "fn": job["fn"], "arrays": list(metas),
+                   "kwargs": job.get("kwargs", {}), "sandboxed": SANDBOXED}, list(data))
+    reply, blobs = recv(p.stdout)
+  except (EOFError, ValueError, OSError) as e: reply, blobs = {"error": f"the peak process failed ({e})"}, []
   finally:
-    if c.p.returncode is None: c.close()
+    try: p.stdin.close()
+    except OSError: pass
+    p.wait()
+  if "result" in reply and "dtype" in reply["result"]:
+    reply.update(outputs=[unpack(reply["result"], blobs[0])], dtype=reply["result"]["dtype"])
+  reply.pop("result", None)
+  return reply
+
+
+def peak_main() -> int:
+  """The `peak` process: starts the child, reads its resident memory once it has its inputs (no student code run
+  yet), lets it run the student's definitions and the call, then takes the peak from wait4 (the child and whatever it
+  started, adopted here as a subreaper and reaped). What it sends back: the peak above that start, and the answer."""
+  libc = ctypes.CDLL(None)
+  libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+  libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+  inp, out = sys.stdin.buffer, sys.stdout.buffer
+  msg, blobs = recv(inp)
+  global SANDBOXED
+  SANDBOXED = bool(msg.pop("sandboxed", False))
+  c = Child()
+  reply = c.ask(msg, blobs)[0]
+  if "error" in reply:
+    c.close()
+    send(out, reply)
+    return 0
+  base = rss(c.p.pid)   # inputs in place, no student code run yet
+  send(c.p.stdin, {"op": "call"})
+  try: reply, blobs = recv(c.p.stdout)
+  except (EOFError, ValueError) as e: reply, blobs = {"error": f"the child ended without an answer ({e})"}, []
+  c.p.stdin.close()
+  _, status, usage = os.wait4(c.p.pid, 0)
+  c.p.returncode = status
+  # what the child started and left behind is this process's now (a subreaper): stopped and counted as well
+  peak = max(0, max([usage.ru_maxrss] + sweep()) * 1024 - base)
+  send(out, {**reply, "peak": peak}, blobs)
+  return 0
 
 
 SANDBOXED = False   # the plan says so; outside a sandbox (a solution notebook's own check) nothing is swept
@@ -422,4 +449,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(child() if sys.argv[1:] == ["child"] else main())
+  sys.exit({"child": child, "peak": peak_main}.get(sys.argv[1] if sys.argv[1:] else "", main)())

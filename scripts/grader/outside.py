@@ -10,8 +10,9 @@ peak memory of a Python function, it asks a `Batch`:
   timed by the harness from outside both, every repetition on fresh inputs and NaN outputs and checked.
 - `peak_memory(fn, inputs)`: the notebook's definitions (`definitions`) run in a fresh process that calls fn; the
   peak of its resident memory, read by its parent.
-The first time a judge asks, the Batch only notes the job and raises `Later`; grade.py then runs every job noted in one
-sandbox and runs the judges again, which now get answers. With course None (a solution notebook checking its own
+The first time a judge asks, the Batch notes the job and answers with a placeholder (NaN outputs, an error) so that the
+judge goes on and asks for everything it needs; grade.py sees `missing`, discards that verdict, runs every job noted in
+one sandbox and runs the judges again, which now get answers. With course None (a solution notebook checking its own
 hidden tests: trusted code) each job runs at once, without a sandbox.
 """
 from __future__ import annotations
@@ -217,6 +218,7 @@ class Batch:
 
   def __init__(self, course: Path | None, defs: str = ""):
     self.course, self.defs, self.asked, self.done = course, defs, [], {}
+    self.missing = False   # a call since the last reset got a placeholder: the judge's verdict does not count
 
   def functions(self) -> dict:
     return {"time_kernels": self.time_kernels, "run_c": self.run_c, "run_cl": self.run_cl,
@@ -228,16 +230,17 @@ class Batch:
     """{"student": s, "reference": s} (best of reps, each repetition checked) or {"error": why}."""
     if not isinstance(student, str): return {"error": f"the recorded kernel is not C source ({student!r:.60})"}
     return self._ask({"kind": "time", "student": student, "reference": reference, "numpy": numpy, "name": name,
-                      "args": args, "outputs": outputs, "reps": reps, "tol": tol}, [])
+                      "args": args, "outputs": outputs, "reps": reps, "tol": tol}, [], {"error": "not timed yet"})
 
   def run_c(self, src: Any, name: str, args: list, outputs: list[int], what: str = "the kernel") -> list[np.ndarray]:
     """The arrays at positions `outputs` of args after one call of the student's C `name` (args: arrays and numbers);
     an AssertionError saying why when it cannot be run."""
     if not isinstance(src, str): raise AssertionError(f"{what}: expected C source, found {src!r:.60}")
     arrays = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
+    nan = {"outputs": [np.full(np.shape(args[k]), np.nan) for k in outputs]}
     got = self._ask({"kind": "run_c", "src": src, "name": name, "outputs": outputs,
                      "args": [None if isinstance(a, np.ndarray) else (a.item() if isinstance(a, np.generic) else a)
-                              for a in args]}, arrays)
+                              for a in args]}, arrays, nan)
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
     return got["outputs"]
 
@@ -246,7 +249,8 @@ class Batch:
     """The output (shape and dtype `out`, NaN before the launch) of one launch of the OpenCL kernel `name`."""
     if not isinstance(src, str): raise AssertionError(f"{what}: expected OpenCL C source, found {src!r:.60}")
     got = self._ask({"kind": "cl", "src": src, "name": name, "out": {"shape": list(out[0]), "dtype": str(out[1])},
-                     "global": list(global_size), "local": list(local_size)}, [np.ascontiguousarray(a) for a in inputs])
+                     "global": list(global_size), "local": list(local_size)}, [np.ascontiguousarray(a) for a in inputs],
+                    {"outputs": [np.full(out[0], np.nan)]})
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
     return got["outputs"][0]
 
@@ -254,7 +258,7 @@ class Batch:
     """{"peak": bytes, "dtype": ..., "output": array} or {"error": why, "peak": bytes}: the notebook's definitions
     run in a fresh process that calls fn(*inputs, **kwargs)."""
     got = self._ask({"kind": "peak", "defs": self.defs, "fn": fn, "kwargs": kwargs or {}},
-                    [np.ascontiguousarray(a) for a in inputs])
+                    [np.ascontiguousarray(a) for a in inputs], {"error": "not measured yet"})
     if "outputs" in got: got = dict(got, output=got.pop("outputs")[0])
     return got
 
@@ -264,14 +268,15 @@ class Batch:
     for a in arrays: h.update(str((a.dtype, a.shape)).encode() + a.tobytes())
     return h.hexdigest()
 
-  def _ask(self, job: dict, arrays: list[np.ndarray]) -> dict:
+  def _ask(self, job: dict, arrays: list[np.ndarray], placeholder: dict) -> dict:
     key = self._key(job, arrays)
     if key in self.done: return self.done[key]
-    self.asked.append((key, job, arrays))
+    if key not in {k for k, _, _ in self.asked}: self.asked.append((key, job, arrays))
     if self.course is None:
       self.run()
       return self.done[key]
-    raise Later()
+    self.missing = True
+    return placeholder
 
   def forget(self) -> None:
     """Drop every answer: the next calls ask again (a speed test timed once more)."""

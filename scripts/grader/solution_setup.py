@@ -1,9 +1,10 @@
 """What a solution notebook's hidden-setup cell imports, so that its hidden tests run there as the grader splits them:
 `record`, `raised` and `seeded` as in the sandbox (probe.py), `recorded` reading the values back as the judge
-does, gradelib's checks and `time_kernels`, `run_c`, `run_cl`, `peak_memory` for the judges (outside.py, here run at
-once and without a sandbox: the solution is trusted code; `peak_memory` takes the definitions of the cells run so far). Each cell records into a fresh folder (an IPython
-pre_run_cell hook), so a judge never reads a value an earlier test recorded. The grader runs the same hidden-setup
-cell in its own process to define the judges' helpers, and then replaces SEED, seeded and recorded with its own."""
+does, gradelib's checks, and `time_kernels`, `run_c`, `run_cl`, `peak_memory` for the judges (outside.py; here run at
+once and without a sandbox, the solution being trusted code; `peak_memory` takes the definitions of the cells run so
+far). Each cell records into a fresh folder (an IPython pre_run_cell hook), so a judge never reads a value an earlier
+test recorded. The grader runs the same hidden-setup cell in its own process to define the judges' helpers, and then
+replaces SEED, seeded, recorded and the outside.py functions with its own."""
 from __future__ import annotations
 import sys
 import tempfile
