@@ -92,8 +92,9 @@ def _blank(node: ast.AST, message: str) -> None:
 
 
 def message(name: str, tasks: list[str]) -> str:
-  said = " and ".join(f"{t!r}" for t in tasks)
-  return (f"{name} is uopc's answer to task {said}, so it is not available while this week is graded: write it "
+  quoted = [f"{t!r}" for t in tasks]
+  said = f"task {quoted[0]}" if len(quoted) == 1 else f"tasks {', '.join(quoted[:-1])} and {quoted[-1]}"
+  return (f"{name} is uopc's answer to {said}, so it is not available while this week is graded: write it "
           f"yourself (a self-check against it outside the graded function costs nothing)")
 
 
