@@ -403,10 +403,12 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
         if ran.timed_out: report.note = short(f"the sandbox ran past {wall:.0f} s and was stopped. {report.note}")
         elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
                                              f"{ran.log[-300:]}")
-      else: stops += _cells_report(result)[1]
+      else:   # a sandbox of its own for some tasks: its stops are expected wherever the notebook uses what it guards
+        tasks = ", ".join(dict.fromkeys(tests[k].task for k in idx))
+        stops += [dict(e, alone=tasks) for e in _cells_report(result)[1] if e["cell"] not in {x["cell"] for x in stops}]
       report.phases["kernels_adopted"] = report.phases.get("kernels_adopted", 0) + trusted.adopt(out / "sources")
       clock.lap("adopt")
-    report.stops = list({e["cell"]: e for e in stops}.values())
+    report.stops = list({e["cell"]: e for e in reversed(stops)}.values())[::-1]
     by_test = {k: results[r] for r, (_, idx) in enumerate(runs) for k in idx}
     clock.lap("judge_setup")
     rows, later = {}, []
@@ -494,9 +496,13 @@ def table(r: Report) -> str:
   for e in c["errors"]:
     if not e["error"].startswith("NotImplementedError"):
       lines.append(f"  cell {e['cell']}: {e['status']}: {e['error']}")
-  for e in r.stops:   # a self-check against uopc's own answer: the cell stopped there, the rest was graded
+  for e in [e for e in r.stops if "alone" not in e]:   # a self-check against uopc's own answer: the rest was graded
     lines.append(f"  cell {e['cell']} stopped (no points lost: the functions it and the cells before it define were "
                  f"graded): {e['error']}")
+  for tasks in dict.fromkeys(e["alone"] for e in r.stops if "alone" in e):
+    cells = ", ".join(str(e["cell"]) for e in r.stops if e.get("alone") == tasks)
+    lines.append(f"  in the sandbox of its own that {tasks} is graded in, uopc's answer to it raises: cells {cells} "
+                 f"stopped there (expected, no points lost)")
   return "\n".join(lines)
 
 
