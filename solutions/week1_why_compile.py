@@ -107,7 +107,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import peak_memory, run_c, run_cl  # noqa: F401
+from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
 
 
 # %% [markdown]
@@ -235,7 +235,7 @@ check("blocked_attention(q, k, v), N = 1000, against the float64 reference", blo
       reference(q, k, v), atol=1e-5)
 check("blocked_attention(q, k, v, block=64), N = 70", blocked_attention(*qkv(70)[:3], block=64), reference(*qkv(70)),
       atol=1e-5)
-big = (30 * q[:200], k[:200], v[:200])   # scores up to about 1000: exp overflows unless each row's maximum is subtracted
+big = (30 * q[:200], k[:200], v[:200])   # scores up to about 1000: exp overflows unless the row max is subtracted
 check("blocked_attention with scores up to about 1000 (N = 200, block = 64)", blocked_attention(*big, block=64),
       reference(*big), atol=1e-3)   # float32 scores of 1000 carry errors of 1e-4
 q4096 = qkv(4096)   # the grader's size: its bound is half of one N x N float32 array
@@ -254,12 +254,14 @@ print(f"peak memory, N = 1000: blocked {peak_bytes(lambda: blocked_attention(q, 
 # POINTS: blocked attention 2
 ### BEGIN HIDDEN TESTS
 # the last case: scores up to about 1000, where exp overflows (float32 and float64) without the max subtraction
-for _n, _d, _block, _scale in ((1000, 64, 128, 1), (256, 32, 64, 1), (70, 16, 32, 1), (5, 8, 128, 1), (300, 32, 64, 40)):
+for _n, _d, _block, _scale in ((1000, 64, 128, 1), (256, 32, 64, 1), (70, 16, 32, 1), (5, 8, 128, 1),
+                              (300, 32, 64, 40)):
   _r = seeded(_n)
   _q, _k, _v = (_r.standard_normal((_n, _d), dtype=np.float32) for _ in range(3))
   record(f"N={_n}", blocked_attention(_scale * _q, _k, _v, _block))
 # JUDGE
-for _n, _d, _block, _scale in ((1000, 64, 128, 1), (256, 32, 64, 1), (70, 16, 32, 1), (5, 8, 128, 1), (300, 32, 64, 40)):
+for _n, _d, _block, _scale in ((1000, 64, 128, 1), (256, 32, 64, 1), (70, 16, 32, 1), (5, 8, 128, 1),
+                              (300, 32, 64, 40)):
   _r = seeded(_n)
   _q, _k, _v = (_r.standard_normal((_n, _d), dtype=np.float32) for _ in range(3))
   _what = f"blocked_attention(N={_n}, D={_d}, block={_block})"

@@ -118,7 +118,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import peak_memory, run_c, run_cl  # noqa: F401
+from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
 
 
 # %% [markdown]

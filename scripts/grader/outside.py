@@ -5,7 +5,7 @@ peak memory of a Python function, it asks a `Batch`:
 - `run_c(src, name, args, outputs)`: the C source compiled by the grader (its compiler and flags, in a compile-only
   sandbox), its object's imports checked (`imports_refused`), then called once in a fresh sandbox on the judge's
   arrays; returns the output arrays.
-- `run_cl(src, name, inputs, out, global_size, local_size)`: an OpenCL C kernel built and launched there (PoCL).
+- `launch_cl(src, name, inputs, out, global_size, local_size)`: an OpenCL C kernel built and launched there (PoCL).
 - `time_kernels(src, name, args, outputs, reference=C | numpy=expr)`: the student's object against a reference,
   timed by the harness from outside both, every repetition on fresh inputs and NaN outputs and checked.
 - `peak_memory(fn, inputs)`: the notebook's definitions (`definitions`) run in a fresh process that calls fn; the
@@ -142,6 +142,7 @@ def flags(cc: str) -> tuple[str, ...]:
 
 def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
   """source -> its object in the grader's cache (compiled here once per source, compiler and flags), or why not."""
+  from uopc.runtime import PRELUDE
   from uopc.runtime.machine import compiler
   cc = compiler()
   fl = flags(cc)
@@ -151,7 +152,7 @@ def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
     if why := source_refused(src):
       out[src] = why
       continue
-    key = hashlib.sha256(json.dumps([src, cc, fl]).encode()).hexdigest()[:32]
+    key = hashlib.sha256(json.dumps([src, cc, fl, PRELUDE]).encode()).hexdigest()[:32]
     obj = cache_dir() / f"{key}.so"
     if obj.is_file() and not obj.is_symlink(): out[src] = obj
     else: todo[key] = src
@@ -159,7 +160,8 @@ def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
     with tempfile.TemporaryDirectory(prefix="uopc-native-") as tmp:
       src_dir, made = Path(tmp) / "in", Path(tmp) / "out"
       src_dir.mkdir()
-      for key, src in todo.items(): (src_dir / f"{key}.c").write_text(src)
+      for key, src in todo.items():   # as uopc's Program compiles a kernel: its prelude first, unless it has its own
+        (src_dir / f"{key}.c").write_text(src if src.lstrip().startswith("#") else PRELUDE + src)
       plan = {"cc": cc, "jobs": [{"stem": key, "flags": list(fl)} for key in todo]}
       if sandboxed:
         import sandbox
@@ -221,7 +223,7 @@ class Batch:
     self.missing = False   # a call since the last reset got a placeholder: the judge's verdict does not count
 
   def functions(self) -> dict:
-    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "run_cl": self.run_cl,
+    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "launch_cl": self.launch_cl,
             "peak_memory": self.peak_memory}
 
   # --- what a judge calls
@@ -244,7 +246,7 @@ class Batch:
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
     return got["outputs"]
 
-  def run_cl(self, src: Any, name: str, inputs: list[np.ndarray], out: tuple, global_size: tuple, local_size: tuple,
+  def launch_cl(self, src: Any, name: str, inputs: list[np.ndarray], out: tuple, global_size: tuple, local_size: tuple,
              what: str = "the kernel") -> np.ndarray:
     """The output (shape and dtype `out`, NaN before the launch) of one launch of the OpenCL kernel `name`."""
     if not isinstance(src, str): raise AssertionError(f"{what}: expected OpenCL C source, found {src!r:.60}")

@@ -1,6 +1,6 @@
 """What a solution notebook's hidden-setup cell imports, so that its hidden tests run there as the grader splits them:
 `record`, `raised` and `seeded` as in the sandbox (probe.py), `recorded` reading the values back as the judge
-does, gradelib's checks, and `time_kernels`, `run_c`, `run_cl`, `peak_memory` for the judges (outside.py; here run at
+does, gradelib's checks, and `time_kernels`, `run_c`, `launch_cl`, `peak_memory` for the judges (outside.py; here run at
 once and without a sandbox, the solution being trusted code; `peak_memory` takes the definitions of the cells run so
 far). Each cell records into a fresh folder (an IPython pre_run_cell hook), so a judge never reads a value an earlier
 test recorded. The grader runs the same hidden-setup cell in its own process to define the judges' helpers, and then
@@ -20,7 +20,7 @@ SEED = 0   # the notebook's inputs; the grader draws its own seed for every grad
 _probe = probe.Probe(Path(tempfile.gettempdir()) / f"uopc-probe-{uuid.uuid4().hex}", SEED)   # made on first record
 record, raised, seeded, recorded = _probe.record, _probe.raised, _probe.seeded, probe.Live(_probe)
 _batch = outside.Batch(None)   # the grader's own: jobs in a sandbox, asked for by its judges
-time_kernels, run_c, run_cl = _batch.time_kernels, _batch.run_c, _batch.run_cl
+time_kernels, run_c, launch_cl = _batch.time_kernels, _batch.run_c, _batch.launch_cl
 
 try: from IPython import get_ipython
 except ImportError: get_ipython = lambda: None
@@ -35,5 +35,5 @@ def peak_memory(fn: str, inputs: list, kwargs: dict | None = None) -> dict:
   return _batch.peak_memory(fn, inputs, kwargs)
 
 
-__all__ = ["SEED", "gradelib", "peak_memory", "raised", "record", "recorded", "run_c", "run_cl", "seeded",
+__all__ = ["SEED", "gradelib", "peak_memory", "raised", "record", "recorded", "run_c", "launch_cl", "seeded",
            "time_kernels"]
