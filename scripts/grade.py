@@ -14,12 +14,14 @@ released copy of the student tree, an empty home and nothing of the grader's; th
 probe of every hidden test (the part of the cell before `# JUDGE`) calls the student's functions on inputs drawn
 from a seed chosen now, and records what they return as plain data. Once the sandbox has ended, the judges (the
 part after `# JUDGE`) run here, in the grader's process, comparing those values with references computed here
-(judge.py). A speed test times the student's recorded kernel against a reference kernel of the grader's, in a
-second, fresh sandbox, one for all of the notebook's speed tests (timing.py). Both sandboxes load by name the kernels
-the grader compiled itself from the sources earlier sandboxes asked for (trusted.py); `phases` in the result says
-where the time went. A test marked `structure` or `speed` counts only when every plain (values) test
-of its task scored. A task whose hidden test lists `# SHORTCUTS:` scores 0 when the student's own cells use one of
-those names of uopc (shortcuts.py). What the notebook prints is only a log.
+(judge.py), and report every check that fails. What a judge needs run of the student's code (C compiled and run by
+the grader, OpenCL, a speed test, a peak memory) runs in a second, fresh sandbox, one for all of the notebook's jobs,
+measured by a process there that never loads the student's code (outside.py, harness.py). A task whose hidden test
+lists `# SHORTCUTS:` finds those finished parts of uopc rewritten to raise in the sandbox's copy of the tree
+(guards.py); `# SHORTCUTS alone:` tests get a sandbox of their own. Both sandboxes load by name the kernels the grader
+compiled itself from the sources earlier sandboxes asked for (trusted.py); `phases` in the result says where the time
+went. A test marked `structure` or `speed` counts only when every plain (values) test of its task scored. What the
+notebook prints is only a log. The submission must be a regular file: it is read without following a link.
 
 The last line printed is always the result as one line of JSON. Exit status: 0 when the notebook was graded (even
 with 0 points), 1 when the sandbox could not be made, 2 for a usage error (no solution, no hidden tests, unknown task).
