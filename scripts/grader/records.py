@@ -64,7 +64,7 @@ class Budget:
   """What one test's values may cost to read: MAX_TEST bytes in all, each file read once (a value that names one
   array many times gets that array once, not many copies of it)."""
 
-  def __init__(self, left: int = MAX_TEST): self.left, self.arrays = left, {}
+  def __init__(self, left: int | None = None): self.left, self.arrays = MAX_TEST if left is None else left, {}
 
   def take(self, n: int) -> bool:
     if n > self.left: return False
