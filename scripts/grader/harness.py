@@ -28,6 +28,7 @@ import json
 import math
 import os
 import secrets
+import select
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ from pathlib import Path
 OUT = Path(os.environ.get("UOPC_HARNESS_OUT", "/job/out"))
 HERE = Path(__file__).resolve()
 PR_SET_DUMPABLE = 4
-CHILD_TIMEOUT = 120.0
+CHILD_TIMEOUT = float(os.environ.get("UOPC_HARNESS_CALL_S", 120))   # seconds one call may take
 # a reference the grader may give as a NumPy expression over the array arguments a, b, c, ... (named here)
 NUMPY = {"a * b + c * d - a": lambda a, b, c, d, out, n: a * b + c * d - a}
 DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "u8": "uint8"}
@@ -180,8 +181,13 @@ class Child:
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
                               env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")})
 
-  def ask(self, msg: dict, blobs: list[bytes] = ()) -> tuple[dict, list[bytes]]:
+  def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:
+    """Send msg and wait for the answer, at most `timeout` seconds (then the child is killed: an endless loop in a
+    student's kernel costs its own job, never the others')."""
     send(self.p.stdin, msg, blobs)
+    if not select.select([self.p.stdout], [], [], timeout)[0]:
+      self.p.kill()
+      raise RuntimeError(f"no answer within {timeout:g} s (an endless loop, or far too slow)")
     return recv(self.p.stdout)
 
   def close(self) -> None:
@@ -346,11 +352,14 @@ def do_peak(job: dict, inputs: list) -> dict:
   try:
     send(p.stdin, {"op": "defs", "defs": job["defs"], "fn": job["fn"], "arrays": list(metas),
                    "kwargs": job.get("kwargs", {}), "sandboxed": SANDBOXED}, list(data))
+    if not select.select([p.stdout], [], [], 2 * CHILD_TIMEOUT)[0]:
+      raise OSError(f"no answer within {2 * CHILD_TIMEOUT:g} s")
     reply, blobs = recv(p.stdout)
   except (EOFError, ValueError, OSError) as e: reply, blobs = {"error": f"the peak process failed ({e})"}, []
   finally:
     try: p.stdin.close()
     except OSError: pass
+    if p.poll() is None and reply.get("error", "").startswith("the peak process failed"): p.kill()
     p.wait()
   if "result" in reply and "dtype" in reply["result"]:
     reply.update(outputs=[unpack(reply["result"], blobs[0])], dtype=reply["result"]["dtype"])
@@ -376,9 +385,8 @@ def peak_main() -> int:
     send(out, reply)
     return 0
   base = rss(c.p.pid)   # inputs in place, no student code run yet
-  send(c.p.stdin, {"op": "call"})
-  try: reply, blobs = recv(c.p.stdout)
-  except (EOFError, ValueError) as e: reply, blobs = {"error": f"the child ended without an answer ({e})"}, []
+  try: reply, blobs = c.ask({"op": "call"})
+  except (EOFError, ValueError, RuntimeError) as e: reply, blobs = {"error": f"the call gave no answer ({e})"}, []
   c.p.stdin.close()
   _, status, usage = os.wait4(c.p.pid, 0)
   c.p.returncode = status
