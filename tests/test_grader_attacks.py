@@ -291,7 +291,7 @@ def test_harm_does_not_outlive_the_submission(tmp_path, env):
 
 def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
   """Answers from a table of the visible inputs; a slow baseline to time against; uopc's finished function (week 7's
-  GPT count and mma, week 4's count of the plan in place of a formula)."""
+  GPT count and mma, week 4's count of the plan in place of a formula), which raises in the sandbox's tree."""
   score = graded_unharmed(attack(WEEK1, tmp_path, "lookup", [LOOKUP]), env)
   assert points(score)["cost table"] == 0, score
   score = graded_unharmed(attack(WEEK3, tmp_path, "slow_baseline", [SLOW_BASELINE], base="solution"), env)
@@ -301,11 +301,11 @@ def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
   score = graded_unharmed(attack(WEEK7, tmp_path, "shortcut", [SHORTCUT, MMA_SHORTCUT], base="solution"), env)
   got = points(score)
   assert got["count the parameters"] == got["emulate one mma"] == 0 and score["total"] == score["max"] - 5, got
-  assert "Shortcut: the notebook uses uopc's num_parameters" in json.dumps(score)
-  assert "Shortcut: the notebook uses uopc's mma," in json.dumps(score)
+  assert "ShortcutUnavailable: uopc.nn.gpt.GPT is uopc's answer to task 'count the parameters'" in json.dumps(score)
+  assert "ShortcutUnavailable: uopc.codegen.wmma.mma is uopc's answer" in json.dumps(score)
   score = graded_unharmed(attack(WEEK4, tmp_path, "plan_flops", [PLAN_FLOPS_SHORTCUT], base="solution"), env)
   assert points(score)["matmul FLOPs"] == 0 and score["total"] == score["max"] - 2, points(score)
-  assert "Shortcut: the notebook uses uopc's plan_flops" in json.dumps(score)
+  assert "ShortcutUnavailable: uopc.rangeify" in json.dumps(score["tasks"]["matmul FLOPs"])
 
 
 # --- issue 38: the second round. One planted notebook (or folder) per class of attack, each blocked, and an honest
@@ -329,7 +329,7 @@ def cell_with(nb: Path, task: str, source: str) -> None:
   nbformat.write(book, nb)
 
 
-def tests_of(score: dict, task: str) -> list[dict]: return score["tasks"][task]["tests"]
+def rows_of(score: dict, task: str) -> list[dict]: return score["tasks"][task]["tests"]
 
 
 LAZY = '''def fused_source():
@@ -353,11 +353,11 @@ def test_speed_cannot_be_forged(tmp_path, env):
   the second is refused for the symbol it imports."""
   lazy = attack(WEEK1, tmp_path, "lazy", [], base="solution")
   cell_with(lazy, "a fused kernel", LAZY)
-  values, speed = tests_of(graded_unharmed(lazy, env), "a fused kernel")
+  values, speed = rows_of(graded_unharmed(lazy, env), "a fused kernel")
   assert values["status"] == "ok" and speed["status"] == "error" and "never written (NaN)" in speed["error"], speed
   into = attack(WEEK1, tmp_path, "into_python", [], base="solution")
   cell_with(into, "a fused kernel", INTO_PYTHON)
-  values, speed = tests_of(graded_unharmed(into, env), "a fused kernel")
+  values, speed = rows_of(graded_unharmed(into, env), "a fused kernel")
   assert values["points"] == speed["points"] == 0 and "PyRun_SimpleString" in values["error"], (values, speed)
   honest_after(WEEK1, tmp_path, env)
 
@@ -393,7 +393,7 @@ def test_shortcuts_cannot_be_reached_by_any_route(tmp_path, env):
   score = graded_unharmed(attack(WEEK7, tmp_path, "computed", [COMPUTED_NAMES], base="solution"), env)
   for task in ("AdamW step", "count the parameters", "emulate one mma"):
     assert score["tasks"][task]["points"] == 0, score["tasks"][task]
-    assert all("ShortcutUnavailable" in t["error"] for t in tests_of(score, task)), tests_of(score, task)
+    assert all("ShortcutUnavailable" in t["error"] for t in rows_of(score, task)), rows_of(score, task)
   assert score["total"] == score["max"] - 8, points(score)
   score = graded_unharmed(attack(WEEK3, tmp_path, "make_plan", [MAKE_PLAN_GEMM], base="solution"), env)
   assert points(score)["naive GEMM"] == points(score)["B transposed"] == 0, points(score)
@@ -453,7 +453,7 @@ def test_week1_softmax_and_memory_judged_rightly(tmp_path, env):
   for name, source in (("no_max", NO_MAX), ("np_sqrt", NP_SQRT), ("naive", NAIVE)):
     nb = attack(WEEK1, tmp_path, name, [], base="solution")
     cell_with(nb, "blocked attention", source)
-    got[name] = tests_of(graded_unharmed(nb, env), "blocked attention")
+    got[name] = rows_of(graded_unharmed(nb, env), "blocked attention")
   assert got["no_max"][0]["points"] == 0 and "exp overflows there" in got["no_max"][0]["error"], got["no_max"]
   assert [t["points"] for t in got["np_sqrt"]] == [2, 1], got["np_sqrt"]
   assert got["naive"][0]["points"] == 2 and got["naive"][1]["points"] == 0, got["naive"]
@@ -649,13 +649,13 @@ def test_every_failing_expectation_is_reported_with_its_diagnosis(tmp_path, env)
   """Two faults in one task are both reported; AdamW with eps inside the square root is named so; a work-group
   reduction without a barrier in its tree is named a race (week 6's row max kernel)."""
   score = graded_unharmed(attack(WEEK1, tmp_path, "two_faults", [TWO_FAULTS], base="solution"), env)
-  (cost,) = tests_of(score, "cost table")
+  (cost,) = rows_of(score, "cost table")
   assert "['io_bytes']" in cost["error"] and "['flops']" in cost["error"], cost["error"]
   score = graded_unharmed(attack(WEEK7, tmp_path, "eps_inside", [EPS_INSIDE], base="solution"), env)
   said = json.dumps(score["tasks"]["AdamW step"])
   assert score["tasks"]["AdamW step"]["points"] == 1 and "eps is inside the square root" in said, said
   nb = attack(WEEK6, tmp_path, "no_barrier", [], base="solution")
   cell_with(nb, "row max kernel", NO_BARRIER_SOLUTION)
-  (row_max,) = tests_of(graded_unharmed(nb, env), "row max kernel")
+  (row_max,) = rows_of(graded_unharmed(nb, env), "row max kernel")
   assert row_max["points"] == 0 and "a race" in row_max["error"], row_max
   honest_after(WEEK7, tmp_path, env)
