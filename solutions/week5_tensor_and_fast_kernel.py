@@ -108,6 +108,9 @@ print("its gradient matches finite differences:", np.allclose(g.numpy(), fd, ato
 # **Your task.** With Tensor operations only: `var(x, axis)`, the (biased, as in LayerNorm) variance over one axis,
 # with `keepdim=True`; and `layernorm(x, eps)`: `(x - mean) / sqrt(var + eps)` over the last axis. The gradient of
 # `layernorm(x) @ w` then comes from `gradient` with no new rule: check it against finite differences.
+# uopc's Tensor already has these as methods, `Tensor.var`, `Tensor.std` and `Tensor.layernorm` (and `uopc.nn.LayerNorm`
+# uses them): while this week is graded they raise `ShortcutUnavailable`, so a `var` or `layernorm` that calls one
+# scores 0 for this task (a self-check against them in another cell stops that cell and costs nothing).
 
 # %%
 # TASK: variance and LayerNorm
@@ -148,6 +151,8 @@ check("d/dw of (layernorm(x) @ w).sum() against finite differences", gw.numpy(),
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np = seeded(3).standard_normal((6, 10)) * 3 + 1
 for _axis in (-1, 0, 1): record(f"axis={_axis}", var(Tensor(_x_np), _axis).numpy())
@@ -160,6 +165,8 @@ for _axis in (-1, 0, 1):
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np = seeded(4).standard_normal((5, 8)) * 2
 for _eps in (1e-5, 0.5): record(f"eps={_eps}", layernorm(Tensor(_x_np), _eps).numpy())
@@ -174,6 +181,8 @@ gradelib.expect_close(recorded["constant rows"], np.zeros((2, 4)), "layernorm of
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np, _w_np = seeded(5).standard_normal((3, 5)), seeded(6).standard_normal((5, 2))
 _x, _w = Tensor(_x_np), Tensor(_w_np)
