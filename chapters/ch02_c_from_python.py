@@ -164,8 +164,9 @@ print("cache entries:", sorted(p.suffix for p in Path(os.environ["UOPC_CACHE_DIR
 # checked before every load, so a truncated or damaged file (a full disk, a process killed while
 # writing) is rebuilt instead of loaded. Each object is compiled into a temporary file and renamed into
 # place, so two processes compiling the same kernel at once (parallel test workers) never see half a
-# file. (The cell lists files only: a folder `compiler-checks` may sit beside them, where uopc keeps what it
-# found when it checked the compiler for known wrong code, NOTES 49.) How much does the cache save? Time a new kernel's first build and its second load:
+# file. (The cell lists files only: a folder `compiler-checks` may sit beside them, where uopc keeps what
+# it found when it checked the compiler for known wrong code, NOTES 49.) How much does the cache save?
+# Time a new kernel's first build and its second load:
 
 # %% tags=["nbval-ignore-output"]
 SCALE = "void scale(float* x, float k, int n) { for (int i = 0; i < n; i++) x[i] *= k; }"
