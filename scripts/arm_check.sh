@@ -16,7 +16,10 @@ REPO=${REPO:-$(git rev-parse --show-toplevel 2>/dev/null || pwd)}
 WORK=${WORK:-${TMPDIR:-/tmp}/uopc-arm}
 ROOT=$WORK/root
 # the Debian mirror this machine's apt already uses (first deb line of its sources)
-MIRROR=${MIRROR:-$(grep -rhoE '^(deb|URIs:)\s+\S+' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | awk '{print $2}' | grep -v security | head -n 1)}
+# (only the files apt reads: *.list and *.sources, and only Debian's archive, not a third party's repository)
+MIRROR=${MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+  grep -oE '^(deb|URIs:)\s+\S+' | awk '{print $2}' | grep -E '/debian/?$' | head -n 1 || true)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
 TESTS=${TESTS:-tests/test_ch05_render.py tests/test_vector_ir.py tests/test_vector_kernels.py}
 PYTEST_ARGS=${PYTEST_ARGS:--n 2 --dist loadfile}
 # x86-64-only wheels on PyPI (no aarch64 wheel, no sdist): `make setup` stops on them on ARM. Debian's
@@ -28,12 +31,17 @@ stage() { echo; echo "=== $1 ($(date +%T))"; }
 timed() { local t0=$SECONDS rc=0; "$@" || rc=$?; echo "--- took $((SECONDS - t0)) s (exit $rc): ${*:1:3}" >&2; return $rc; }
 
 host_packages() {
-  local want=(qemu-user-static binfmt-support debootstrap)
+  local want=(qemu-user-static debootstrap)
   [[ " $STAGES " == *" cross "* ]] && want+=(gcc-aarch64-linux-gnu)
   local missing=() p; for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if ((${#missing[@]})); then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; fi
   mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64
+  # qemu-user-static's own binfmt.d entry (flag F: the kernel opens qemu now, so it runs inside the chroot too);
+  # binfmt-support's update-binfmts where that is installed instead
+  if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    if [ -f /usr/lib/binfmt.d/qemu-aarch64.conf ]; then cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register
+    else update-binfmts --enable qemu-aarch64; fi
+  fi
 }
 
 # ---- chroot plumbing: mounts undone on exit, whatever happens ----
@@ -45,7 +53,7 @@ mount_root() {
   mountpoint -q "$ROOT/dev" || { mount --rbind /dev "$ROOT/dev"; mount --make-rslave "$ROOT/dev"; MOUNTED+=("$ROOT/dev"); }
   cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
   # the host's CA bundle: pip inside then trusts whatever the host trusts (a TLS-inspecting proxy's CA included)
-  cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/host-ca.crt"
+  mkdir -p "$ROOT/etc/ssl"; cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/host-ca.crt"
 }
 umount_root() {
   local m; for m in "${MOUNTED[@]}"; do umount -R "$m" 2>/dev/null || umount -lR "$m"; done; MOUNTED=()
