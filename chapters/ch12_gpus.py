@@ -469,7 +469,7 @@ print(f"unfused attention N={Nq}: CL on PoCL {t_cl * 1e3:.2f} ms, uopc's C {t_cp
 
 # %%
 # %%needs CUDA
-from uopc.runtime.cuda import CUDAProgram, gpu_present, no_gpu_reason
+from uopc.runtime.cuda import CUDAProgram
 
 compiled = {arch: 0 for arch in ("sm_80", "sm_90")}
 for plan in plans.values():
@@ -484,10 +484,12 @@ print("\n".join(CUDA.render(exp_kernel.ast, exp_kernel.name).src.splitlines()[:4
 # elsewhere it prints why it skipped (its output is not compared by nbval: it depends on the machine).
 
 # %% tags=["nbval-ignore-output"]
+from uopc.runtime.cuda import gpu_present, no_gpu_reason
+
 if gpu_present():
   out = book.attention(*(Tensor(a, device="CUDA") for a in (q, k, v))).numpy()
   print("unfused on CUDA, max error below 1e-5:", np.abs(out - ref).max() < 1e-5)
-  Tensor.fuse_reduce, Tensor.opt = True, book.FlashOpt
+  Tensor.fuse_reduce, Tensor.opt, old_opt = True, book.FlashOpt, Tensor.opt
   out = book.attention(*(Tensor(a, device="CUDA") for a in (q, k, v))).numpy()
   Tensor.fuse_reduce, Tensor.opt = False, old_opt
   print("fused on CUDA, max error below 1e-5:  ", np.abs(out - ref).max() < 1e-5)

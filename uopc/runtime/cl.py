@@ -78,9 +78,9 @@ def choose_platform(platforms: list, wanted: str = "", is_gpu=_is_gpu):
                            len(PREFERRED) if any(is_gpu(d) for d in pd[1]) else len(PREFERRED) + 1)
     found = sorted(usable, key=rank)   # stable: pyopencl's order among equals
     if not found:
-      raise CLUnavailable(f"device CL: no OpenCL platform on this machine ({platform_name()}"
-                          f"{': found ' + ', '.join(names) + ', without a device' if names else ''}); "
-                          f"{install_hint()}. CL_PLATFORM=<name> chooses one")
+      found_here = f"; found {', '.join(names)}, and Oclgrind is taken only by name" if names else ""
+      raise CLUnavailable(f"device CL: no OpenCL platform with a device on this machine ({platform_name()}"
+                          f"{found_here}); {install_hint()}. CL_PLATFORM=<name> chooses one")
   platform, devices = found[0]
   return platform, next((d for d in devices if is_gpu(d)), devices[0])
 
