@@ -12,8 +12,10 @@
 #   PYTHON=<python 3.11+>  CC=<compiler, default clang>  VENV=<folder, default .venv-nodevice>
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON=${PYTHON:-$( (command -v pyenv >/dev/null && pyenv root || echo "$HOME/.pyenv") 2>/dev/null)/versions/3.13.0/bin/python}
-[ -x "$PYTHON" ] || PYTHON=$(command -v python3.13 || command -v python3)
+# Python 3.13: $PYTHON, else pyenv's newest 3.13, else python3.13 on PATH, else python3 (said below)
+PYENV_ROOT=${PYENV_ROOT:-$( (pyenv root || echo "$HOME/.pyenv") 2>/dev/null)}
+PYTHON=${PYTHON:-$(ls -d "$PYENV_ROOT"/versions/3.13*/bin/python 2>/dev/null | sort -V | tail -n 1)}
+[ -n "$PYTHON" ] && [ -x "$PYTHON" ] || PYTHON=$(command -v python3.13 || command -v python3)
 VENV=${VENV:-.venv-nodevice}
 export CC=${CC:-clang}
 # the device packages and what only they need: nothing else in the lock requires them
@@ -25,7 +27,9 @@ PY=$VENV/bin/python
 
 make_env() {
   if [ -f "$VENV/.installed-stamp" ] && [ "$VENV/.installed-stamp" -nt requirements.lock ]; then return; fi
-  echo "=== $VENV: $("$PYTHON" --version) from requirements.lock without: $DEVICE_PACKAGES"
+  echo "=== $VENV: $("$PYTHON" --version) ($PYTHON) from requirements.lock without: $DEVICE_PACKAGES"
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' ||
+    echo "note: no Python 3.13 here (PYTHON=<its path>): this environment tests $("$PYTHON" --version) instead"
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
   local lock; lock=$(mktemp)

@@ -235,3 +235,22 @@ def test_a_cell_that_needs_a_missing_device_prints_why_and_its_stored_output(tmp
   (tmp_path / "stored.ipynb").unlink()   # nothing stored anywhere: it says so, and still goes on
   nothing = execute(CELLS[:2] + ["%%needs CL\nprint('first run')"], tmp_path, CL_PLATFORM="no-such-platform")
   assert "no output of it is stored" in texts(nothing.cells[2])
+
+
+# ---- the workflow for forks on GitHub (it cannot run here: it is checked to parse and to name what exists) ----
+KNOWN_ACTIONS = {"actions/checkout@v4", "actions/setup-python@v5"}
+
+
+def test_the_github_workflow_parses_and_runs_the_students_commands():
+  import yaml
+  flow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+  job = flow["jobs"]["test"]
+  assert job["strategy"]["matrix"] == {"os": ["ubuntu-latest", "ubuntu-24.04-arm", "macos-14"],
+                                       "python": ["3.11", "3.13"]}
+  assert {s["uses"] for s in job["steps"] if "uses" in s} == KNOWN_ACTIONS
+  runs = [s["run"] for s in job["steps"] if "run" in s]
+  assert "make setup" in runs and "make demo" in runs and any("pytest" in r and "tests/" in r for r in runs)
+  for r in runs:   # each make target exists; each script it names is in the repository
+    for target in re.findall(r"^make (\w+)", r, re.M):
+      assert subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True).returncode == 0, target
+    for path in re.findall(r"scripts/[\w.]+", r): assert (ROOT / path).is_file(), path
