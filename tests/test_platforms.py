@@ -92,6 +92,7 @@ def test_the_lock_installs_on_a_mac_and_a_changed_hash_is_caught():
   end = lock.index("# via", start)
   bad = lock[:start] + re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, lock[start:end]) + lock[end:]
   got = pc.run(bad, ["macOS arm64"], ["3.13"])[("macOS arm64", "3.13")]
+  if registry_down(got): pytest.skip(f"the package registry is not reachable here: {got[:200]}")
   assert got == "hash not in the lock: pyopencl", got
 
 
