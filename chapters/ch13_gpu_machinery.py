@@ -28,10 +28,12 @@
 # (the layouts), `uopc.codegen.tc` (`TC=1`), `uopc.kernels.fa2` (`fa2_ir`).
 
 # %% tags=["nbval-ignore-output"]
-import numpy as np
 from uopc.bench import header
-from uopc.runtime.cl import device_name
 print(header())
+
+# %% tags=["nbval-ignore-output"]
+# %%needs CL
+from uopc.runtime.cl import device_name
 print("OpenCL:", device_name())
 
 # %% [markdown]
@@ -45,10 +47,9 @@ print("OpenCL:", device_name())
 
 # %%
 import warnings
+import numpy as np
 import pyopencl as cl
 from uopc.runtime.cl import cl_queue
-
-ctx, queue = cl_queue()
 
 
 def render_tiled_matmul(T: int) -> str:
@@ -90,6 +91,10 @@ M = K = N = 128
 rng = np.random.default_rng(13)
 a, b = (rng.standard_normal(s).astype(np.float16) for s in ((M, K), (K, N)))
 ref = a.astype(np.float64) @ b.astype(np.float64)
+
+# %%
+# %%needs CL
+ctx, queue = cl_queue()
 for T in (8, 16):
   got = tiled_matmul(a.astype(np.float32), b.astype(np.float32), T)
   print(f"T={T:2d}: max error against float64 NumPy {np.abs(got - ref).max():.1e}")
@@ -146,13 +151,16 @@ steps = {"default (register tile)": DefaultOpt.lower(body, out, Options(device="
 # a warp's 16 x 8 tile of C reads A once per 8 columns and B once per 16 rows, straight into registers
 predicted = {"default (register tile)": loads(4, 4, 0, 0), "local tile": loads(16, 16, 1, 1),
              "local + register tile": loads(32, 32, 4, 4), "tensor cores (WMMA)": loads(16, 8, 0, 0)}
-counts = {}
+counts = {name: traffic(prog) for name, prog in steps.items()}
+
+# %%
+# %%needs CL
 print(f"{'step':<24s} {'global loads (MB)':>18s} {'local loads (MB)':>17s}   max error")
 print(f"{'':<24s} {'counted predicted':>18s} {'counted predicted':>17s}")
 for name, prog in steps.items():
   res = np.zeros(M * N, np.float32)
   get_device("CL").compile(CL.render(prog, "gemm").src)(a.reshape(-1), b.reshape(-1), res)
-  t = counts[name] = traffic(prog)
+  t = counts[name]
   pg, pl = predicted[name]
   print(f"{name:<24s} {t['global_load'] / 1e6:7.2f} {pg / 1e6:9.2f} {t['local_load'] / 1e6:7.2f} {pl / 1e6:9.2f}"
         f"   {np.abs(res.reshape(M, N) - ref).max():.1e}")
@@ -361,6 +369,7 @@ print("\n".join(shown + ["..."] + [part + ":" for part in mma.split(":")[:-1]] +
 # (here the two halves of each A register swapped) then gives wrong numbers on CL, as it would on a GPU:
 
 # %%
+# %%needs CL
 hw = wmma.M16N8K16
 swapped = wmma.Shape(hw.name, 16, 8, 16, hw.inputs,
                      wmma.Operand(16, 16, 8, lambda lane, i: (hw.a.where(lane, i)[0], hw.a.where(lane, i ^ 1)[1])),
@@ -383,6 +392,7 @@ for name, layout in (("hardware table", None), ("swapped halves", swapped)):
 # without the second barrier on PoCL too, five times, against NumPy.
 
 # %%
+# %%needs Oclgrind
 import os, subprocess, sys, tempfile
 script = '''
 import sys
@@ -413,7 +423,7 @@ print(f"matches NumPy on {ok} of {runs} runs")
 with tempfile.TemporaryDirectory() as tmp:
   path = os.path.join(tmp, "race.py")
   with open(path, "w") as f: f.write(script)
-  env = {**os.environ, "UOPC_CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": tmp}
+  env = {**os.environ, "CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": tmp}
   for mode in ("keep", "drop"):
     r = subprocess.run([sys.executable, path, mode], env=env, capture_output=True, text=True, timeout=300)
     report = r.stdout + r.stderr
@@ -459,6 +469,7 @@ with tempfile.TemporaryDirectory() as tmp:
 # with V. Exercise 6 asks for it.
 
 # %%
+# %%needs CL
 import math
 from uopc.book import load_example
 from uopc.nn import scaled_dot_product_attention as sdpa

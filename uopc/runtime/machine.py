@@ -69,6 +69,16 @@ class Arch:
 ARCHES = {"x86_64": Arch(("-march=native",), ("-mprefer-vector-width",)),
           "aarch64": Arch(("-mcpu=native",), ())}
 HOST_ARCH = {"AMD64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+# the names README's install table and scripts/platform_check.py give a student's machine
+SYSTEM_NAMES = {"Darwin": "macOS", "Linux": "Linux", "Windows": "Windows"}
+ARCH_NAMES = {("macOS", "aarch64"): "arm64", "x86_64": "x86-64", "aarch64": "ARM64"}
+
+
+def platform_name(system: str | None = None, arch: str = HOST_ARCH) -> str:
+  """This machine as the install table names it: "Linux x86-64", "Linux ARM64", "macOS arm64", "macOS x86-64"."""
+  name = SYSTEM_NAMES.get(system or platform.system(), system or platform.system())
+  return f"{name} {ARCH_NAMES.get((name, arch), ARCH_NAMES.get(arch, arch))}"
+
 
 # the predefined macro of each feature a level may use -> its name in /proc/cpuinfo: a level whose macros name a
 # feature this CPU lacks builds code that would stop on an illegal instruction
@@ -121,6 +131,8 @@ def target_for(cc: str, march: str, arch: str = HOST_ARCH, check: bool = True) -
   spec = ARCHES.get(arch)
   flags = (spec.named(march) if march else spec.native) if spec else (() if not march else (f"-march={march}",))
   macros = _macros(cc, flags)
+  if macros is None and not march and flags:   # a compiler that rejects its native flag (an older Apple clang and
+    flags, macros = (), _macros(cc, ())         # -mcpu=native): its own default target (on a Mac's arm64, the M1)
   if macros is None:
     if march: raise MarchError(f"UOPC_MARCH={march!r}: {cc} rejects {' '.join(flags)} (not a level or CPU it knows)")
     macros = ""   # a compiler that cannot say: the narrowest vectors
