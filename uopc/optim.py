@@ -179,7 +179,8 @@ def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) ->
   grads = [p for p in params if p.grad is not None]
   if not grads: raise RuntimeError("clip_grad_norm_: no parameter has a .grad; call backward()")
   total = sum((p.grad.detach() * p.grad.detach()).sum() for p in grads).sqrt()                  # ()
-  scale = (max_norm / (total + eps)).minimum(1.0)
+  # one kernel computes the scale (a 0-d STAGE), instead of every update kernel summing the norms again before its loop
+  scale = (max_norm / (total + eps)).minimum(1.0).contiguous()
   for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
   return total
 

@@ -1,0 +1,242 @@
+"""The step program: a list of kernels as one C function that runs them in order inside one OpenMP parallel region
+(a graph executor: tinygrad's CPU graph, CUDA Graphs; uopc.jit, NOTES 45).
+
+  src = render_step(calls, renderer)     # calls: Call(ast, name, bufs, writes, serial), in the order they run
+  prg = StepProgram(src, len(buffers))   # uopc.runtime.graph: one compile, cached like any kernel; one call a step
+
+What it writes, for three calls where the second reads what the first wrote:
+
+  static __attribute__((noinline)) void r_12_64_0(float* restrict data0, float* restrict data1) {
+    #pragma omp for nowait          <- the kernel's THREAD loop, shared out among the team's threads
+    for (int ridx0 = 0; ...
+  }
+  ...
+  void uopc_step(void** b) {
+  #pragma omp parallel
+  {
+    r_12_64_0(b[0], b[1]);
+    #pragma omp single nowait       <- a small or serial kernel: one thread runs it whole, the others go on
+    e_1_1(b[2], b[3]);
+    #pragma omp barrier             <- e_12_64_2 reads b[1], which r_12_64_0 wrote
+    e_12_64_2(b[1], b[4]);
+  }
+  }
+
+Each kernel is rendered from its loop program again by a dialect of the plan's renderer that differs in three words
+(the function is static and never inlined, the THREAD loop's pragma is an orphaned `omp for nowait`, no vector
+preamble: one preamble for all kernels heads the file); the kernels a plan compiles and DEBUG prints are unchanged.
+Workers are woken once per step instead of once per kernel (NOTES 20: each parallel region wakes sleeping workers),
+and a barrier stands only where a kernel touches a buffer that a kernel since the last barrier wrote, or writes one
+that such a kernel read.
+
+A kernel's loop runs as `omp for` only when that is the same program: its one THREAD loop at the top of the function,
+every store to a buffer inside it, every accumulator declared inside it. Code outside that loop runs on every thread
+of the region, and a variable declared there is every thread's own: in the kernel's own `parallel for` it was one
+variable shared by the threads (NOTES 9). Any other kernel, and a kernel that asked for one thread (Kernel.threads),
+runs whole in `single`. Without OpenMP (a compiler without libomp) the pragmas are ignored and the step runs the
+kernels one after another on the calling thread: the same program.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from uopc.uop import UOp, Ops, AxisType
+from uopc.linearize import linearize, declarations
+from uopc.renderer import CStyleRenderer, base_buffer
+
+STEP_NAME = "uopc_step"
+PREFIX = "UOPC_KERNEL void "   # see KERNEL_MACRO
+
+
+@dataclass(frozen=True)
+class Call:
+  """One kernel of the step: its loop program, its name, the step buffer behind each parameter, which parameters it
+  writes, and whether it must run whole on one thread."""
+  ast: UOp
+  name: str
+  bufs: tuple[int, ...]
+  writes: tuple[bool, ...]
+  serial: bool = False
+  prg: object = field(default=None, compare=False)   # the kernel's own compiled program (a device graph may use it)
+
+
+@dataclass(frozen=True)
+class Copy:
+  """dst <- src, n bytes (a realize's output written back into the array it was assigned to)."""
+  dst: int
+  src: int
+  nbytes: int
+
+
+@dataclass
+class StepSource:
+  src: str                 # the C text: preamble, one function per distinct kernel, then uopc_step
+  name: str                # uopc_step
+  functions: int           # distinct kernel functions
+  shared: int              # calls whose loop is shared out (omp for)
+  serial: int              # calls run whole by one thread (single)
+  barriers: int
+  outline: list[str]       # uopc_step's body, for DEBUG=2
+
+
+def loop_form(ast: UOp) -> tuple[bool, bool]:
+  """(whether the kernel has a THREAD loop, whether that loop can be an orphaned `omp for` inside the step's region:
+  module docstring)."""
+  topo = ast.toposort()
+  lines = linearize(ast)
+  decl_at, _ = declarations(topo, lines)
+  threads, nested, inside, open_ranges = 0, False, {}, []
+  for ln in lines:
+    if ln.kind == "open":
+      if ln.uop.arg[1] is AxisType.THREAD: threads, nested = threads + 1, nested or bool(open_ranges)
+      open_ranges.append(ln.uop)
+    elif ln.kind == "close": open_ranges.pop()
+    else: inside[ln.uop] = bool(open_ranges) and open_ranges[0].arg[1] is AxisType.THREAD
+  if threads != 1 or nested: return threads > 0, False
+  stores = [u for u in topo if u.op is Ops.STORE and base_buffer(u.src[0].src[0]) is not None]
+  return True, all(inside.get(u, False) for u in stores) and all(inside.get(d, False) for d in decl_at.values())
+
+
+def worksharable(ast: UOp) -> bool: return loop_form(ast)[1]
+
+
+def _dialect(base: CStyleRenderer, shared: bool, table: bool, used: set) -> CStyleRenderer:
+  """The plan's renderer with the step's words; the vector dtypes each kernel uses are collected in `used`.
+  table: the parameters are read from a table of pointers (a kernel with a THREAD loop), else they are parameters."""
+  def preamble(self, dts):
+    used.update(dts)
+    return []
+  def header(self, name, signature):
+    decls = [self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params]
+    if not table: return f"{PREFIX}{name}({', '.join(decls)}) {{"
+    # the pointers loaded from a table, as the function gcc outlines for a `parallel for` loads them from a struct:
+    # -fassociative-math orders a sum by where its operands come from, and as plain parameters the same C summed
+    # some rows in another order than the kernel's own build (NOTES 45)
+    loads = [f"  {d} = a[{k}];" for k, d in enumerate(decls)]
+    return "\n".join([f"{PREFIX}{name}(void** restrict a) {{"] + loads)
+  attrs = {"header": header, "thread_pragma": "#pragma omp for nowait" if shared else None,
+           "vector_preamble": preamble}
+  return type(f"{type(base).__name__}Step", (type(base),), attrs)()
+
+
+def _touches(c: Call | Copy) -> tuple[set[int], set[int]]:
+  """The buffers c reads and the buffers it writes."""
+  if isinstance(c, Copy): return {c.src}, {c.dst}
+  return {b for b, w in zip(c.bufs, c.writes) if not w}, {b for b, w in zip(c.bufs, c.writes) if w}
+
+
+def levels(calls: list[Call | Copy]) -> list[list[int]]:
+  """The calls in levels: each call one level after the latest call it must follow (one that wrote a buffer it reads
+  or writes, or read a buffer it writes); the calls of one level touch nothing another of them writes, so they run
+  between the same two barriers, in any order. A barrier a level, not a barrier a dependent pair in program order."""
+  level: list[int] = []
+  writer: dict[int, int] = {}                # buffer -> the level of its last writer
+  readers: dict[int, int] = {}               # buffer -> the latest level that read it since
+  for c in calls:
+    reads, writes = _touches(c)
+    after = [writer.get(b, -1) for b in reads | writes] + [readers.get(b, -1) for b in writes]
+    level.append(max(after, default=-1) + 1)
+    for b in reads: readers[b] = max(readers.get(b, -1), level[-1])
+    for b in writes: writer[b], readers[b] = level[-1], -1
+  out: list[list[int]] = [[] for _ in range(max(level, default=-1) + 1)]
+  for k, n in enumerate(level): out[n].append(k)
+  return out
+
+
+def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSource:
+  """The step program of calls (kernels and copies, in program order) for a C dialect (render_c's CRenderer or a
+  subclass): the calls in levels (levels()), each level's shared loops first, then its serial kernels (a thread that
+  is done with its share takes the next one), a barrier between levels."""
+  used: set = set()
+  dialects = {(sh, tb): _dialect(renderer, sh, tb, used) for sh in (True, False) for tb in (True, False)}
+  functions: dict[tuple[UOp, bool], str] = {}
+  bodies: list[str] = []
+  body: list[str] = []
+  shared = serial = 0
+  forms = [(True, True) if isinstance(c, Copy) else loop_form(c.ast) for c in calls]
+  share = [ws and (isinstance(c, Copy) or not c.serial) for c, (_, ws) in zip(calls, forms)]
+  groups = levels(calls)
+  for n, group in enumerate(groups):
+    if n: body.append("uopc_barrier(&bar, nth, &sense);")
+    for k in sorted(group, key=lambda k: not share[k]):
+      c = calls[k]
+      if isinstance(c, Copy):
+        body.append(f"uopc_copy(b[{c.dst}], b[{c.src}], {c.nbytes});")
+        continue
+      key = (c.ast, share[k])
+      if key not in functions:
+        functions[key] = f"{c.name}_{len(functions)}"
+        bodies.append(dialects[(share[k], forms[k][0])].render(c.ast, functions[key]).src)
+      if not share[k]: body.append("#pragma omp single nowait")
+      ptrs = ", ".join(f"b[{j}]" for j in c.bufs)
+      body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if forms[k][0] else f"{functions[key]}({ptrs});")
+  shared, serial = sum(share), len(calls) - sum(share)
+  preamble = renderer.vector_preamble(used) if used else []
+  src = "\n".join([KERNEL_MACRO] + preamble + [BARRIER, COPY] + bodies + [
+    f"void {STEP_NAME}(void** b) {{", "  uopc_bar bar = {0, 0, 0};", "#pragma omp parallel", "  {",
+    "    int nth = uopc_threads(), sense = 0;"] + ["    " + line for line in body] + ["  }", "}"])
+  return StepSource(src, STEP_NAME, len(functions), shared, serial, max(len(groups) - 1, 0), body)
+
+
+# Each kernel is compiled as if alone: gcc's interprocedural passes (constant propagation into a static function, its
+# clones, changed calling conventions) would let -fassociative-math reassociate its sums differently from the
+# kernel's own build, and the step's results would differ from the kernels' in the last bit. noipa turns them off
+# (gcc 8 and later); clang has no such passes over a noinline function.
+KERNEL_MACRO = """#if defined(__clang__)
+#define UOPC_KERNEL static __attribute__((noinline))
+#else
+#define UOPC_KERNEL static __attribute__((noipa))
+#endif"""
+
+
+# A barrier between levels that spins a little before it sleeps: the threads are all inside the step and mostly arrive
+# within microseconds of each other. OpenMP's own barrier, under the passive wait policy uopc sets (NOTES 20), puts the
+# first thread to sleep at once and the last one wakes it: as costly as the region a kernel had of its own. Past
+# SPIN pauses a waiting thread sleeps on a futex (Linux; elsewhere it yields its core at every look), so a thread whose
+# partner lost its core to another process gives its own core up (NOTES 20). After the step, the region's end is
+# OpenMP's, where idle workers sleep.
+BARRIER = """#include <sched.h>
+#ifdef _OPENMP
+#include <omp.h>
+static int uopc_threads(void) { return omp_get_num_threads(); }
+#else
+static int uopc_threads(void) { return 1; }
+#endif
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void uopc_sleep(int* at, int was) { syscall(SYS_futex, at, FUTEX_WAIT_PRIVATE, was, 0, 0, 0); }
+static void uopc_wake(int* at) { syscall(SYS_futex, at, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0); }
+#else
+static void uopc_sleep(int* at, int was) { (void)at; (void)was; sched_yield(); }
+static void uopc_wake(int* at) { (void)at; }
+#endif
+#define UOPC_SPIN 1000
+typedef struct { int count, sense, sleepers; } uopc_bar;
+static void uopc_barrier(uopc_bar* bar, int nth, int* sense) {
+  if (nth == 1) return;
+  int s = *sense = !*sense;
+  if (__atomic_add_fetch(&bar->count, 1, __ATOMIC_ACQ_REL) == nth) {   /* the last to arrive lets the others go */
+    __atomic_store_n(&bar->count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&bar->sense, s, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&bar->sleepers, __ATOMIC_SEQ_CST)) uopc_wake(&bar->sense);
+    return;
+  }
+  for (int i = 0; __atomic_load_n(&bar->sense, __ATOMIC_ACQUIRE) != s; i++) {
+    if (i < UOPC_SPIN) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    __atomic_add_fetch(&bar->sleepers, 1, __ATOMIC_SEQ_CST);   /* then look again: a wake-up cannot be missed */
+    if (__atomic_load_n(&bar->sense, __ATOMIC_SEQ_CST) != s) uopc_sleep(&bar->sense, !s);
+    __atomic_sub_fetch(&bar->sleepers, 1, __ATOMIC_SEQ_CST);
+  }
+}"""
+
+
+# a realize's output copied into the array it was assigned to: the copy shared out in 64 KB pieces
+COPY = """static void uopc_copy(void* restrict dst, const void* restrict src, long n) {
+  #pragma omp for nowait
+  for (long k = 0; k < n; k += 65536) memcpy((char*)dst + k, (const char*)src + k, n - k < 65536 ? n - k : 65536);
+}"""

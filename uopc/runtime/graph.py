@@ -1,0 +1,58 @@
+"""A step program loaded and called: many kernels, one C call (uopc.render_step renders it; uopc.jit runs it).
+
+  prg = StepProgram(step_source, nbufs)   # compiles, or loads the cached object for this exact source and compiler
+  prg.bind(k, array)                      # buffer k of the step is this array (kept until bound again)
+  prg()                                   # one call: every kernel, in one OpenMP parallel region
+
+The kernels read their buffers through one table of pointers, `void* b[nbufs]`: what never changes between steps (a
+plan's temporaries, parameters, optimizer state) is bound once; only a step's new arguments and fresh outputs are
+bound again before each call.
+"""
+from __future__ import annotations
+import time
+import cffi
+import numpy as np
+from uopc.runtime import build, calls
+from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.toolchain import compiler
+
+
+class StepProgram:
+  """The step's C function, void uopc_step(void** b), compiled and loaded, with its table of buffer pointers."""
+
+  def __init__(self, step, nbufs: int):
+    self.step, self.name, self.nbufs = step, step.name, nbufs
+    self.threads, self._quick, self.scalar_slots = None, None, ()   # what uopc.runtime.calls asks of a program
+    cc, full = compiler(), PRELUDE + step.src
+    t0 = time.perf_counter()
+    self.flags, self.path, self.cached = build.locate(full, self.name, cc, FLAGS)
+    if not self.cached:
+      with build.build_lock(self.path):
+        if not build.intact(self.path): build.build(full, self.path, cc, self.flags)
+    self.compile_s = time.perf_counter() - t0
+    self.ffi = cffi.FFI()
+    self.ffi.cdef(f"void {self.name}(void** b);")
+    self.lib = self.ffi.dlopen(str(self.path))
+    self.fn = getattr(self.lib, self.name)
+    self.table = self.ffi.new("void*[]", max(nbufs, 1))
+    self.arrays: list[np.ndarray | None] = [None] * nbufs   # what each pointer points into: kept alive here
+    self._char = self.ffi.typeof("char[]")
+    backend = getattr(self.ffi, "_backend", None)
+    self._from_buffer = backend.from_buffer if hasattr(backend, "from_buffer") else \
+      lambda ctype, arg, writes: self.ffi.from_buffer(ctype, arg, require_writable=writes)
+
+  def __repr__(self):
+    s = self.step
+    return (f"StepProgram({s.functions} functions, {s.shared} shared and {s.serial} serial calls, {s.barriers} "
+            f"barriers, cached={self.cached})")
+
+  def bind(self, k: int, array: np.ndarray) -> None:
+    """Buffer k is array from now on (C-contiguous: the step's kernels index it flat)."""
+    if not array.flags.c_contiguous: raise ValueError(f"step buffer {k}: the array is not C-contiguous")
+    self.arrays[k] = array
+    self.table[k] = self._from_buffer(self._char, array, False) if array.nbytes else self.ffi.NULL
+
+  def __call__(self) -> None:
+    missing = [k for k, a in enumerate(self.arrays) if a is None]
+    if missing: raise RuntimeError(f"{self.name}: step buffers {missing[:8]} were never bound")
+    calls.call_kernel(self, [self.table])
