@@ -77,44 +77,42 @@ class StepSource:
   outline: list[str]       # uopc_step's body, for DEBUG=2
 
 
-def loop_form(ast: UOp) -> tuple[bool, bool]:
-  """(whether the kernel has a THREAD loop, whether that loop can be an orphaned `omp for` inside the step's region:
-  module docstring)."""
+def worksharable(ast: UOp) -> bool:
+  """Whether the kernel's loop can be an orphaned `omp for` inside the step's region (module docstring)."""
   topo = ast.toposort()
   lines = linearize(ast)
   decl_at, _ = declarations(topo, lines)
-  threads, nested, inside, open_ranges = 0, False, {}, []
+  threads, inside, open_ranges = 0, {}, []
   for ln in lines:
     if ln.kind == "open":
-      if ln.uop.arg[1] is AxisType.THREAD: threads, nested = threads + 1, nested or bool(open_ranges)
+      if ln.uop.arg[1] is AxisType.THREAD:
+        if open_ranges: return False   # a THREAD loop inside another loop
+        threads += 1
       open_ranges.append(ln.uop)
     elif ln.kind == "close": open_ranges.pop()
     else: inside[ln.uop] = bool(open_ranges) and open_ranges[0].arg[1] is AxisType.THREAD
-  if threads != 1 or nested: return threads > 0, False
+  if threads != 1: return False
   stores = [u for u in topo if u.op is Ops.STORE and base_buffer(u.src[0].src[0]) is not None]
-  return True, all(inside.get(u, False) for u in stores) and all(inside.get(d, False) for d in decl_at.values())
+  return all(inside.get(u, False) for u in stores) and all(inside.get(d, False) for d in decl_at.values())
 
 
-def worksharable(ast: UOp) -> bool: return loop_form(ast)[1]
-
-
-def _dialect(base: CStyleRenderer, shared: bool, table: bool, used: set) -> CStyleRenderer:
+def _dialect(base: CStyleRenderer, shared: bool, used: set) -> CStyleRenderer:
   """The plan's renderer with the step's words; the vector dtypes each kernel uses are collected in `used`.
-  table: the parameters are read from a table of pointers (a kernel with a THREAD loop), else they are parameters."""
+  shared: the THREAD loop is an orphaned `omp for nowait`, the pointers read from a table. Serial: the kernel as its
+  own build has it (typed parameters, its own pragma: inside `single`, a `parallel for` is a team of one thread)."""
   def preamble(self, dts):
     used.update(dts)
     return []
   def header(self, name, signature):
     decls = [self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params]
-    if not table: return f"{PREFIX}{name}({', '.join(decls)}) {{"
+    if not shared: return f"{PREFIX}{name}({', '.join(decls)}) {{"
     # the pointers loaded from a table, as the function gcc outlines for a `parallel for` loads them from a struct:
     # -fassociative-math orders a sum by where its operands come from, and as plain parameters the same C summed
     # some rows in another order than the kernel's own build (NOTES 45)
-    loads = [f"  {d} = a[{k}];" for k, d in enumerate(decls)]
-    return "\n".join([f"{PREFIX}{name}(void** restrict a) {{"] + loads)
-  attrs = {"header": header, "thread_pragma": "#pragma omp for nowait" if shared else None,
-           "vector_preamble": preamble}
-  return type(f"{type(base).__name__}Step", (type(base),), attrs)()
+    return "\n".join([f"{PREFIX}{name}(void** restrict a) {{"] + [f"  {d} = a[{k}];" for k, d in enumerate(decls)])
+  attrs = {"header": header, "vector_preamble": preamble}
+  if shared: attrs["thread_pragma"] = "#pragma omp for nowait"
+  return type(f"{type(base).__name__}{'Shared' if shared else 'Serial'}", (type(base),), attrs)()
 
 
 def _touches(c: Call | Copy) -> tuple[set[int], set[int]]:
@@ -146,13 +144,12 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
   subclass): the calls in levels (levels()), each level's shared loops first, then its serial kernels (a thread that
   is done with its share takes the next one), a barrier between levels."""
   used: set = set()
-  dialects = {(sh, tb): _dialect(renderer, sh, tb, used) for sh in (True, False) for tb in (True, False)}
+  dialects = {sh: _dialect(renderer, sh, used) for sh in (True, False)}
   functions: dict[tuple[UOp, bool], str] = {}
   bodies: list[str] = []
   body: list[str] = []
   shared = serial = 0
-  forms = [(True, True) if isinstance(c, Copy) else loop_form(c.ast) for c in calls]
-  share = [ws and (isinstance(c, Copy) or not c.serial) for c, (_, ws) in zip(calls, forms)]
+  share = [isinstance(c, Copy) or (not c.serial and worksharable(c.ast)) for c in calls]
   groups = levels(calls)
   for n, group in enumerate(groups):
     if n: body.append("uopc_barrier(&bar, nth, &sense);")
@@ -164,10 +161,10 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
       key = (c.ast, share[k])
       if key not in functions:
         functions[key] = f"{c.name}_{len(functions)}"
-        bodies.append(dialects[(share[k], forms[k][0])].render(c.ast, functions[key]).src)
+        bodies.append(dialects[share[k]].render(c.ast, functions[key]).src)
       if not share[k]: body.append("#pragma omp single nowait")
       ptrs = ", ".join(f"b[{j}]" for j in c.bufs)
-      body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if forms[k][0] else f"{functions[key]}({ptrs});")
+      body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if share[k] else f"{functions[key]}({ptrs});")
   shared, serial = sum(share), len(calls) - sum(share)
   preamble = renderer.vector_preamble(used) if used else []
   src = "\n".join([KERNEL_MACRO] + preamble + [BARRIER, COPY] + bodies + [
