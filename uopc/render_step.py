@@ -105,11 +105,16 @@ def _dialect(base: CStyleRenderer, shared: bool, used: set) -> CStyleRenderer:
     return []
   def header(self, name, signature):
     decls = [self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params]
-    if not shared: return f"{PREFIX}{name}({', '.join(decls)}) {{"
-    # the pointers loaded from a table, as the function gcc outlines for a `parallel for` loads them from a struct:
+    typed = f"{PREFIX}{name}{'_' if shared else ''}({', '.join(decls)})"
+    if not shared: return typed + " {"
+    # The pointers loaded from a table, as the function gcc outlines for a `parallel for` loads them from a struct:
     # -fassociative-math orders a sum by where its operands come from, and as plain parameters the same C summed
-    # some rows in another order than the kernel's own build (NOTES 45)
-    return "\n".join([f"{PREFIX}{name}(void** restrict a) {{"] + [f"  {d} = a[{k}];" for k, d in enumerate(decls)])
+    # some rows in another order than the kernel's own build (NOTES 45). Without OpenMP nothing is outlined, and the
+    # table is handed on as parameters.
+    table = f"{PREFIX}{name}(void** restrict a)"
+    unpack = f"{table} {{ {name}_({', '.join(f'a[{k}]' for k in range(len(decls)))}); }}"
+    return "\n".join(["#ifdef _OPENMP", table + " {"] + [f"  {d} = a[{k}];" for k, d in enumerate(decls)]
+                     + ["#else", typed + ";", unpack, typed + " {", "#endif"])
   attrs = {"header": header, "vector_preamble": preamble}
   if shared: attrs["thread_pragma"] = "#pragma omp for nowait"
   return type(f"{type(base).__name__}{'Shared' if shared else 'Serial'}", (type(base),), attrs)()
@@ -173,12 +178,12 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
   return StepSource(src, STEP_NAME, len(functions), shared, serial, max(len(groups) - 1, 0), body)
 
 
-# Each kernel is compiled as if alone: gcc's interprocedural passes (constant propagation into a static function, its
-# clones, changed calling conventions) would let -fassociative-math reassociate its sums differently from the
-# kernel's own build, and the step's results would differ from the kernels' in the last bit. noipa turns them off
-# (gcc 8 and later); clang has no such passes over a noinline function.
+# Each kernel is compiled as if alone: interprocedural passes (constant propagation into a static function, its
+# clones, arguments passed by value instead of by pointer) would let -fassociative-math reassociate its sums
+# differently from the kernel's own build, and the step's results would differ from the kernels' in the last bit.
+# gcc's noipa turns them off; clang has no noipa, and runs them only on functions no other file can call (static).
 KERNEL_MACRO = """#if defined(__clang__)
-#define UOPC_KERNEL static __attribute__((noinline))
+#define UOPC_KERNEL __attribute__((noinline, visibility("hidden")))
 #else
 #define UOPC_KERNEL static __attribute__((noipa))
 #endif"""
