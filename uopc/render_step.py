@@ -29,8 +29,9 @@ Workers are woken once per step instead of once per kernel (NOTES 20: each paral
 and a barrier stands only where a kernel touches a buffer that a kernel since the last barrier wrote, or writes one
 that such a kernel read.
 
-A kernel's loop runs as `omp for` only when that is the same program: its one THREAD loop at the top of the function,
-every store to a buffer inside it, every accumulator declared inside it. Code outside that loop runs on every thread
+A kernel's loop runs as `omp for` only when that is the same program: its THREAD loops at the top of the function
+(several in a multi-output kernel, uopc.codegen.siblings: independent loops, so no barrier between them), every store
+to a buffer inside one, every accumulator declared inside one. Code outside that loop runs on every thread
 of the region, and a variable declared there is every thread's own: in the kernel's own `parallel for` it was one
 variable shared by the threads (NOTES 9). Any other kernel, and a kernel that asked for one thread (Kernel.threads),
 runs whole in `single`. Without OpenMP (a compiler without libomp) the pragmas are ignored and the step runs the
@@ -91,7 +92,7 @@ def worksharable(ast: UOp) -> bool:
       open_ranges.append(ln.uop)
     elif ln.kind == "close": open_ranges.pop()
     else: inside[ln.uop] = bool(open_ranges) and open_ranges[0].arg[1] is AxisType.THREAD
-  if threads != 1: return False
+  if not threads: return False
   stores = [u for u in topo if u.op is Ops.STORE and base_buffer(u.src[0].src[0]) is not None]
   return all(inside.get(u, False) for u in stores) and all(inside.get(d, False) for d in decl_at.values())
 
@@ -100,8 +101,9 @@ def _dialect(base: CStyleRenderer, shared: bool, used: set) -> CStyleRenderer:
   """The plan's renderer with the step's words; the vector dtypes each kernel uses are collected in `used`.
   shared: the THREAD loop is an orphaned `omp for nowait`, the pointers read from a table. Serial: the kernel as its
   own build has it (typed parameters, its own pragma: inside `single`, a `parallel for` is a team of one thread)."""
-  def preamble(self, dts):
+  def preamble(self, dts, sqrt=None):
     used.update(dts)
+    if getattr(self, "vector_sqrt", False): used.add("sqrt")
     return []
   def header(self, name, signature):
     decls = [self.buffer_decl.format(type=self.type(p.dtype), name=p.name) for p in signature.params]
@@ -171,7 +173,9 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
       ptrs = ", ".join(f"b[{j}]" for j in c.bufs)
       body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if share[k] else f"{functions[key]}({ptrs});")
   shared, serial = sum(share), len(calls) - sum(share)
-  preamble = renderer.vector_preamble(used) if used else []
+  sqrt = "sqrt" in used
+  used.discard("sqrt")
+  preamble = renderer.vector_preamble(used, sqrt) if used else []
   src = "\n".join([KERNEL_MACRO] + preamble + [BARRIER, COPY] + bodies + [
     f"void {STEP_NAME}(void** b) {{", "  uopc_bar bar = {0, 0, 0};", "#pragma omp parallel", "  {",
     "    int nth = uopc_threads(), sense = 0;"] + ["    " + line for line in body] + ["  }", "}"])
