@@ -10,10 +10,6 @@ from uopc.uop import UOp, Ops, MOVEMENT, base_alloc
 from uopc.helpers import prod
 
 
-def stages(roots: list[UOp]) -> set[UOp]:
-  return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
-
-
 def explain_plan(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: list[str], fused_work) -> list[str]:
   """One note per kernel (the rule that cut it, the reductions fused in it), online softmax's groups, the total.
   groups: the points each kernel computes (uopc.codegen.siblings: several for a multi-output kernel)."""

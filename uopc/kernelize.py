@@ -11,7 +11,7 @@ The pipeline, as make_plan runs it (each step is a function below with a docstri
   _materialize_points       where kernels are cut: roots, STAGEs, REDUCEs (unless fuse_reduce)
   online_fusion             softmax groups are not cut when online softmax is on (uopc.codegen.online)
   _homes                    each point's buffer: an output or a temporary
-  _make_kernel              per point: lower (opt.lower), render and compile on the options' device
+  _make_kernel              per point (or group of sibling outputs): lower, render and compile on the device
 """
 from __future__ import annotations
 import os, threading, time
@@ -25,8 +25,6 @@ from uopc.codegen.online import online_fusion
 from uopc.plancache import PlanCache
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
-from uopc.codegen.siblings import merge, sibling_groups
-from uopc.explain import evaluations, explain_plan, stages
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +117,7 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   that takes tensor-level roots and gives them back rewritten, then one compiled kernel per materialization point."""
   fuse_reduce = options.fuse_reduce
   opt = BoundOpt(options.opt, options) if options.opt is not None else None
-  asked = stages(roots)   # STAGEs the program itself asked for (contiguous()), for explain()
+  asked = _stages(roots)   # STAGEs the program itself asked for (contiguous()), for explain()
   roots = [graph_rewrite(r, strip_detach) for r in roots]
   # fuse_reduce asks for "never write the big intermediate", so don't stage broadcasts either
   if not fuse_reduce: roots = stage_broadcast_compute(roots)
@@ -130,11 +128,9 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   home, temps, outs = _homes(roots, points)
   device = get_device(options.device)
   points = [p for p in points if prod(p.shape)]   # an empty tensor is written by no kernel (its output has no data)
-  groups = sibling_groups(roots, points) if options.siblings else [(p,) for p in points]
-  kernels = [_make_kernel([_kernel_body(p, points, home, g) for p in g], [home[p] for p in g], opt, options, device)
-             for g in groups]
+  groups, kernels = _kernels(roots, points, home, opt, options, device)   # a kernel per point or sibling group
   _compile_all(kernels, device)   # the kernels' compiles run side by side
-  notes = explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online.notes if online else [], _fused_work)
+  notes = _explain(roots, groups, kernels, temps, asked, fuse_reduce, online.notes if online is not None else [])
   return Plan(kernels, temps, outs, notes=notes)
 
 
@@ -316,6 +312,15 @@ def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
   return kernels
 
 
+def _kernels(roots, points, home, opt, options: Options, device: Device) -> tuple[list[tuple[UOp, ...]], list[Kernel]]:
+  """The points as groups (uopc.codegen.siblings: elementwise outputs that no other kernel reads share one kernel;
+  Options.siblings), and each group's kernel."""
+  from uopc.codegen.siblings import sibling_groups
+  groups = sibling_groups(roots, points) if options.siblings else [(p,) for p in points]
+  return groups, [_make_kernel([_kernel_body(p, points, home, g) for p in g], [home[p] for p in g], opt, options,
+                               device) for g in groups]
+
+
 def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[UOp, ...] = ()) -> UOp:
   """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape
   (but the other points of its group, which its kernel computes at the same element: those are computed inline)."""
@@ -326,6 +331,8 @@ def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[U
 def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, device: Device) -> Kernel:
   """Number the kernel's buffers data0, data1, ... in order of first use, the outputs last; lower, render, compile.
   Several bodies (sibling outputs, uopc.codegen.siblings): each lowered on its own, the loop programs merged."""
+  from uopc.codegen.siblings import merge
+  from uopc.explain import evaluations
   args, mapping = [], {}
   for u in (x for body in bodies for x in body.toposort()):
     if u.op is Ops.BUFFER and u not in mapping:
@@ -348,3 +355,13 @@ def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, 
   if local is not None and accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
     kernel.recompute = evaluations(accs, r.acc_trips, local)
   return kernel
+
+
+# ---- explain() (uopc.explain) ----
+def _stages(roots: list[UOp]) -> set[UOp]:
+  return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+
+
+def _explain(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: list[str]) -> list[str]:
+  from uopc.explain import explain_plan
+  return explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online, _fused_work)

@@ -247,8 +247,9 @@ def main(argv: list[str] | None = None) -> None:
     from uopc.opt import DefaultOpt, VectorOpt
     opt = VectorOpt if args.opt == "vector" else DefaultOpt
     peers = ("eager",) if args.no_torch_compile else ("eager", "compile")
+    fma = None if args.no_peak else (lambda: peak(3)["fma_gflops"])
     print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt, preset_name=args.preset or "chapter",
-                         torch_peers=peers)), flush=True)
+                         torch_peers=peers, fma_peak=fma)), flush=True)
     if args.preset and args.steps != 0:
       from uopc.bench.gpt_twin import twin
       from uopc.tensor import Tensor

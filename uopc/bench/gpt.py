@@ -46,14 +46,15 @@ def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int, tc: T
 
 
 def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None, preset_name: str = "chapter",
-        torch_peers: tuple[str, ...] = ("eager", "compile")) -> list[str]:
+        torch_peers: tuple[str, ...] = ("eager", "compile"), fma_peak=None) -> list[str]:
   """Rows: each peer's step time, tokens/s, GFLOP/s and fraction of the FMA peak, for the preset's model and recipe:
   uopc with the graph built every step, uopc captured and replayed (one program, uopc.jit), and where torch imports,
   PyTorch eager and torch.compile (in a process of their own, uopc.bench.gpt_torch). `opt`: uopc's optimizer for the
-  run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives the kernels the book prints)."""
+  run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives the kernels the book prints).
+  fma_peak: a function measuring the FMA peak in GFLOP/s (uopc.bench's; None: no fraction-of-peak column)."""
   from uopc.opt import VectorOpt
   old, Tensor.opt = Tensor.opt, opt or VectorOpt
-  try: return _gpt(reps, warmup, layers, preset_name, torch_peers)
+  try: return _gpt(reps, warmup, layers, preset_name, torch_peers, fma_peak)
   finally: Tensor.opt = old
 
 
@@ -71,8 +72,8 @@ def _torch(state, batches, cfg, tc, threads: int, peers: tuple[str, ...]):
   return worker, ready
 
 
-def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_peers: tuple[str, ...]) -> list[str]:
-  from uopc.bench import peak
+def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_peers: tuple[str, ...],
+         fma_peak) -> list[str]:
   text = load_text()
   tok = CharTokenizer(text)
   train_ids, _ = split(tok.encode(text))
@@ -109,7 +110,7 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
         if n >= warmup: best[k] = min(best[k], dt)
   finally:
     if worker is not None: worker.close()
-  fma = peak(3)["fma_gflops"]
+  fma = fma_peak() if fma_peak is not None else None
   x, y = batches[-1]   # where uopc's step goes: building the graph in Python, normalize + plan lookup, the kernels
   t = time.process_time(); roots = step_roots(model, opt, x, y, tc.grad_clip); build = time.process_time() - t
   kt = kernel_times(roots)
@@ -124,11 +125,13 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
           *[f"# {TORCH_NAMES[p]:<16s} first step {s:.1f} s (compiles; not in its step time)"
             for p, s in compile_s.items()],
           *notes,
-          f"# FMA peak         {fma:.1f} GFLOP/s ({threads} thread{'s' * (threads > 1)}, measured now); GFLOP/s below: "
-          f"the step's {flops / 1e6:.0f} MFLOP (uopc's kernels' count) / step time",
+          "# FMA peak         " + (f"{fma:.1f} GFLOP/s ({threads} thread{'s' * (threads > 1)}, measured now)" if fma
+                                    else "not measured") + f"; GFLOP/s below: the step's {flops / 1e6:.0f} MFLOP "
+          "(uopc's kernels' count) / step time",
           f"{'impl':<13s} {'step':>10s} {'tokens/s':>10s} {'GFLOP/s':>9s} {'of peak':>8s}"]
   for k, s in best.items():
-    rows.append(f"{k:<13s} {s * 1e3:7.1f} ms {tokens / s:10.0f} {flops / s / 1e9:9.1f} {flops / s / 1e9 / fma:8.1%}")
+    frac = f"{flops / s / 1e9 / fma:8.1%}" if fma else f"{'-':>8s}"
+    rows.append(f"{k:<13s} {s * 1e3:7.1f} ms {tokens / s:10.0f} {flops / s / 1e9:9.1f} {frac}")
   if g is not None:
     st = g.program.step
     rows.append(f"# uopc jit         one program, one call a step: {g.kernels} kernels ({st.functions} distinct "
