@@ -191,3 +191,28 @@ def test_an_output_another_kernel_reads_keeps_its_own_kernel():
   Tensor.realize(a, b, c)
   np.testing.assert_allclose(c.numpy(), (x.numpy() * 6).sum(1), rtol=1e-5)
   np.testing.assert_allclose(b.numpy(), x.numpy() + 1)
+
+
+def test_on_cl_the_capture_enqueues_every_kernel_in_one_go(monkeypatch):
+  from uopc.runtime.cl import cl_queue
+  cl_queue()   # CLUnavailable here: reported skipped (tests/conftest.py)
+  import uopc.runtime.graph
+  w = Tensor(rng.standard_normal((16, 4)).astype(np.float32), device="CL")
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    y = (x @ w).relu()
+    w.assign(w - 0.01 * (x.T @ y))
+    Tensor.realize(y, w)
+    return y
+  xs = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(4)]
+  ref = w.numpy().astype(np.float64)
+  waits = []
+  real = uopc.runtime.graph.CLGraph.__call__
+  monkeypatch.setattr(uopc.runtime.graph.CLGraph, "__call__", lambda self: waits.append(1) or real(self))
+  for x in xs:
+    y = step(Tensor(x, device="CL")).numpy()
+    ry = np.maximum(x @ ref, 0)
+    ref = ref - 0.01 * (x.T @ ry)
+    np.testing.assert_allclose(y, ry, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-5)
+  assert type(step.graph.program).__name__ == "CLGraph" and len(waits) == 2   # the two replays: one call each

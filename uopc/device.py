@@ -52,7 +52,9 @@ def _cl() -> Device:
   """OpenCL C on PoCL (uopc.runtime.cl); buffers stay host arrays, each program maps them for its launch."""
   from uopc.render_gpu import CL
   from uopc.runtime.cl import CLProgram
-  return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b)
+  from uopc.runtime.graph import CLGraph
+  graph = lambda calls, nbufs, renderer: CLGraph(calls, nbufs)   # the kernels' own programs, enqueued in one go
+  return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b, graph)
 
 
 def _cuda() -> Device:

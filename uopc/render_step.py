@@ -1,41 +1,49 @@
-"""The step program: a list of kernels as one C function that runs them in order inside one OpenMP parallel region
-(a graph executor: tinygrad's CPU graph, CUDA Graphs; uopc.jit, NOTES 45).
+"""The step program: a captured step's kernels as one C function that runs them inside one OpenMP parallel region
+(a graph executor, as tinygrad's graphs and CUDA Graphs are; uopc.jit runs it with one call; NOTES 45).
 
-  src = render_step(calls, renderer)     # calls: Call(ast, name, bufs, writes, serial), in the order they run
-  prg = StepProgram(src, len(buffers))   # uopc.runtime.graph: one compile, cached like any kernel; one call a step
+  step = render_step(calls, renderer)    # calls: Call(ast, name, bufs, writes, serial) and Copy(dst, src, nbytes)
+  prg = StepProgram(step, nbufs)         # uopc.runtime.graph: one compile, cached like any kernel; prg() runs it
 
-What it writes, for three calls where the second reads what the first wrote:
+What it writes, for three kernels where the third reads what the first wrote:
 
-  static __attribute__((noinline)) void r_12_64_0(float* restrict data0, float* restrict data1) {
-    #pragma omp for nowait          <- the kernel's THREAD loop, shared out among the team's threads
-    for (int ridx0 = 0; ...
+  UOPC_KERNEL void r_768_0(void** restrict a) {   <- a kernel whose loop is shared out among the team's threads
+    float* restrict data0 = a[0]; ...
+    #pragma omp for nowait                        <- its THREAD loop: each thread takes its part, nobody waits
+    for (int ridx0 = 0; ridx0 < 768; ridx0++) {...}
   }
-  ...
+  UOPC_KERNEL void e_1_1(float* restrict data0, float* restrict data1) {...}   <- a kernel run whole by one thread
   void uopc_step(void** b) {
-  #pragma omp parallel
-  {
-    r_12_64_0(b[0], b[1]);
-    #pragma omp single nowait       <- a small or serial kernel: one thread runs it whole, the others go on
-    e_1_1(b[2], b[3]);
-    #pragma omp barrier             <- e_12_64_2 reads b[1], which r_12_64_0 wrote
-    e_12_64_2(b[1], b[4]);
-  }
+    uopc_bar bar = {0, 0, 0};
+  #pragma omp parallel                            <- the workers are woken once a step, not once a kernel
+    {
+      int nth = uopc_threads(), sense = 0;
+      r_768_0((void*[]){b[0], b[1]});
+      #pragma omp single nowait                   <- one thread runs it; the others go on
+      e_1_1(b[2], b[3]);
+      uopc_barrier(&bar, nth, &sense);            <- the next level reads what this one wrote
+      r_768_0((void*[]){b[1], b[4]});
+    }
   }
 
-Each kernel is rendered from its loop program again by a dialect of the plan's renderer that differs in three words
-(the function is static and never inlined, the THREAD loop's pragma is an orphaned `omp for nowait`, no vector
-preamble: one preamble for all kernels heads the file); the kernels a plan compiles and DEBUG prints are unchanged.
-Workers are woken once per step instead of once per kernel (NOTES 20: each parallel region wakes sleeping workers),
-and a barrier stands only where a kernel touches a buffer that a kernel since the last barrier wrote, or writes one
-that such a kernel read.
+The calls are put in levels (levels()): a call goes one level after the latest call it depends on (one that wrote a
+buffer it touches, or read a buffer it writes), so the calls of a level run between the same two barriers, in any
+order. Each level's shared loops come first and its serial kernels last, so a thread done with its share takes them.
+The barrier spins a little, then sleeps (BARRIER): OpenMP's own barrier under the passive wait policy uopc sets (NOTES
+20) puts a thread to sleep at once, and costs as much as the region each kernel had of its own.
 
-A kernel's loop runs as `omp for` only when that is the same program: its THREAD loops at the top of the function
-(several in a multi-output kernel, uopc.codegen.siblings: independent loops, so no barrier between them), every store
-to a buffer inside one, every accumulator declared inside one. Code outside that loop runs on every thread
-of the region, and a variable declared there is every thread's own: in the kernel's own `parallel for` it was one
-variable shared by the threads (NOTES 9). Any other kernel, and a kernel that asked for one thread (Kernel.threads),
-runs whole in `single`. Without OpenMP (a compiler without libomp) the pragmas are ignored and the step runs the
-kernels one after another on the calling thread: the same program.
+A kernel's loop is shared out (an orphaned `omp for nowait`) only when that is the same program: every THREAD loop at
+the top of the function (several in a multi-output kernel, uopc.codegen.siblings: independent loops), every store to
+a buffer inside one, every accumulator declared inside one. Code outside those loops runs on every thread, and a
+variable declared there is every thread's own, where in the kernel's own `parallel for` it was one variable the
+threads shared (NOTES 9). Any other kernel, and a kernel that asked for one thread (Kernel.threads), runs in `single`
+as its own build has it (its `parallel for` inside `single` is a team of one thread).
+
+The same arithmetic as the kernels' own builds, bit for bit: gcc's -fassociative-math orders a sum or a product by
+where its operands come from, so a shared kernel reads its pointers from a table, as the function gcc outlines for a
+`parallel for` reads them from a struct; each kernel is compiled as if alone (KERNEL_MACRO); without OpenMP nothing
+is outlined and the table is handed on as parameters. A value the kernel computes outside its loop and uses inside
+would still be ordered differently: the optimizer's step scalars are 0-d kernels of their own for this (uopc.optim).
+Without OpenMP (a compiler without libomp) the pragmas are ignored and the kernels run one after another.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field

@@ -1,12 +1,15 @@
-"""A step program loaded and called: many kernels, one C call (uopc.render_step renders it; uopc.jit runs it).
+"""A captured step as one program on its device (uopc.jit runs it; each device's table names its graph).
 
-  prg = StepProgram(step_source, nbufs)   # compiles, or loads the cached object for this exact source and compiler
+  prg = StepProgram(step_source, nbufs)   # CPU: compiles, or loads the cached object for this source and compiler
+  prg = CLGraph(calls, nbufs)             # CL: the kernels' own programs, enqueued in one go
   prg.bind(k, array)                      # buffer k of the step is this array (kept until bound again)
-  prg()                                   # one call: every kernel, in one OpenMP parallel region
+  prg()                                   # one call: every kernel
 
-The kernels read their buffers through one table of pointers, `void* b[nbufs]`: what never changes between steps (a
-plan's temporaries, parameters, optimizer state) is bound once; only a step's new arguments and fresh outputs are
-bound again before each call.
+On the CPU the kernels read their buffers through one table of pointers, `void* b[nbufs]`: what never changes between
+steps (a plan's temporaries, parameters, optimizer state) is bound once; only a step's new arguments and fresh
+outputs are bound again before each call. On CL each array is wrapped once as a buffer over its own memory; a call
+enqueues every kernel (and every write-back copy) on the in-order queue, then maps what the step wrote and waits once,
+instead of waiting after each kernel.
 """
 from __future__ import annotations
 import time
@@ -56,3 +59,39 @@ class StepProgram:
     missing = [k for k, a in enumerate(self.arrays) if a is None]
     if missing: raise RuntimeError(f"{self.name}: step buffers {missing[:8]} were never bound")
     calls.call_kernel(self, [self.table])
+
+
+class CLGraph:
+  """A captured step on device CL: every kernel enqueued in one go, one wait at the end (module docstring)."""
+
+  def __init__(self, calls: list, nbufs: int):
+    from uopc.render_step import Copy
+    self.calls, self.nbufs, self.name = calls, nbufs, "cl_step"
+    self.arrays: list[np.ndarray | None] = [None] * nbufs
+    self.buffers: list = [None] * nbufs
+    self.written = sorted({c.dst for c in calls if isinstance(c, Copy)} |
+                          {b for c in calls if not isinstance(c, Copy) for b, w in zip(c.bufs, c.writes) if w})
+    self.queue = next(c.prg.queue for c in calls if not isinstance(c, Copy))
+    self.step = None
+
+  def __repr__(self): return f"CLGraph({sum(not hasattr(c, 'dst') for c in self.calls)} kernels, one wait)"
+
+  def bind(self, k: int, array: np.ndarray) -> None:
+    import pyopencl as cl
+    if self.arrays[k] is array: return
+    mf, ctx = cl.mem_flags, self.queue.context
+    self.arrays[k] = array
+    self.buffers[k] = cl.Buffer(ctx, mf.USE_HOST_PTR | mf.READ_WRITE, hostbuf=array) if array.nbytes else \
+      cl.Buffer(ctx, mf.READ_WRITE, 8)
+
+  def __call__(self) -> None:
+    import pyopencl as cl
+    for c in self.calls:
+      if hasattr(c, "dst"): cl.enqueue_copy(self.queue, self.buffers[c.dst], self.buffers[c.src], byte_count=c.nbytes)
+      else: c.prg.kernel(self.queue, c.prg.launch.global_size, c.prg.launch.block, *[self.buffers[b] for b in c.bufs])
+    for k in self.written:   # what the OpenCL standard asks before the host reads a USE_HOST_PTR array
+      a = self.arrays[k]
+      if a.nbytes:
+        mapped, _ = cl.enqueue_map_buffer(self.queue, self.buffers[k], cl.map_flags.READ, 0, a.shape, a.dtype)
+        mapped.base.release()
+    self.queue.finish()
