@@ -89,6 +89,7 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
   peers = {"uopc": lambda n: uopc_step(model, opt, *batches[n], tc.grad_clip),
            "uopc jit": lambda n: jstep(Tensor(batches[n][0]), Tensor(batches[n][1])).item()}
   worker, why_not = _torch(state, batches, cfg, tc, threads, torch_peers)
+  env = user_environment()
   notes, compile_s = [], {}
   try:
     for p, why in why_not.items():
@@ -120,6 +121,8 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
           f"# preset           {preset_name}: {tc}",
           f"# uopc optimizer   {Tensor.opt.__name__}",
           f"# model            {cfg}, batch {batch}, {model.num_parameters()} parameters, {threads} threads",
+          "# torch's ISA      " + (", ".join(f"{k}={v}" for k, v in env.items() if k in TORCH_ISA["x86-64-v3"])
+                                    or "its own choice (the machine's best)"),
           f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())} (1, 5, 15 min) after the run",
           f"# uopc cold plan   {cold:.1f} s (compiles, or disk-cache hits); then gc.freeze(), as Trainer does",
           *[f"# {TORCH_NAMES[p]:<16s} first step {s:.1f} s (compiles; not in its step time)"
@@ -150,10 +153,18 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
 TORCH_NAMES = {"eager": "torch", "compile": "torch.compile"}
 
 
+# the ISA PyTorch's kernels use when uopc's are built for a lower x86 level (UOPC_MARCH): ATen's and inductor's
+# vector code (ATEN_CPU_CAPABILITY), MKL's GEMM (MKL_ENABLE_INSTRUCTIONS); the user's own settings win
+TORCH_ISA = {"x86-64-v3": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+             "x86-64-v2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
+
+
 def user_environment() -> dict[str, str]:
-  """The environment as the user gave it: without the OpenMP wait policy uopc sets for its own kernels (NOTES 20)."""
+  """The environment as the user gave it, for PyTorch's process: without the OpenMP wait policy uopc sets for its own
+  kernels (NOTES 20), and with PyTorch held to the x86 level uopc's kernels are built for (TORCH_ISA)."""
   env = dict(os.environ)
   for k in set_by_uopc(): env.pop(k, None)
+  for k, v in TORCH_ISA.get(os.environ.get("UOPC_MARCH", ""), {}).items(): env.setdefault(k, v)
   return env
 
 
