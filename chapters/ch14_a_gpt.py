@@ -691,8 +691,9 @@ else:
 
 # %%
 prog = train_step.graph.program.step
-print(f"{train_step.graph.kernels} kernels in one call: {prog.functions} distinct functions, {prog.shared} loops "
-      f"shared among the threads, {prog.serial} kernels run whole by one thread, {prog.barriers} barriers")
+print(f"{train_step.graph.kernels} kernels in one call: {prog.functions} distinct functions, {prog.shared} kernels "
+      f"shared among the threads, {prog.serial} run whole by one thread, {prog.copies} write-backs, "
+      f"{prog.barriers} barriers")
 print("\n".join(prog.outline[:8]))
 
 # %% [markdown]

@@ -81,10 +81,11 @@ class StepSource:
   src: str                 # the C text: preamble, one function per distinct kernel, then uopc_step
   name: str                # uopc_step
   functions: int           # distinct kernel functions
-  shared: int              # calls whose loop is shared out (omp for)
-  serial: int              # calls run whole by one thread (single)
+  shared: int              # kernels whose loops are shared out (omp for)
+  serial: int              # kernels run whole by one thread (single)
   barriers: int
   outline: list[str]       # uopc_step's body, for DEBUG=2
+  copies: int = 0          # write-backs (Copy), shared out as loops of memcpy
 
 
 def worksharable(ast: UOp) -> bool:
@@ -181,14 +182,16 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
       if not share[k]: body.append("#pragma omp single nowait")
       ptrs = ", ".join(f"b[{j}]" for j in c.bufs)
       body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if share[k] else f"{functions[key]}({ptrs});")
-  shared, serial = sum(share), len(calls) - sum(share)
+  kernels = [sh for c, sh in zip(calls, share) if isinstance(c, Call)]
+  shared, serial = sum(kernels), len(kernels) - sum(kernels)
   sqrt = "sqrt" in used
   used.discard("sqrt")
   preamble = renderer.vector_preamble(used, sqrt) if used else []
   src = "\n".join([KERNEL_MACRO] + preamble + [BARRIER, COPY] + bodies + [
     f"void {STEP_NAME}(void** b) {{", "  uopc_bar bar = {0, 0, 0};", "#pragma omp parallel", "  {",
     "    int nth = uopc_threads(), sense = 0;"] + ["    " + line for line in body] + ["  }", "}"])
-  return StepSource(src, STEP_NAME, len(functions), shared, serial, max(len(groups) - 1, 0), body)
+  return StepSource(src, STEP_NAME, len(functions), shared, serial, max(len(groups) - 1, 0), body,
+                    len(calls) - len(kernels))
 
 
 # Each kernel is compiled as if alone: interprocedural passes (constant propagation into a static function, its

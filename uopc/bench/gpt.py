@@ -138,8 +138,8 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
   if g is not None:
     st = g.program.step
     rows.append(f"# uopc jit         one program, one call a step: {g.kernels} kernels ({st.functions} distinct "
-                f"functions; {st.shared} loops shared out, {st.serial} kernels whole on one thread), {st.barriers} "
-                f"barriers")
+                f"functions; {st.shared} shared out, {st.serial} whole on one thread), {st.copies} write-backs, "
+                f"{st.barriers} barriers")
   rows.append(f"# uopc step, CPU:  graph building {build * 1e3:.1f} ms, schedule {kt['schedule_s'] * 1e3:.1f} ms, "
               f"{len(kt['plan'].kernels)} kernels {kt['total_s'] * 1e3:.1f} ms ({flops / 1e6:.0f} MFLOP)")
   ratio = lambda a, b: f"{best[a] / best[b]:.2f}" if a in best and b in best else "-"

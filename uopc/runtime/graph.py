@@ -46,8 +46,8 @@ class StepProgram:
 
   def __repr__(self):
     s = self.step
-    return (f"StepProgram({s.functions} functions, {s.shared} shared and {s.serial} serial calls, {s.barriers} "
-            f"barriers, cached={self.cached})")
+    return (f"StepProgram({s.functions} functions; {s.shared} kernels shared out, {s.serial} serial, {s.copies} "
+            f"copies; {s.barriers} barriers; cached={self.cached})")
 
   def bind(self, k: int, array: np.ndarray) -> None:
     """Buffer k is array from now on (C-contiguous: the step's kernels index it flat)."""
