@@ -124,9 +124,9 @@ class Graph:
       pick = {"in": ins, "temp": temps, "out": outs}
       for k in plan.kernels:
         writes = tuple(p.writes for p in k.src.signature.params)
-        # a small kernel (Kernel.threads = 1: waking workers for it cost more than it saved, NOTES 27) is shared out
-        # too: inside the step's region the workers are awake, and a level of one small kernel would idle the rest
-        calls.append(Call(k.ast, k.name, tuple(pick[kind][n] for kind, n in k.args), writes, False, k.prg))
+        # a small kernel (Kernel.threads = 1, NOTES 27) runs whole on one thread, by its own text: shared out, such a
+        # kernel summed in another order than its own build in one case found (NOTES 45)
+        calls.append(Call(k.ast, k.name, tuple(pick[kind][n] for kind, n in k.args), writes, k.threads == 1, k.prg))
       for i, target in st.writes: calls.append(Copy(buffer_of(target), outs[i], target.nbytes))
       out_bufs.append(outs)
       self.results.append(arrays)

@@ -35,9 +35,9 @@ A kernel's loop is shared out (an orphaned `omp for nowait`) only when that is t
 the top of the function (several in a multi-output kernel, uopc.codegen.siblings: independent loops), every store to
 a buffer inside one, every accumulator declared inside one. Code outside those loops runs on every thread, and a
 variable declared there is every thread's own, where in the kernel's own `parallel for` it was one variable the
-threads shared (NOTES 9). Any other kernel, and a call marked serial, runs in `single` as its own build has it (its
-`parallel for` inside `single` is a team of one thread). uopc.jit shares out the small kernels too, which their own
-builds run on one thread (Kernel.threads): inside the region there are no sleeping workers to wake for them.
+threads shared (NOTES 9). Any other kernel, and a call marked serial (uopc.jit marks the small kernels, which their
+own builds run on one thread: Kernel.threads), runs in `single` as its own build has it (its `parallel for` inside
+`single` is a team of one thread).
 
 The same arithmetic as the kernels' own builds, bit for bit: gcc's -fassociative-math orders a sum or a product by
 where its operands come from, so a shared kernel reads its pointers from a table, as the function gcc outlines for a
