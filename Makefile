@@ -9,7 +9,8 @@
 #   make grade NB=mine.ipynb [SOL=solutions/X.ipynb]   grade a student's notebook, any file name (scripts/grade.py)
 #   make grade-all DIR=submissions [JOBS=2]   grade every notebook in DIR: DIR/grades/gradebook.csv and feedback/
 #                     (both grade in a bubblewrap sandbox: `sudo apt-get install bubblewrap` on the grading machine)
-#   make check WEEK=3 run the visible checks of week 3's assignment, task by task (tests/test_student_checks.py)
+#   make check WEEK=3 [NB=mine.ipynb]   run the visible checks of week 3's assignment (or of a copy of it), task by task,
+#                     as the grader runs the notebook (tests/test_student_checks.py)
 #   make release DIR=/tmp/course   write the student's tree: no solutions, no hidden tests (scripts/release.py)
 #   make clean        remove the virtual environment, caches and build folders (never a committed file)
 
@@ -85,9 +86,12 @@ grade-all: setup bwrap
 	@if [ -z "$(DIR)" ]; then echo "usage: make grade-all DIR=<folder of notebooks> [JOBS=2]"; exit 2; fi
 	$(PY) scripts/grade_all.py "$(DIR)" --jobs $(or $(JOBS),2)
 
+# as the grader runs a notebook: OpenMP threads as the environment sets them, 120 s per cell (a runaway cell stops the
+# run there, once); NB= checks a copy of the week's notebook, any name, in its own folder, without writing it
 check: setup
-	@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi
-	OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider -v -rs tests/test_student_checks.py -k "week$(WEEK)_"
+	@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of that week's notebook>]"; exit 2; fi
+	$(if $(NB),UOPC_CHECK_NB="$(NB)" UOPC_CHECK_WEEK="$(WEEK)" )$(PY) -m pytest -p no:cacheprovider -v -rs \
+	  tests/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
 
 release: setup
 	@if [ -z "$(DIR)" ]; then echo "usage: make release DIR=<folder for the student tree>"; exit 2; fi

@@ -9,8 +9,8 @@
 # %% [markdown]
 # # Appendix B. Testing a compiler
 #
-# A compiler is tested four ways, and uopc's own tests (`tests/`, about seven hundred of them, run by `make test`)
-# use all four. Each catches a kind of bug the others cannot:
+# A compiler is tested four ways, and uopc's own tests (`tests/`, run by `make test`; B.6 counts them) use all four.
+# Each catches a kind of bug the others cannot:
 #
 # | kind | asks | catches | cannot catch |
 # |---|---|---|---|
@@ -19,8 +19,10 @@
 # | **property** | a rule true on every input? | the edge case nobody wrote down | what the property omits |
 # | **performance** | as fast as its peers (a ratio)? | a slowdown against peers | a wrong value; a shared slowdown² |
 #
-# ¹ A missing barrier gives right numbers on PoCL, which runs work-items in a fixed order (chapter 12); chapter 13
-# finds it with Oclgrind, a checker that watches every access, not with values.
+# ¹ On PoCL, which runs a work-group's work-items in a fixed order, a missing barrier gives the same numbers on every
+# run: wrong ones every time or right ones every time (12.2 removes each barrier of a group sum; 13.4's tiled GEMM
+# without its second barrier). A value test catches the first and passes the second, and a GPU may fail either now
+# and then; chapter 13 finds the race with Oclgrind, a checker that watches every access, not with values.
 # ² Asserted as an absolute time instead of a ratio, a performance test measures the machine: it fails on a slower
 # or busier one and misses a slowdown on a faster one (B.5).
 #
@@ -105,7 +107,7 @@ print(evaluations(fused))
 # %%
 ev = evaluations(fused)
 assert ev["max[256]"] == 1 and ev["add[256]"] == 1   # row statistics: once per row
-assert ev["add[256, 256]"] == 2 + D // 16             # Q K^T: max pass, sum pass, one pass per column block
+assert ev["add[256, 256]"] == 6                        # Q K^T: 11.4's count for FlashOpt's upcast of 16
 print("structure as designed")
 
 # %% [markdown]
@@ -224,14 +226,27 @@ print(f"N={N}: unfused {unfused_s / numpy_s:.2f}x NumPy's time (float64), fused 
 # strict nbval on every notebook (each printed output is compared with the committed one: a regression test of
 # the generated code), the notebook format check and the prose check (every number the prose of a notebook
 # states must be printed by that notebook, or be the book's; so must its counts, its "best of k", and the numbers
-# a "far from" or "comparable" reads). One chapter's tests from inside a notebook:
+# a "far from" or "comparable" reads). How many unit tests there are, as pytest collects them (the count grows
+# with the repository, so this cell's output is not compared):
 
-# %%
+# %% tags=["nbval-ignore-output"]
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(load_example.__code__.co_filename).resolve().parents[1]   # the repository this uopc came from
+collect = ["--collect-only", "-q", "--color=no", "-p", "no:cacheprovider", "tests/"]
+collected = subprocess.run([sys.executable, "-m", "pytest", *collect], cwd=ROOT, capture_output=True, text=True).stdout
+n_tests = re.search(r"^(\d+) tests? collected", collected, re.M)
+files = {line.split("::")[0] for line in collected.splitlines() if "::" in line}
+print(f"{n_tests.group(1)} tests collected, in {len(files)} files of tests/" if n_tests else
+      f"pytest collected nothing:\n{collected[-2000:]}")
+
+# %% [markdown]
+# One chapter's tests from inside a notebook:
+
+# %%
 r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-m", "ch05",
                     "tests/test_ch05_render.py"], cwd=ROOT, capture_output=True, text=True)
 print("chapter 5's tests:", "all passed" if r.returncode == 0 else "FAILED\n" + r.stdout[-3000:])

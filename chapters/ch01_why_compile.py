@@ -127,9 +127,10 @@ for n in (1024, 2048, 4096, 8192, 16384):
 # - The N x N matrices grow as N². At N = 4096 S alone is 64 MiB, more than the last-level cache of most
 #   CPUs, so every pass over it goes to DRAM; at N = 16384 S and P need 2 GiB.
 # - With S and P in memory, the intensity is stuck near D/4 = 16 FLOP/byte however large N gets: work and
-#   traffic both grow as N². That is about as much arithmetic as a CPU can do per byte that DRAM delivers
-#   (Chapter 10 draws this balance as a roofline), so more cores or wider vectors would not help: the
-#   arithmetic would wait for memory.
+#   traffic both grow as N². How much arithmetic a CPU can do per byte that DRAM delivers is its balance point
+#   (Chapter 10 draws it as a roofline and measures this machine's "ridge"); 16 FLOP/byte is of that order on
+#   many CPUs, so even this best case for unfused attention leaves little room, and a kernel below the balance
+#   point gains nothing from more cores or wider vectors: its arithmetic waits for memory.
 # - If S and P never reach memory, the intensity grows as N/4. The arithmetic is the same; only where the
 #   intermediates live changes. Getting there means fusing the matmul, the softmax and the second matmul
 #   into one loop nest, which no library call does for you. Chapter 11 does it with the compiler you build.
@@ -138,7 +139,8 @@ for n in (1024, 2048, 4096, 8192, 16384):
 # (the first matmul writes S; scaling reads and writes it; the max reads it; the subtraction reads and
 # writes; `exp` reads and writes; the sum reads; the division reads and writes; the second matmul reads):
 # every NumPy operation is a separate loop with its own temporary. Its real intensity is about 4N²D / 48N²
-# = D/12, about 5 FLOP/byte: well on the memory side of the balance.
+# = D/12, about 5 FLOP/byte: on the memory side of the balance of most CPUs (Chapter 10's ridge for this
+# machine is the measurement to compare it with).
 
 # %% [markdown]
 # ## 1.3 A timer
@@ -263,7 +265,9 @@ print((q @ k.T / np.sqrt(D)).dtype, (q @ k.T / math.sqrt(D)).dtype)
 #   is not yours; the best-of-k minimum is robust to some of this, not all of it.
 #
 # ## Exercises
-# 1. Recompute the cost table for D = 128. Which column changes, and by how much?
+# 1. Recompute the cost table for D = 128. Two columns change: the GFLOP doubles, and the intensity with S and P
+#    in memory nearly doubles (towards D/4 = 32); the sizes of S and P and the fused intensity (N/4) stay as
+#    they are. Explain each from the formulas in `cost`.
 # 2. Rewrite `attention` with in-place operations (`np.exp(s, out=s)`, `s -= ...`, `s /= ...`) so that
 #    fewer N x N temporaries are allocated. Count the passes again and time it against N. How much of the
 #    softmax time goes away?

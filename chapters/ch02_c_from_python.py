@@ -157,14 +157,16 @@ prg(a, b, out, n)
 print(prg, "| matches NumPy:", np.array_equal(out, a + b))
 again = Program(ADD, "add")
 print(again, "| cached:", again.cached, "| same file:", again.path == prg.path)
-print("cache entries:", sorted(p.suffix for p in Path(os.environ["UOPC_CACHE_DIR"]).iterdir()))
+print("cache entries:", sorted(p.suffix for p in Path(os.environ["UOPC_CACHE_DIR"]).iterdir() if p.is_file()))
 
 # %% [markdown]
 # One entry is the shared object, named by the hash; the other is the object's own checksum, which is
 # checked before every load, so a truncated or damaged file (a full disk, a process killed while
 # writing) is rebuilt instead of loaded. Each object is compiled into a temporary file and renamed into
 # place, so two processes compiling the same kernel at once (parallel test workers) never see half a
-# file. How much does the cache save? Time a new kernel's first build and its second load:
+# file. (The cell lists files only: a folder `compiler-checks` may sit beside them, where uopc keeps what
+# it found when it checked the compiler for known wrong code, NOTES 49.) How much does the cache save?
+# Time a new kernel's first build and its second load:
 
 # %% tags=["nbval-ignore-output"]
 SCALE = "void scale(float* x, float k, int n) { for (int i = 0; i < n; i++) x[i] *= k; }"
@@ -231,9 +233,10 @@ print("the read-only array now holds", read_only)
 # array is written to. `Program` refuses all five.
 
 # %% [markdown]
-# Here is what `MiniProgram` does with the float64 array: it passes the pointer, and C reads the 8-byte
-# doubles 0.0, 1.0, 2.0, 3.0 as eight 4-byte floats. The low half of each of these doubles is all zeros;
-# the high half of 1.0 (0x3FF00000) read as a float is 1.875. No error, a wrong answer:
+# Here is what `MiniProgram` does with the float64 array: it passes the pointer, and with n = 4 C reads the
+# first four 4-byte floats, which are the 16 bytes of the doubles 0.0 and 1.0 (the array's 2.0 and 3.0 are never
+# read). The low half of each of these doubles is all zeros; the high half of 1.0 (0x3FF00000) read as a float is
+# 1.875, so the last output is 1.875 + 1.875. No error, a wrong answer:
 
 # %%
 x64, small_out = np.arange(4, dtype=np.float64), np.zeros(4, np.float32)

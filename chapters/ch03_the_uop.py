@@ -117,9 +117,10 @@ except AttributeError as err:
   print("AttributeError:", err)
 
 # %% [markdown]
-# Sharing is where hash-consing pays. Apply `t = t * t + t` twelve times: written out as a tree,
-# the expression doubles in size at every step; as a graph of distinct nodes it grows by two nodes a step,
-# because both uses of `t` are one object. `toposort` visits each distinct node once:
+# Sharing is where hash-consing pays. Apply `t = t * t + t` twelve times: written out as a tree, the
+# expression triples in size at every step (the new tree holds three copies of the old one, plus a MUL and an
+# ADD: 3s + 2 nodes); as a graph of distinct nodes it grows by two nodes a step, because all three uses of `t`
+# are one object. `toposort` visits each distinct node once:
 
 # %%
 def tree_size(n: Node) -> int: return 1 + sum(tree_size(s) for s in n.src)
@@ -130,6 +131,8 @@ for step in range(1, 13):
   t = t * t + t
   sizes.append((step, tree_size(t), len(t.toposort())))
 for step, tree, dag in sizes[::3]: print(f"step {step:2}: as a tree {tree:6} nodes, as a graph {dag:3} nodes")
+(s0, tree0, dag0), (s1, tree1, dag1) = sizes[-2:]
+print(f"from step {s0} to step {s1}: the tree x{tree1 / tree0:.3f}, the graph +{dag1 - dag0} nodes")
 
 # %%
 import matplotlib.pyplot as plt
@@ -141,6 +144,24 @@ ax.set(xlabel="steps of t = t * t + t", ylabel="nodes", title="the same expressi
 ax.legend()
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# Drawn, the difference is plain. Here is the same expression after two steps, built from uopc's real UOp (section
+# 3.3; the variable is a loop variable, `RANGE`, with its bound as a constant) and drawn by `uopc.viz`: each box a
+# node (its op, then its dtype), each arrow a source going into its user, sources above their users. On the left
+# every use is written out as its own copy, the tree a program without hash-consing would hold; on the right the
+# graph uopc holds, where `t` is one box with two arrows leaving it, one per use:
+
+# %%
+import uopc.viz as viz
+from uopc.uop import range_ as loop_variable
+from uopc.viz.dag import uop_graph, uop_svg
+
+t2 = loop_variable(100, 0)
+for step in range(2): t2 = t2 * t2 + t2
+tree_nodes, graph_nodes = len(uop_graph(t2, tree=True).nodes), len(t2.toposort())
+viz.side_by_side(uop_svg(t2, tree=True, legend=False), uop_svg(t2, share_consts=True, legend=False),
+                 captions=[f"as a tree: {tree_nodes} nodes", f"as a graph: {graph_nodes} nodes"])
 
 # %% [markdown]
 # Anything that walks the tree (our `tree_size`, a naive printer, a recursive evaluator without a memo)
@@ -270,7 +291,8 @@ print("eval(repr(f / g)) is f / g:", eval(repr(f / g), names) is f / g)
 # %% [markdown]
 # Rewrite rules in uopc are written with patterns: `Pat(op, srcs)` matches a node and binds names, and
 # `graph_rewrite(root, rules)` applies a table bottom-up to a fixed point, exactly like `rewrite` above.
-# Here are our five rules as a uopc table, one rule a line with its algebra as a comment:
+# Here are our five rules as a uopc table, one rule a line with its algebra as a comment (constant folding is
+# two lines, one for ADD and one for MUL: six lines in all):
 
 # %%
 xp, c1, c2 = Pat.var("x"), Pat.cvar("c1"), Pat.cvar("c2")
@@ -358,10 +380,10 @@ print(f"row == i and col == j at {len(grid)} points:",
 # This is where NOTES 12's bug starts. In chapter 6, a reduction's accumulator is placed inside exactly
 # the loops its output index mentions (`acc.after(*ranges_in(*idx))`). A row max asked for with the raw
 # row index mentions `j`, so its accumulator lands inside the `j` loop of its consumer and the whole row
-# max is recomputed for every `j`: fused attention became O(N³), about 250 times slower at N = 512, with
-# *identical output* (section 11.5). The fix is one call: rangeify simplifies every index right after the
-# RESHAPE rule builds it. The lesson is general: any question of the form "what does this depend on?"
-# must be asked of the simplified expression, or it is answered about the spelling, not the value.
+# max is recomputed for every `j`: fused attention became O(N³), many times slower, with *identical output*
+# (section 11.5; chapter 6 reproduces the bug and times it). The fix is one call: rangeify simplifies every
+# index right after the RESHAPE rule builds it. The lesson is general: any question of the form "what does this
+# depend on?" must be asked of the simplified expression, or it is answered about the spelling, not the value.
 #
 # ## 3.6 Checking simplify on random expressions
 #

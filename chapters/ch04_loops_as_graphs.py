@@ -319,7 +319,9 @@ for what, prog in bad.items():
 # ## Pitfalls
 # - **Reading state without the AFTER edge.** Replace `acc.after(upd)` by `acc` in the running max and
 #   nothing orders the final read after the loop. The program is still a graph, the C still compiles, but
-#   the read lands before the loop and returns the initial value (or garbage):
+#   the read lands before the loop, here before the initialisation too: `float val1 = acc0;` reads a variable
+#   nothing has written yet. In C that is undefined behaviour, not merely an unknown value: the compiler may
+#   assume it never happens and compile the function to anything. No test of values can be trusted to catch it:
 
 # %%
 def rowmax_no_edge(R: int, C: int) -> UOp:

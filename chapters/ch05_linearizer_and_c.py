@@ -20,10 +20,11 @@
 #
 # The **linearizer** answers both and produces an ordered list of lines with loop scopes; the **renderer**
 # prints them as C, naming every value. You will write a small linearizer and renderer for one loop nest,
-# check their output by compiling and running it, then use `uopc.linearize` and `uopc.render_c`. Then the
-# week-3 assignment: a matrix multiply (GEMM) written by hand in the loop IR, naive and with a 4x4 register
-# tile, printed, checked against NumPy and timed. The chapter ends with chapter 11's FlashAttention
-# kernel, which this linearizer turns into exactly the C that chapter prints.
+# check their output by compiling and running it, then use `uopc.linearize` and `uopc.render_c`. Then a
+# matrix-vector product written by hand in the loop IR, naive and with a register tile of four rows, printed,
+# checked against NumPy and timed: the method of the week-3 assignment, which applies it to the matrix multiply
+# (GEMM). The chapter ends with chapter 11's FlashAttention kernel, which this linearizer turns into exactly the
+# C that chapter prints.
 #
 # The numbers below were measured on this machine:
 
@@ -220,106 +221,103 @@ for ln in linearize(rowmax_program(4, 6)):
 print(render_c(rowmax_program(4, 6), "rowmax"))
 
 # %% [markdown]
-# ## 5.4 A GEMM by hand: naive
+# ## 5.4 A loop program by hand: the matrix-vector product
 #
-# `C = A @ B` with A of shape (M, K), B of shape (K, N), all row-major float32. The naive loop program has
-# the shape of the running max: one accumulator per output element, placed inside the two output loops,
-# initialised, updated in the `k` loop, read after it. The index expressions go through `simplify`
-# (chapter 3), as every index uopc generates does.
+# `y = A x` with A of shape (M, K), row-major float32, and x of K floats. The loop program has the shape of the
+# running max: one accumulator per output, placed inside the output loop, initialised, updated in the `k` loop, read
+# after it. The index expressions go through `simplify` (chapter 3), as every index uopc generates does. The rows are
+# a range `rows = (first, stop)` with an offset, so that the same function can compute a part of y (5.5 needs that).
 
 # %%
 from uopc.symbolic import simplify
 
 
-def gemm_block(A: UOp, B: UOp, C: UOp, N: int, K: int, rows: tuple, cols: tuple, first_id: int, slot: int) -> UOp:
-  """C[r, c] = sum_k A[r, k] * B[k, c] for rows[0] <= r < rows[1], cols[0] <= c < cols[1]."""
-  i = range_(rows[1] - rows[0], first_id, AxisType.THREAD)
-  j, k = range_(cols[1] - cols[0], first_id + 1), range_(K, first_id + 2)
-  r, c = i + rows[0], j + cols[0]
-  acc = alloc(slot).after(i, j)                # one accumulator per output element
+def matvec_rows(A: UOp, X: UOp, Y: UOp, K: int, rows: tuple, first_id: int, slot: int) -> UOp:
+  """y[r] = sum_k A[r, k] * x[k] for rows[0] <= r < rows[1]: a THREAD loop over the rows, one accumulator each."""
+  i, k = range_(rows[1] - rows[0], first_id, AxisType.THREAD), range_(K, first_id + 1)
+  r = i + rows[0]
+  acc = alloc(slot).after(i)                   # one accumulator per row, private to its thread
   init = acc.index(0).store(0.0)
   acck = acc.after(init, k)
-  a, b = A.index(simplify(r * K + k)).load(), B.index(simplify(k * N + c)).load()
-  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
-  return C.index(simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
+  upd = acck.index(0).store(acck.index(0).load() + A.index(simplify(r * K + k)).load() * X.index(k).load()).end(k)
+  return Y.index(simplify(r)).store(acc.after(upd).index(0).load()).end(i)
 
 
-def gemm_naive(M: int, N: int, K: int) -> UOp:
-  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
-  return sink(gemm_block(A, B, C, N, K, (0, M), (0, N), 0, 0))
+def matvec(M: int, K: int) -> UOp:
+  A, X, Y = buf(0, M * K), buf(1, K), buf(2, M)
+  return sink(matvec_rows(A, X, Y, K, (0, M), 0, 0))
 
 
-print(render_c(gemm_naive(512, 512, 512), "gemm"))
+print(render_c(matvec(512, 512), "matvec"))
 
 # %%
-def check_gemm(build, M: int, N: int, K: int) -> bool:
-  rng_g = np.random.default_rng(M + 7 * N + 13 * K)
-  a, b = rng_g.standard_normal((M, K)).astype(np.float32), rng_g.standard_normal((K, N)).astype(np.float32)
-  c = np.full((M, N), np.nan, np.float32)      # every element must be written
-  Program(render_c(build(M, N, K), "gemm"), "gemm")(a, b, c)
-  return np.allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4 * math.sqrt(K))
+def check_matvec(build, M: int, K: int) -> bool:
+  rng_m = np.random.default_rng(M + 7 * K)
+  a, x = rng_m.standard_normal((M, K)).astype(np.float32), rng_m.standard_normal(K).astype(np.float32)
+  y = np.full(M, np.nan, np.float32)           # every element must be written
+  Program(render_c(build(M, K), "matvec"), "matvec")(a, x, y)
+  return np.allclose(y, a.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-4 * math.sqrt(K))
 
 
-SHAPES = [(1, 1, 1), (4, 4, 4), (5, 7, 3), (64, 64, 64), (67, 33, 29), (128, 96, 200)]
-print("naive GEMM matches NumPy:", {shape: check_gemm(gemm_naive, *shape) for shape in SHAPES})
+SHAPES = [(1, 1), (4, 4), (5, 3), (64, 64), (67, 29), (128, 200)]
+print("naive matrix-vector product matches NumPy:", {shape: check_matvec(matvec, *shape) for shape in SHAPES})
 
 # %% [markdown]
-# ## 5.5 A 4x4 register tile
+# ## 5.5 A register tile of four rows
 #
-# The naive kernel does one multiply-add per two loads, and its inner loop walks B down a column (a stride
-# of N floats) while one accumulator waits on its own previous value. A **register tile** computes a 4x4
-# block of C at once: in each step of `k` it loads 4 values of A (a column of the tile's rows) and 4 of B
-# (a row of the tile's columns) and does 16 multiply-adds into 16 accumulators. Every loaded value is used
-# four times, and the 16 accumulators are independent chains the CPU can overlap.
+# The naive kernel makes two loads per multiply-add (a value of A and a value of x) and updates one accumulator
+# per row, each update waiting for the previous one. A **register tile** computes four rows at once: in each step of
+# `k` it loads x[k] once and four values of A (one per row), and does four multiply-adds into four accumulators.
+# Every load of x now feeds four multiply-adds, and the four accumulators are independent chains the CPU can
+# overlap.
 #
-# In the loop IR that is 16 ALLOCs placed in the tile loops, 16 updates closed together by one END of `k`
-# (a SINK of the 16 stores under the END: chapter 11's key loop closes its three stores the same way),
-# and 16 output stores. When M or N is not a multiple of 4, the rows and columns left over are computed
-# by naive strips after the tiles (`gemm_block` above, with offsets).
+# In the loop IR that is four ALLOCs placed in the tile loop, four updates closed together by one END of `k` (a SINK
+# of the four stores under the END: chapter 11's key loop closes its three stores the same way), and four output
+# stores. When M is not a multiple of 4, the rows left over are computed by the naive loop after the tiles
+# (`matvec_rows` above, with an offset), so that every element of y is written once.
 
 # %%
-def gemm_tiled(M: int, N: int, K: int) -> UOp:
-  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
-  M4, N4 = M - M % 4, N - N % 4
+def matvec_tiled(M: int, K: int) -> UOp:
+  A, X, Y = buf(0, M * K), buf(1, K), buf(2, M)
+  M4 = M - M % 4
   parts = []
-  if M4 and N4:
-    i, j, k = range_(M4 // 4, 0, AxisType.THREAD), range_(N4 // 4, 1), range_(K, 2)
-    accs = [alloc(t).after(i, j) for t in range(16)]                       # acc[4*r + c] for C[4i + r, 4j + c]
+  if M4:
+    i, k = range_(M4 // 4, 0, AxisType.THREAD), range_(K, 1)
+    accs = [alloc(r).after(i) for r in range(4)]                           # acc[r] for y[4i + r]
     inits = [acc.index(0).store(0.0) for acc in accs]
-    a = [A.index(simplify((i * 4 + r) * K + k)).load() for r in range(4)]  # 4 loads of A ...
-    b = [B.index(simplify(k * N + j * 4 + c)).load() for c in range(4)]    # ... and 4 of B per k
+    x = X.index(k).load()                                                  # one load of x ...
     updates = []
-    for t in range(16):
-      acck = accs[t].after(inits[t], k)
-      updates.append(acck.index(0).store(acck.index(0).load() + a[t // 4] * b[t % 4]))
-    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                          # one k loop for all 16
-    outs = [C.index(simplify((i * 4 + t // 4) * N + j * 4 + t % 4)).store(accs[t].after(loop_k).index(0).load())
-            for t in range(16)]
-    parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
-  if N4 < N: parts.append(gemm_block(A, B, C, N, K, (0, M), (N4, N), 3, 16))          # right strip, all rows
-  if M4 < M and N4: parts.append(gemm_block(A, B, C, N, K, (M4, M), (0, N4), 6, 17))  # bottom strip
+    for r in range(4):                                                     # ... feeds four rows
+      acck = accs[r].after(inits[r], k)
+      updates.append(acck.index(0).store(acck.index(0).load() + A.index(simplify((i * 4 + r) * K + k)).load() * x))
+    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                          # one k loop for all four
+    outs = [Y.index(simplify(i * 4 + r)).store(accs[r].after(loop_k).index(0).load()) for r in range(4)]
+    parts.append(UOp(Ops.SINK, tuple(outs)).end(i))
+  if M4 < M: parts.append(matvec_rows(A, X, Y, K, (M4, M), 2, 4))         # the rows left over
   return sink(*parts)
 
 
-print(render_c(gemm_tiled(512, 512, 512), "gemm4"))
+print(render_c(matvec_tiled(512, 512), "matvec4"))
 
 # %% [markdown]
-# Look at the `k` loop (`ridx2`): four loads of `data0` (A, at `alu5`, `alu5+512`, `alu5+1024`,
-# `alu5+1536`: one column of the tile's four rows) and four of `data1` (B, at `alu7` to `alu7+3`: one
-# row of its four columns), and sixteen `acc = (val+(a*b))` lines. The tile's row offset
-# `alu1 = ridx0*2048` and column offset `alu2 = ridx1*4` are computed outside the `k` loop, where they
-# belong. Check it, including shapes that leave remainders:
+# Look at the `k` loop (`ridx1`): one load of `data1` (x, at `ridx1`), used by all four updates, and four loads of
+# `data0` (A, at `alu3`, `alu3+512`, `alu3+1024` and `alu3+1536`: the four rows' elements in column `ridx1`), and
+# four `acc = (val+(a*b))` lines. The tile's first output `alu1` is computed outside the `k` loop, where it belongs.
+# Check it, including shapes that leave rows over:
 
 # %%
-print("tiled GEMM matches NumPy:", {shape: check_gemm(gemm_tiled, *shape) for shape in SHAPES})
-print(render_c(gemm_tiled(6, 7, 5), "gemm4").count("#pragma omp parallel for"), "parallel loops for 6 x 7: "
-      "the tiles, the right strip (3 columns), the bottom strip (2 rows)")
+print("tiled matrix-vector product matches NumPy:", {shape: check_matvec(matvec_tiled, *shape) for shape in SHAPES})
+print(render_c(matvec_tiled(6, 5), "matvec4").count("#pragma omp parallel for"), "parallel loops for 6 x 5: "
+      "the tiles, the rows left over")
 
 # %% [markdown]
+# The same method in two dimensions, a 4x4 tile of C = A @ B with strips for the rows and the columns left over, is
+# the week-3 assignment.
+#
 # ## 5.6 How fast?
 #
-# A GEMM does 2MNK floating-point operations (a multiply and an add per `k` per output). Time the naive and
-# the tiled kernels against NumPy (which calls an optimised BLAS library) at a few square sizes (best of
+# A matrix-vector product does 2MK floating-point operations (a multiply and an add per element of A). Time the
+# naive and the tiled kernels against NumPy (which calls an optimised BLAS library) at a few square sizes (best of
 # several runs after a warm-up) and report GFLOP/s.
 #
 # All three run on **one thread** here: one OpenMP thread for our kernels (set through the OpenMP runtime
@@ -347,7 +345,7 @@ def one_thread():
 # %% tags=["nbval-ignore-output"]
 from uopc.helpers import best_of
 
-SIZES = [128, 256, 384, 512]
+SIZES = [256, 512, 1024, 2048]
 
 
 def gflop_s(fn, flops: float) -> float:
@@ -356,43 +354,45 @@ def gflop_s(fn, flops: float) -> float:
   return flops / min(t, best_of(fn, k=max(5, int(0.5 / t)), warmup=0)) / 1e9
 
 
-gflops: dict = {"naive": [], "4x4 tile": [], "NumPy (BLAS)": []}
+gflops: dict = {"naive": [], "4-row tile": [], "NumPy (BLAS)": []}
 with one_thread():
   for n in SIZES:
-    a, b = rng_np.standard_normal((n, n)).astype(np.float32), rng_np.standard_normal((n, n)).astype(np.float32)
-    c = np.zeros((n, n), np.float32)
-    for name, build in (("naive", gemm_naive), ("4x4 tile", gemm_tiled)):
-      prg = Program(render_c(build(n, n, n), "gemm"), "gemm")
-      gflops[name].append(gflop_s(lambda: prg(a, b, c), 2 * n**3))
-    gflops["NumPy (BLAS)"].append(gflop_s(lambda: a @ b, 2 * n**3))
-print(f"{'n':>5} " + "".join(f"{name:>14}" for name in gflops) + "   (GFLOP/s, one thread)")
-for k_, n in enumerate(SIZES): print(f"{n:>5} " + "".join(f"{g[k_]:>14.1f}" for g in gflops.values()))
-print(f"tile / naive at n = {SIZES[-1]}: {gflops['4x4 tile'][-1] / gflops['naive'][-1]:.1f}x")
+    a, x = rng_np.standard_normal((n, n)).astype(np.float32), rng_np.standard_normal(n).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    for name, build in (("naive", matvec), ("4-row tile", matvec_tiled)):
+      prg = Program(render_c(build(n, n), "matvec"), "matvec")
+      gflops[name].append(gflop_s(lambda: prg(a, x, y), 2 * n * n))
+    gflops["NumPy (BLAS)"].append(gflop_s(lambda: a @ x, 2 * n * n))
+print(f"{'n':>5} {'A (MB)':>7} " + "".join(f"{name:>14}" for name in gflops) + f"{'tile / naive':>14}")
+for k_, n in enumerate(SIZES):
+  print(f"{n:>5} {4 * n * n / 1e6:>7.1f} " + "".join(f"{g[k_]:>14.1f}" for g in gflops.values()) +
+        f"{gflops['4-row tile'][k_] / gflops['naive'][k_]:>13.2f}x")
+print("(GFLOP/s, one thread)")
 
 # %%
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
 for name, g in gflops.items(): ax.semilogy(SIZES, g, "o-", label=name)
-ax.set(xlabel="n (C = A @ B, all n x n float32)", ylabel="GFLOP/s, one thread (log scale)",
-       title="hand-written GEMMs")
+ax.set(xlabel="n (y = A x, A n x n float32)", ylabel="GFLOP/s, one thread (log scale)",
+       title="hand-written matrix-vector products")
 ax.set_xticks(SIZES)
 ax.legend()
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to read in the plot (the ratios, not the absolute numbers, carry over to other machines):
-# - The naive kernel is the slowest by a wide margin. Its inner loop reads B down a column, with a stride
-#   of n floats, and makes one multiply-add per two loads on a single dependency chain. It is worst at
-#   n = 512, where the stride is a power of two (2 KiB) and the rows of B it walks through compete for
-#   the same few cache sets.
-# - The 4x4 tile is an order of magnitude faster with the same arithmetic and about the same speed at
-#   every size: each load now feeds four multiply-adds, and sixteen independent accumulators keep the
-#   floating-point units busy instead of waiting on one chain.
-# - BLAS is several times faster still. It packs A and B into contiguous panels, vectorises the tile
-#   (a row of the tile is one 256-bit register), and tiles for each cache level. Chapter 10 walks from
-#   this kernel toward that roof, one step at a time.
+# What to read in the table and the plot (the ratios, not the absolute numbers, carry over to other machines):
+# - The naive kernel is not slow: the C compiler vectorises its `k` loop (A's row and x are both read with stride
+#   1; Chapter 10 shows the flags that allow it), so it already keeps several partial sums.
+# - The tile's gain is the last column of the table. Expect it larger where A fits in the caches than where A (the
+#   second column) has to come from main memory: a matrix-vector product reads every element of A exactly once,
+#   whatever the tile, so once A comes from main memory its speed is set by how fast memory delivers A. Its
+#   arithmetic intensity is about 2 FLOPs per 4 bytes of A: Chapter 10's roofline puts it on the memory-bound side.
+# - A matrix multiply is the opposite case: each element of A is used by every column of B, and a tile that loads
+#   it once for four outputs (and each element of B once for four rows) saves loads that would otherwise all be
+#   made. The week-3 assignment builds that tile and times it; Chapter 10 walks a GEMM toward the roof of this
+#   machine, one step at a time.
 #
 # ## 5.7 The showpiece: chapter 11's online attention
 #
@@ -458,8 +458,8 @@ for what, tt in ((f"{os.cpu_count()} threads", t), ("one thread", t1)):
 
 # %% [markdown]
 # Section 11.8 discusses this number: one query row per thread means every key and value row loaded is used
-# for exactly one query, the same weakness the naive GEMM has, and the fix is the same, a register tile
-# (there, a block of queries per thread).
+# for exactly one query, the same weakness as the naive matrix-vector product (each x[k] it loads serves one
+# row), and the fix is the same, a register tile (there, a block of queries per thread).
 #
 # ## Pitfalls
 # - **A load without an AFTER edge is hoisted.** The linearizer places a load in the innermost loop its
@@ -469,27 +469,43 @@ for what, tt in ((f"{os.cpu_count()} threads", t), ("one thread", t1)):
 # - **Unsimplified indices.** Build `A.index((i*4 + r)*K + k)` without `simplify` and the C carries
 #   `((alu1+0)*512)` for `r = 0`. The compiler cleans that up, but the text is harder to read, and chapter
 #   11's NOTES 12 shows unsimplified indices can change the loop structure itself.
-# - **Too many accumulators.** The 4x4 tile keeps 16 scalars live across the `k` loop, plus 8 loaded values.
-#   An 8x8 tile (64 accumulators) no longer fits in the 16 vector registers of AVX2 and spills to memory.
+# - **Too many accumulators.** A tile's accumulators and the values it loads in one step of `k` must all stay in
+#   registers, or some go to memory and back every trip (a spill). How many vector registers each instruction set
+#   has, from the table the tile heuristics read (`uopc.runtime.machine.ISAS`), and which one this machine's kernels
+#   are built for:
+
+# %%
+from uopc.runtime.machine import ISAS, target
+
+for isa in ISAS.values(): print(f"{isa.name:7s} {isa.registers} vector registers of {isa.lanes} float32 lanes")
+print("this machine's kernels:", target().isa.name)
+
+# %% [markdown]
+#   The matrix-vector tile of 5.5 holds 4 accumulators and 5 loaded values. A 4x4 tile of a GEMM holds 16
+#   accumulators and 8 loaded values, 24 in all: more than the 16 registers of AVX2 or SSE, within the 32 of AVX-512
+#   or NEON (on AVX2 a compiler keeps some loaded values as memory operands of the multiply-adds instead: week 5's
+#   exercise on the best tile counts registers both ways). An 8x8 tile (64 accumulators) fits in none of them.
 #   Bigger tiles are not always faster; measure.
 # - **Sizes that are not multiples of the tile.** A tiled kernel that assumes `M % 4 == 0` reads and writes
-#   past the end of the arrays for other sizes, silently. Either handle the remainder (as `gemm_tiled` does
-#   with naive strips) or refuse the size with a clear error. Test with sizes like 67 x 33.
+#   past the end of the arrays for other sizes, silently. Either handle the remainder (as `matvec_tiled` does
+#   with the naive loop over the rows left over) or refuse the size with a clear error. Test with sizes like 67.
 # - **Timing the first call.** The first `Program` of a new source compiles it (tens of milliseconds) and
 #   the first call touches fresh memory. `best_of` warms up first.
 # - **Comparing generated C as text** is only possible because the renderer is deterministic: names are
 #   numbered in print order, never by object ids or set order. Keep it that way when you change it.
 #
 # ## Exercises (week 3)
-# 1. Write `gemm_naive` yourself from the description in 5.4, without looking, and check it against NumPy
-#    for the shapes of `SHAPES`.
-# 2. Write the 4x4 register tile. Then try 2x8 and 8x8 tiles: print the C, count the accumulators, and
-#    measure GFLOP/s at n = 512. Which is fastest here, and why (registers, loads per multiply-add)?
+# 1. Write the naive GEMM, `C = A @ B`, as a loop program: the matrix-vector product of 5.4 with a second output
+#    loop (over the columns of C), one accumulator per element of C. Check it against NumPy for shapes like those of
+#    `SHAPES`, (67, 33, 29) among them.
+# 2. Write a 4x4 register tile of the GEMM, with strips for the rows and columns left over: 5.5's method in two
+#    dimensions. Then try 2x8 and 8x8 tiles: print the C, count the accumulators, and measure GFLOP/s at n = 512.
+#    Which is fastest here, and why (registers, loads per multiply-add)?
 # 3. Pass B transposed (B^T, shape (N, K)) so that the `k` loop reads both A and B^T contiguously. How much
 #    does the naive kernel gain? The tiled one?
 # 4. Extend `mini_linearize` to loops side by side (several ENDs at one depth), so that it accepts the
 #    row loop of chapter 11 with its three inner loops. What must decide the order of two sibling loops?
-# 5. The tiled kernel handles remainders with naive strips. Write a version that refuses sizes that are not
-#    multiples of 4 with a `ValueError` naming the size, and compare the code size of the two approaches.
-# 6. Count the loads and multiply-adds per `k` step of the naive and tiled kernels from their C, and
-#    predict the speedup from the ratio. How close is the measurement?
+# 5. The tiled kernels handle remainders with naive loops. Write a version of `matvec_tiled` that refuses sizes that
+#    are not multiples of 4 with a `ValueError` naming the size, and compare the code size of the two approaches.
+# 6. Count the loads and multiply-adds per `k` step of your naive and tiled GEMMs from their C, and predict the
+#    speedup from the ratio. How close is the measurement?

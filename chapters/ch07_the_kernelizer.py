@@ -111,6 +111,18 @@ for fuse in (False, True):
   print(f"fuse_reduce={fuse}:", [f"{p.op.name} {p.shape}" for p in points([sm.uop], fuse)])
 
 # %% [markdown]
+# The same graph drawn by `uopc.viz`, sources above their users: a box per node (its op, dtype and shape, and its
+# arg), an arrow per source (into its user left to right, in the order of the sources), the colour its kind. The
+# three points of the unfused cut are outlined: each is where a kernel stops and writes its value, and everything
+# above a point, up to the points before it, is what that kernel computes.
+
+# %%
+import uopc.viz as viz
+
+cut = points([sm.uop], False)
+viz.show(sm, marks={p: "point" for p in cut}, notes={p: f"point {n}: kernel {n}" for n, p in enumerate(cut)})
+
+# %% [markdown]
 # ## 7.3 A mini kernelizer
 #
 # Each point becomes a kernel. Its body is the point's expression with every *other* point replaced by a
@@ -345,6 +357,17 @@ for name, plan in (("unfused", unfused), ("fused", fused)):
   print(f"{name:8s} temps {[n for _, n in plan.temps]}  ({sum(n * d.itemsize for d, n in plan.temps) / 1e6:.1f} MB)")
 
 # %% [markdown]
+# Both plans drawn (`uopc.viz.plan.plan_svg`; in Jupyter a `Plan` also draws itself): each kernel a box with its
+# float operations, each buffer between kernels a box of its own, temporaries dashed, an arrow from every buffer a
+# kernel reads (in the order of its parameters) and to the buffer it writes. The unfused cut is a chain of six
+# kernels through five temporaries, two of them N x N; the fused one keeps only V's copy and pays in arithmetic.
+
+# %%
+from uopc.viz.plan import plan_svg
+
+viz.side_by_side(plan_svg(unfused), plan_svg(fused), captions=["unfused", "fused (fuse_reduce, FlashOpt)"])
+
+# %% [markdown]
 # ## 7.10 stage_broadcast_compute
 #
 # A computed tensor that is EXPANDed (broadcast) into a bigger consumer is recomputed for every copy if
@@ -450,8 +473,10 @@ for label, plan in plans.items(): describe(label, plan)
 # each normalized value among 4 output columns, so each is computed 1024 / 4 = 256 times, at 8 ops as
 # written (the per-row mean and scale are loop-invariant and the C compiler hoists them, but the counter
 # counts ops where they are written). With `fuse_reduce`, the means are computed once per row inside the
-# same kernel (`x1` in explain) and the normalization is recomputed as in the unstaged plan. All three
-# compute the same thing:
+# same kernel (`x1` in explain), and the normalization is again recomputed in the matmul's inner loop, though
+# for fewer FLOPs than unstaged (the kernels' counts printed above): the row's mean and variance are now
+# accumulators of the same kernel, scaled once per row before the matmul's loops, so fewer of the normalization's
+# ops are written inside them. All three compute the same thing:
 
 # %%
 xc = x_ln - x_ln.mean(-1, keepdims=True)

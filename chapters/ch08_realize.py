@@ -209,8 +209,9 @@ with fresh_plan_cache():
 # %% [markdown]
 # The first realize's schedule time is building the plan: lowering, rendering, and compiling six kernels
 # (here, loading them from the disk cache of Chapter 2, since they were compiled before). The fifth's is a
-# fraction of a millisecond. The first run is also slower, mostly in the kernels that write big buffers (S
-# and P): page faults, as in 8.3.
+# fraction of a millisecond. The first run pays for first touches too: the pages of the plan's new temporaries
+# (8.3's page faults, in the kernels that write S and P), but also, in every kernel, the first call of code just
+# loaded and caches that hold none of its data yet. 8.5 runs each kernel twice to tell the two apart.
 #
 # On a machine shared with other work, these lines can be dominated by something else: a parallel kernel
 # ends when its slowest thread does, and a thread that lost its core to another process waits a whole
@@ -247,8 +248,11 @@ with threads(1), fresh_plan_cache(), Context(DEBUG=3):
 
 # %% [markdown]
 # In the first realize, the S kernel (`r_1024_1024`) and the P kernel (`e_1024_1024`) write fresh 4 MB
-# temporaries; their "again" times are the kernels themselves. In the second, the temporaries are the
-# plan's own, already mapped, and the two columns agree (up to cache warmth and noise). The book's section
+# temporaries; their "again" times are the kernels themselves. Page faults are not the whole of a first call,
+# though: compare P V (`r_1024_64`), which writes only the 256 KB output, across its two columns; a kernel's
+# first call also runs code just loaded (and wakes the OpenMP runtime's threads) with caches that hold none of its
+# data. In the second realize, the temporaries are the plan's own, already mapped, and the two columns agree (up
+# to cache warmth and noise). The book's section
 # 11.3 tells the story of the first version of realize, which allocated temporaries on every call:
 # DEBUG=3 showed the S kernel at 9.7 ms against 1.1 ms "again", and keeping the arrays on the plan cut the
 # unfused attention from 28.4 to 9.8 ms.

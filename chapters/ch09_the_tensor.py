@@ -443,7 +443,9 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
 # rule: each is a few Tensor operations, so its gradient comes from the table of 9.7. Three ideas carry most of it.
 #
 # - **Promotion.** Two dtypes meet in the smaller type both convert to: bool < uint8 < int32 < int64 < float16 <
-#   float32 < float64 (PyTorch's and tinygrad's order; NumPy differs only in making int64 with float32 a float64).
+#   float32 < float64 (PyTorch's and tinygrad's order). NumPy 2 differs where an integer meets a float too narrow to
+#   hold all its values: int32 or int64 with float16 or float32 is float64 there; and uint8 with int8 is int16,
+#   which uopc does not have (9.8 prints every pair from NumPy's own `np.result_type`).
 #   A Python scalar only widens the kind: `int32 + 0.5` is float32, a float16 tensor times 2.0 stays float16. Sums
 #   of integers and bools accumulate in int64, as NumPy's and PyTorch's do, so a count never wraps.
 # - **A step is a reshape.** `x[::k]` pads the axis to a multiple of k, reshapes it to `(n/k, k)` and keeps column
@@ -490,6 +492,21 @@ for name, t in {"i32 + i64": i32 + i64, "i32 + 0.5": i32 + 0.5, "f32 * bool": f3
                 "bool.sum()": flags.sum(), "full of 2**30, sum": Tensor(np.full(4, 2**30, np.int32)).sum()}.items():
   print(f"{name:20s} {str(t.dtype):12s} {t.numpy()}")
 print("dtypes.int.max:", dtypes.int.max, "  dtypes.u8.max:", dtypes.u8.max)
+
+# %% [markdown]
+# NumPy 2's promotion table is not this chain: NumPy promotes an integer and a float to a float that holds every
+# value of the integer exactly, so a float whose significand is too short for the integer becomes float64. Every
+# pair of dtypes on which uopc's order and NumPy's `np.result_type` disagree (the source of the NumPy column is
+# NumPy itself, whichever version is installed):
+
+# %%
+from uopc.dtype import PROMOTION_ORDER, least_upper_dtype, np_dtype
+
+print("NumPy", np.__version__)
+for k, d1 in enumerate(PROMOTION_ORDER):
+  for d2 in PROMOTION_ORDER[k + 1:]:
+    ours, theirs = np_dtype(least_upper_dtype(d1, d2)), np.result_type(np_dtype(d1), np_dtype(d2))
+    if ours != theirs: print(f"  {str(np_dtype(d1)):6s} with {str(np_dtype(d2)):8s} uopc {str(ours):8s} NumPy {theirs}")
 
 # %% [markdown]
 # A step slice is movement ops only; an integer index is a select and a sum, which the kernelizer gives a kernel:
@@ -575,13 +592,94 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
       " of [1, 2, nan]:", Tensor(np.array([1, 2, np.nan], np.float32)).max().item())
 
 # %% [markdown]
+# ## 9.9 Convolution as a view
+#
+# A convolution looks like a new kind of kernel: every output pixel reads a small window of the input. It is not.
+# The windows of an image are a **view** of it, made of the five movement ops, and a convolution is that view times
+# the weights, summed: one REDUCE, like a matmul. Take one axis of length n and windows of k elements, every s-th:
+# window o is `x[o*s : o*s + k]`. No movement op slides, but repeating the axis does it. Repeat x (an EXPAND and a
+# RESHAPE) and cut the long row into rows of n + 1 elements: row a then starts one element later in x than row a - 1,
+# so entry [a, b] is `x[a + b]`. Keep every s-th column (a RESHAPE to (o, s) and a SHRINK to the first), and
+# [a, o] is `x[o*s + a]`. Padding is a PAD before all that.
+
+# %%
+def windows_1d(x, k, s=1):
+  """x (..., n) -> (..., o, k) with [..., o, a] = x[..., o*s + a]: movement ops only."""
+  n = x.shape[-1]
+  o, lead = (n - k) // s + 1, x.shape[:-1]
+  rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)    # x repeated k + 1 times
+  rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)   # row a: x[a], x[a+1], ...
+  cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
+  return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
+
+
+def my_conv2d(x, w, stride=1, padding=0):
+  """x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow): pad, windows over H then W, multiply, sum."""
+  F, C, kh, kw = w.shape
+  x = x.pad([None, None, (padding, padding), (padding, padding)])
+  win = windows_1d(x.transpose(2, 3), kh, stride)             # (N, C, W, oh, kh)
+  win = windows_1d(win.permute(0, 1, 3, 4, 2), kw, stride)      # (N, C, oh, kh, ow, kw)
+  win = win.permute(0, 1, 2, 4, 3, 5)                           # (N, C, oh, ow, kh, kw)
+  prod = win.unsqueeze(1) * w.reshape(1, F, C, 1, 1, kh, kw)    # (N, F, C, oh, ow, kh, kw)
+  return prod.sum((2, 5, 6))
+
+
+def np_conv2d(x, w, stride=1, padding=0):
+  """The definition, in float64 loops over the kernel offsets."""
+  xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+  kh, kw = w.shape[2:]
+  oh, ow = (xp.shape[2] - kh) // stride + 1, (xp.shape[3] - kw) // stride + 1
+  out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+  for a in range(kh):
+    for b in range(kw):
+      patch = xp[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]        # (N, C, oh, ow)
+      out += np.einsum("nchw,fc->nfhw", patch, w[:, :, a, b].astype(np.float64))
+  return out
+
+
+img, filt = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+for stride, padding in ((1, 0), (2, 1)):
+  mine = my_conv2d(Tensor(img), Tensor(filt), stride, padding)
+  print(f"stride {stride}, padding {padding}: shape {mine.shape}, matches NumPy:",
+        np.allclose(mine.numpy(), np_conv2d(img, filt, stride, padding), atol=1e-5))
+
+# %% [markdown]
+# What does the kernelizer make of it? The repeated axis is read at `(a*(n+1) + b) % n`, and the index algebra
+# (uopc.symbolic) knows `0 <= a + b < n` inside a window, so the `%` folds to `a + b`: the one kernel reads
+# `x[o*s + a]` directly, with no division per element.
+
+# %%
+plan = make_plan([my_conv2d(Tensor(img), Tensor(filt)).uop], False, DefaultOpt)
+print("kernels:", [k.name for k in plan.kernels], " a % in the C:", "%" in str(plan.kernels[0].src))
+print(plan.kernels[0].src)
+
+# %% [markdown]
+# That is how uopc's own `Tensor.conv2d` is built (tinygrad's `_pool`, in `uopc/mixin/windows.py`, which also
+# handles dilation and groups, and 1-D and 3-D inputs): pooling is the same view with a max or a mean in place of
+# the weighted sum, and a transposed convolution is a convolution of the input spread out by the stride. Each is a
+# graph of the ops above, so its gradient comes from the autograd table with no rule of its own.
+
+# %%
+ours = Tensor(img).conv2d(Tensor(filt), stride=2, padding=1)
+print("Tensor.conv2d matches NumPy:", np.allclose(ours.numpy(), np_conv2d(img, filt, 2, 1), atol=1e-5))
+plan = make_plan([Tensor(img).conv2d(Tensor(filt)).uop], False, DefaultOpt)
+print("its kernels:", [k.name for k in plan.kernels])
+pooled = Tensor(img).max_pool2d(2)
+print("max_pool2d(2) shape", pooled.shape, "matches NumPy:",
+      np.array_equal(pooled.numpy(), img[:, :, :8, :8].reshape(2, 3, 4, 2, 4, 2).max((3, 5))))
+wt = Tensor(filt, requires_grad=True)
+(Tensor(img).conv2d(wt, padding=1) ** 2).sum().backward()
+print("gradient of the filters, shape", wt.grad.shape)
+
+# %% [markdown]
 # ## Pitfalls
 #
 # - **Realizing changes a Tensor.** After `.numpy()`, a Tensor's UOp is its data (a BUFFER); the graph
 #   that computed it is kept in `.lazy` so that gradients can still be taken. A plan built from
 #   `t.uop` after realizing is a plan for a copy, not for the computation.
-# - **Dtypes promote, as in PyTorch.** `float32 + int32` is float32 and `int32 + 0.5` is float32 (9.8); only
-#   int64 with float32 differs from NumPy (float32 here, float64 there). Integer sums are int64.
+# - **Dtypes promote, as in PyTorch.** `float32 + int32` is float32 and `int32 + 0.5` is float32 (9.8). NumPy 2
+#   makes int32 or int64 with float16 or float32 a float64 (the pairs printed in 9.8): code checked against NumPy
+#   on mixed dtypes must expect the difference. Integer sums are int64.
 # - **Gradients of max split between ties.** If two entries share the maximum, each gets half. Finite
 #   differences at a tie are meaningless: test with random data.
 # - **Every op is a few graph nodes.** `a - b` is `a + b * -1`, `a / b` is `a * recip(b)`, `exp` is
@@ -596,8 +694,10 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
 # 3. Why can no composition of the five movement ops reverse an axis? Add a FLIP movement op (rangeify maps
 #    index i to n-1-i; its derivative rule is FLIP again), make `Tensor.flip` use it, and compare the kernels of
 #    `x[::-1].sum()` with 9.8's one-hot select.
-# 4. `Tensor.layernorm` is five lines (`uopc/mixin/functional.py`). Check the gradient of `layernorm(x) @ w` against
-#    finite differences, and count its kernels with and without `stage_broadcast_compute` (Chapter 7).
+# 4. Write a variance and a LayerNorm from `sum`, `sqrt` and `recip` (Tensor operations only: not uopc's own
+#    `Tensor.var`, `Tensor.std` or `Tensor.layernorm`, which the week-5 grader refuses for this task). Check the
+#    gradient of `layernorm(x) @ w` against finite differences, and count its kernels with and without
+#    `stage_broadcast_compute` (Chapter 7).
 # 5. Count the kernels of the gradient of attention at N = 64 with and without `fuse_reduce`. Which
 #    reductions of the backward pass could share a kernel?
 # 6. `gradient` computes gradients of a scalar. Use its `seed=` argument to compute a vector-Jacobian

@@ -82,8 +82,15 @@ for n in (64, 256, 1024, 4096):
   print(f"{n:>6} {flops / 1e9:>8.3f} {nbytes / 1e6:>20.2f} {flops / nbytes:>10.1f}")
 
 # %% [markdown]
-# From N = 64 on, a GEMM is far to the right of the ridge: memory bandwidth is not its excuse. Whatever gap
-# remains between a GEMM and the roof is the code's fault, and the rest of this chapter closes as much of it as
+# Against this machine's ridge (measured above), each size's intensity is:
+
+# %% tags=["nbval-ignore-output"]
+print(", ".join(f"N = {n}: {n / 6 / (FMA / BW):.1f}x the ridge" for n in (64, 256, 1024, 4096)))
+
+# %% [markdown]
+# A small GEMM sits near the ridge, but the intensity grows with N and soon leaves the ridge far behind: for the
+# sizes this chapter times (N = 512 and 1024), memory bandwidth is not a GEMM's excuse. Whatever gap remains
+# between such a GEMM and the roof is the code's fault, and the rest of this chapter closes as much of it as
 # uopc can.
 #
 # ## 10.2 A register tile, from scratch
@@ -588,33 +595,45 @@ outs = [np.empty(size, np.float32) for _, size in aplan.outs]
 pick = {"in": inputs, "temp": aplan.temp_arrays, "out": outs}
 ROLES = ["S = Q K^T", "row max of S", "row sum of exp", "P", "copy of V^T", "O = P V"]
 assert len(aplan.kernels) == len(ROLES)
-att_points, totals = {}, [0.0, 0.0]
-print(f"{'':16s} {'FLOP/byte':>9s} | {'all cores':^24s} | {'one thread':^24s}")
-print(f"{'kernel':16s} {'':9s} | {'ms':>7s} {'GFLOP/s':>8s} {'GB/s':>7s} | {'ms':>7s} {'GFLOP/s':>8s} {'GB/s':>7s}")
+att_points, totals, faster = {}, [0.0, 0.0], 0
+print(f"{'':30s} {'FLOP/byte':>9s} | {'all cores':^24s} | {'one thread':^24s}")
+print(f"{'kernel':30s} {'':9s} | {'ms':>7s} {'GFLOP/s':>8s} {'GB/s':>7s} | {'ms':>7s} {'GFLOP/s':>8s} {'GB/s':>7s}")
 for kern, role in zip(aplan.kernels, ROLES):
   bufs = [pick[kind][i] for kind, i in kern.args]
   nbytes = sum(b.size for b in bufs) * 4
   t_all = best_time(lambda: kern.prg(*bufs))
   with omp_threads(1): t_one = best_time(lambda: kern.prg(*bufs))
   totals[0] += t_all; totals[1] += t_one
+  faster += t_all < t_one
   rates = [(t * 1e3, kern.flops / t / 1e9, nbytes / t / 1e9) for t in (t_all, t_one)]
   cols = " | ".join(f"{ms:7.3f} {gflops:8.2f} {gbs:7.1f}" for ms, gflops, gbs in rates)
-  print(f"{kern.name:16s} {kern.flops / nbytes:9.2f} | {cols}")
+  print(f"{kern.name:14s}  {role:14s} {kern.flops / nbytes:9.2f} | {cols}")
   if kern.flops: att_points[f"{kern.name}: {role}"] = (kern.flops / nbytes, rates[0][1], rates[1][1])
-print(f"six kernels: {totals[0] * 1e3:.2f} ms with all cores, {totals[1] * 1e3:.2f} ms on one thread")
+print(f"six kernels: {totals[0] * 1e3:.2f} ms with all cores, {totals[1] * 1e3:.2f} ms on one thread; all cores "
+      f"faster than one thread in {faster} of the 6 kernels")
 
 # %% [markdown]
 # The copy `e_1_64_1024` does no arithmetic, so it has no place on a log-scale roofline; its GB/s column says
 # how close it comes to the bandwidth line instead. The other five go on the plot with the GEMM steps, filled
-# squares for all cores and open squares of the same colour for one thread:
+# squares for all cores and open squares of the same colour for one thread (drawn larger, so that an open square
+# on the same spot as its filled twin still shows around it). The softmax kernels' intensities, read from the
+# table:
 
 # %%
+from matplotlib.lines import Line2D
+
+softmax_roles = ("row max of S", "row sum of exp", "P")
+softmax_ai = [x for name, (x, _, _) in att_points.items() if name.split(": ")[1] in softmax_roles]
+print(f"softmax kernels ({', '.join(softmax_roles)}): {min(softmax_ai):.2f} to {max(softmax_ai):.2f} FLOP/byte")
 fig, ax = plt.subplots(figsize=(9, 5.5))
 roofline(ax, gemm_points, title=f"GEMM steps and the unfused attention's kernels, N = {Na}, D = {Da} (measured)")
 for name, (x, y_all, y_one) in att_points.items():
   (pt,) = ax.loglog([x], [y_all], "s", ms=8, label=name)
-  ax.loglog([x], [y_one], "s", ms=8, mfc="none", color=pt.get_color())
-ax.legend(fontsize=7, loc="upper left")
+  ax.loglog([x], [y_one], "s", ms=12, mfc="none", mew=1.5, color=pt.get_color())
+kinds = [Line2D([], [], ls="none", marker="s", ms=8, color="black", label="filled: all cores"),
+         Line2D([], [], ls="none", marker="s", ms=12, mfc="none", mew=1.5, color="black", label="open: one thread")]
+handles, labels = ax.get_legend_handles_labels()
+ax.legend(handles=handles + kinds, fontsize=7, loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -624,15 +643,17 @@ plt.show()
 #   output element gets only 128 FLOPs (and S is written, or P read, at 4 bytes per element). They run the same
 #   4x4 tile as the GEMM steps; with a reduce axis of 64, S spends a larger share of its time in the horizontal
 #   sums after each reduce loop (10.5).
-# - The softmax kernels, the row max, the row sum of exponentials and `e_1024_1024` (P), sit far left, below one
-#   FLOP per byte. No tile or thread can lift them above the bandwidth line; the only way to make them faster is
+# - The softmax kernels, the row max, the row sum of exponentials and `e_1024_1024` (P), sit far left, around one
+#   FLOP per byte (the range printed above the plot): a few operations per element of S, each element 4 bytes
+#   read or written. No tile or thread can lift them above the bandwidth line; the only way to make them faster is
 #   to move fewer bytes. If one of them shows up *above* the dashed line, its data came from a cache, not DRAM:
 #   S is 4 MB, which can stay in this CPU's last-level cache between kernels, so the triad's DRAM bandwidth is a
 #   floor under the memory roof rather than a ceiling.
-# - Compare the filled and the open squares. On an idle machine, all cores should be up to twice as fast as one
-#   thread. If instead every threaded kernel takes about the same few milliseconds whatever its size, as in the
-#   run stored in this notebook, the threads spent that time waiting for cores that other processes held: it is
-#   not work, and the one-thread rates are the ones that describe the kernels.
+# - Compare the filled and the open squares (the line under the table counts the kernels in which all cores beat
+#   one thread in this run). On an idle machine, all cores should be faster than one thread in every kernel, up to
+#   the number of cores. A threaded kernel that is slower than one thread, or that takes about the same time
+#   whatever its size, spent that time waiting for cores that other processes held: it is not work, and there
+#   the one-thread rates are the ones that describe the kernels.
 # - Chapter 11 starts here: it fuses the softmax into its neighbours so that the N x N traffic disappears, and
 #   finds that fused kernels lose the register tile that made the matmuls fast.
 #

@@ -35,9 +35,24 @@
 
 # %% tags=["nbval-ignore-output"]
 import os
+from pathlib import Path
 from uopc import bench
+
+
+def caches() -> dict[int, int]:
+  """Level -> bytes of this CPU's data or unified caches (Linux's sysfs; empty elsewhere)."""
+  out = {}
+  for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    if (d / "type").read_text().strip() == "Instruction": continue
+    size = (d / "size").read_text().strip()
+    out[int((d / "level").read_text())] = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]]
+  return out
+
+
+CACHES = caches()
 print(bench.header())
 print(f"# {'load average':<17s} {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
+print(f"# {'caches':<17s} " + ", ".join(f"L{lv} {n >> 10} KB" for lv, n in sorted(CACHES.items())))
 
 # %% [markdown]
 # The imports and a few helpers the whole chapter uses: random inputs, the NumPy reference, and a timer of
@@ -45,11 +60,12 @@ print(f"# {'load average':<17s} {' '.join(f'{x:.2f}' for x in os.getloadavg())} 
 # block; `time.process_time` counts only this process's CPU time).
 
 # %%
+import contextlib
 import inspect
+import io
 import math
 import re
 import time
-from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 import uopc.kernelize
@@ -61,6 +77,7 @@ from uopc.options import Options
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.tensor import Tensor
+from IPython.display import Markdown, display
 
 # the repository root: the notebook may run from it (make notebooks) or from chapters/ (nbval)
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "examples" / "flash_attention.py").exists())
@@ -91,6 +108,20 @@ def cpu_best(fn, k: int = 5) -> float:
 def show(fn) -> None:
   """Print the source of a function or class of this repository."""
   print(inspect.getsource(fn))
+
+
+def say(markdown: str) -> None:
+  """Prose computed from this run's numbers: it reads what the cell measured, on whatever machine runs it."""
+  display(Markdown(markdown))
+
+
+def debug_lines(fn) -> tuple[str, list[tuple[str, float, float | None]]]:
+  """Run fn under the DEBUG context it sets; return what it printed and, per kernel line, (name, ms, again ms)."""
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf): fn()
+  text = buf.getvalue()
+  lines = re.findall(r"^  (\S+)\s+([\d.]+) ms\s+[\d.]+ GFLOP/s(?:\s+again\s+([\d.]+) ms)?$", text, re.M)
+  return text, [(name, float(ms), float(again) if again else None) for name, ms, again in lines]
 
 
 # %% [markdown]
@@ -163,17 +194,31 @@ show(fa.attention)
 # ## 11.3 Implementation 1: unfused
 #
 # Kernelized normally, the one-liner becomes six kernels. Here are the first and the fifth realize of the same
-# attention in one process (DEBUG=2, N = 1024, D = 64). The first one's `schedule` includes making the plan and
-# compiling (or loading from the disk cache) its six kernels:
+# attention in one process (DEBUG=2, N = 1024, D = 64), with the minor page faults of each (`ru_minflt`: the pages
+# the operating system had to map for the process, a count that other processes cannot disturb). The first one's
+# `schedule` includes making the plan and compiling (or loading from the disk cache) its six kernels:
 
 # %% tags=["nbval-ignore-output"]
+import resource
+
+
+def minor_faults() -> int: return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def attention_at(a, b, c, debug: int = 0) -> np.ndarray:
+  with Context(DEBUG=debug): return fa.attention(Tensor(a), Tensor(b), Tensor(c)).numpy()
+
+
 N = 1024
 q, k, v = inputs(N)
 ref = reference(q, k, v)
+realizes = {}   # run -> (its DEBUG lines: (kernel, ms, again), its minor page faults)
 for run in range(1, 6):
-  with Context(DEBUG=2 if run in (1, 5) else 0):
-    if run == 5: print("...")
-    out = fa.attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
+  f0 = minor_faults()
+  text, lines = debug_lines(lambda: attention_at(q, k, v, 2 if run in (1, 5) else 0))
+  realizes[run] = (lines, minor_faults() - f0)
+  if run in (1, 5): print(("...\n" if run == 5 else "") + text + f"minor page faults: {realizes[run][1]}")
+out = attention_at(q, k, v)
 print(f"\nmax error against NumPy: {np.abs(out - ref).max():.1e}")
 
 # %% [markdown]
@@ -227,30 +272,54 @@ print(f"{total} passes over N x N data, {total * N * N * 4 / 1e6:.1f} MB of traf
       f"Q, K, V and O together are {4 * N * D * 4 / 1e6:.1f} MB")
 
 # %% [markdown]
-# S is written once and read three times, P is written once and read once. Six passes: by the book's count, 25 MB
-# of traffic at N = 1024, for a computation whose inputs and output total 1 MB.
+# S is written once and read three times, P is written once and read once: six passes, and the printout gives
+# their traffic, for a computation whose inputs and output total 1 MB.
 #
-# And compare the first lines of the two realizes: in the book's run, the GEMM writing S took 5.4 ms the first time
-# and 2.0 ms the fifth. The difference is not computation, it is the operating system: the first write to each
-# 4 KB page of a fresh 4 MB buffer takes a page fault. Large intermediates cost twice: once in bandwidth, once in
-# page faults. DEBUG=3 shows it directly: it runs every kernel a second time, on memory it has already touched
-# (the `again` column). Here is the first realize of a plan we have not run yet (N = 2048, so its temporaries come
-# fresh from the operating system), and then a later one; we also count the process's minor page faults around each
-# realize (`ru_minflt`), which, unlike times, other processes cannot disturb:
+# Now compare the first lines of the two realizes above, the GEMM writing S:
 
 # %% tags=["nbval-ignore-output"]
-import resource
+def fault_story(kernel: str, fresh_ms: float, touched_ms: float, fresh_faults: int, touched_faults: int,
+                fresh: str, touched: str) -> str:
+  """This run's comparison of a kernel on fresh memory and on memory it has touched, as a sentence."""
+  said = (f"Here `{kernel}` took {fresh_ms:.3f} ms {fresh} and {touched_ms:.3f} ms {touched}, and the process "
+          f"took {fresh_faults} minor page faults against {touched_faults}")
+  if fresh_faults > touched_faults and fresh_ms > 1.2 * touched_ms:
+    return said + ": the faults show in the time."
+  if fresh_faults <= touched_faults:
+    return said + ": this time the memory was not fresh (the allocator reused pages it had mapped before), so " \
+                  "there was nothing to pay."
+  return said + (": the count says the first one faulted, but on this run its time hardly shows it. One call's time "
+                 "on a shared machine moves by more than the faults cost; the count is the measure to trust.")
 
 
-def minor_faults() -> int: return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+(s_name, first_ms, _), (_, fifth_ms, _) = realizes[1][0][0], realizes[5][0][0]
+say(fault_story(s_name, first_ms, fifth_ms, realizes[1][1], realizes[5][1], "in the first realize", "in the fifth"))
 
+# %% [markdown]
+# A difference between them is not computation, it is the operating system: the first write to each 4 KB page of a
+# fresh buffer takes a page fault (S alone is 4 MB, a thousand pages). The book's run showed it plainly: the GEMM
+# writing S took 5.4 ms the first time and 2.0 ms the fifth. Large intermediates cost twice: once in bandwidth, once
+# in page faults.
+#
+# DEBUG=3 isolates the effect: it runs every kernel a second time, on memory it has already touched (the `again`
+# column). Here is the first realize of a plan we have not run yet (N = 2048, so its temporaries come fresh from
+# the operating system), and then a later one, each with its minor page faults. We run them on one thread: with
+# two, a kernel's time also includes waiting at its barrier for a thread that another process has taken the core
+# from.
 
+# %% tags=["nbval-ignore-output"]
 q2, k2, v2 = inputs(2048)
 make_plan([fa.attention(Tensor(q2), Tensor(k2), Tensor(v2)).uop], False, Tensor.opt)   # compile first
-for run in ("first", "later"):
-  f0 = minor_faults()
-  with Context(DEBUG=3): fa.attention(Tensor(q2), Tensor(k2), Tensor(v2)).numpy()
-  print(f"{run} realize: {minor_faults() - f0} minor page faults\n")
+debug3 = {}
+with threadpool_limits(1):
+  for run in ("first", "later"):
+    f0 = minor_faults()
+    text, lines = debug_lines(lambda: attention_at(q2, k2, v2, 3))
+    debug3[run] = (lines, minor_faults() - f0)
+    print(f"{text}{run} realize: {debug3[run][1]} minor page faults\n")
+(s_name, s_ms, s_again) = debug3["first"][0][0]
+say(fault_story(s_name, s_ms, s_again, debug3["first"][1], debug3["later"][1],
+                "on its first run, on fresh temporaries,", "again on the same memory"))
 
 # %% [markdown]
 # The first version of the runtime paid the page faults on every call, because realize allocated the plan's
@@ -274,6 +343,7 @@ def unfused_at(a, b, c):
   return make_plan([fa.attention(Tensor(a), Tensor(b), Tensor(c)).uop], False, Tensor.opt), run
 
 
+variants_at = {}   # (N, "fresh" or "cached") -> (best CPU seconds, faults of five calls)
 for n in (1024, 4096):
   plan_n, cached = unfused_at(*inputs(n))
 
@@ -285,19 +355,25 @@ for n in (1024, 4096):
     faults = []
     for _ in range(5):
       f0 = minor_faults(); fn(); faults.append(minor_faults() - f0)
-    print(f"N={n}  {name:<38s} {cpu_best(fn) * 1e3:8.2f} ms   minor page faults per call {faults}")
+    t = cpu_best(fn)
+    print(f"N={n}  {name:<38s} {t * 1e3:8.2f} ms   minor page faults per call {faults}")
+    variants_at[n, name.split()[0]] = (t, faults)
+fresh, cached_ = variants_at[4096, "fresh"], variants_at[4096, "cached"]
+say(f"At N = 4096 the first version took {min(fresh[1])} to {max(fresh[1])} minor page faults a call and "
+    f"{(fresh[0] - cached_[0]) * 1e3:.1f} ms more CPU time than the cached temporaries, which took "
+    f"{min(cached_[1])} to {max(cached_[1])}.")
 
 # %% [markdown]
-# The cached temporaries cost no page faults after the first call (the few that remain per call belong to the
-# output array and the input copies, which are fresh every call in both variants). Whether fresh temporaries
-# fault depends on the C library's allocator. glibc serves a large request with fresh pages from the operating
-# system (mmap) and gives them back when the array is freed, so the next array faults again; but after such a free
-# it raises its threshold to that size (up to 32 MB) and serves later requests from its own heap, whose pages can
-# stay mapped. At N = 4096 (64 MB buffers, above the ceiling) the first version faults on every call, about a
-# thousand faults (NumPy asks for 2 MB huge pages on large arrays, so there are fewer faults than 4 KB pages) and
-# over ten milliseconds; at N = 1024 it depends on what this process freed before, and after the earlier cells of
-# this notebook it may not fault at all. Cached temporaries make the question moot. The book measured the
-# captured unfused time at N = 1024 dropping from 28.4 ms to 9.8 ms with this change (11.8).
+# What the cached variant still faults on, if anything (its counts are printed above), is what is fresh on every
+# call in both variants: the output array and the input copies. Whether fresh temporaries fault depends on the C
+# library's allocator. glibc serves a large request with fresh pages from the operating system (mmap) and gives them
+# back when the array is freed, so the next array faults again; but after such a free it raises its threshold to
+# that size (up to 32 MB) and serves later requests from its own heap, whose pages can stay mapped. At N = 4096
+# (64 MB buffers, above the ceiling) the first version faults on every call, the counts printed above (NumPy asks
+# for 2 MB huge pages on large arrays, so there are far fewer faults than the 16,384 4 KB pages of each buffer); at
+# N = 1024 it depends on what this process freed before, and after the earlier cells of this notebook it may not
+# fault at all. Cached temporaries make the question moot. The book measured the captured unfused time at N = 1024
+# dropping from 28.4 ms to 9.8 ms with this change (11.8).
 #
 # ## 11.4 Implementation 2: fused, with recompute
 #
@@ -377,67 +453,54 @@ print("uopc's update: ", next(ln.strip() for ln in default_src.splitlines() if "
 # That is six full computations of q_i . k_j per row instead of one.
 #
 # The plan predicts this before any C is read: `kernel.recompute` maps each REDUCE fused into the kernel to the
-# number of times each of its values is computed, and the Q K^T reduce (the one of shape (N, N)) says 6. The rule
-# behind it is 2 + D / upcast: one max pass, one sum pass, one output pass per group of `upcast` columns. Let us
-# check both against the generated C for other upcasts. A *key loop* is a `for` over N keys whose body holds a
-# D-long dot-product loop; it runs once per iteration of the loops around it (except the row loop):
+# number of times each of its values is computed, and the Q K^T reduce (the one of shape (N, N)) says 6. The C says
+# the same once you read its loops: three loops over the N keys are written out, each holding a D-long dot product,
+# and the last sits inside the output loop, which runs once per group of `upcast` columns. Here are the loop headers
+# of the book's kernel, and of the same fused attention with a head dimension of 32 instead of 64:
 
 # %%
-FOR = re.compile(r"^\s*for \(int (ridx\d+) = 0; \1 < (\d+); \1\+\+\) \{$")
-
-
-def key_loops(src: str, n: int, d: int) -> tuple[int, int]:
-  """(key loops written in the C, passes over the keys per query row when it runs)."""
-  stack, loops = [], []   # stack: the trips of the open braces (0 for the function's own)
-  lines = src.splitlines()
-  for k, line in enumerate(lines):
-    if m := FOR.match(line):
-      trip = int(m.group(2))
-      inner = next((FOR.match(x) for x in lines[k + 1:] if FOR.match(x) or x.strip() == "}"), None)
-      if trip == n and inner is not None and int(inner.group(2)) == d:   # its first inner loop is the dot product
-        loops.append(math.prod(t for t in stack[2:]))   # stack[0] is the function, stack[1] the row loop
-      stack.append(trip)
-    elif line.rstrip().endswith("{"): stack.append(0)
-    elif line.strip() == "}": stack.pop()
-  return len(loops), sum(loops)
-
-
 from uopc.book import flash_opt   # the book's FlashOpt with another upcast of the head dimension
 
 book16 = Options(fuse_reduce=True, opt=flash_opt(16), book_max=True)
 assert make_plan([out_uop], options=book16).kernels[-1].src == fused_src   # FlashOpt is flash_opt(16)
-print(f"{'upcast':>6} {'recompute of QK^T':>18} {'2 + D/upcast':>13} {'key loops in C':>15} {'passes run':>11}"
-      f" {'lines of C':>11}")
-for upcast in (8, 16, 32, 64):
-  kern = make_plan([out_uop], True, flash_opt(upcast)).kernels[-1]
+for d in (D, 32):
+  qd, kd, vd = (Tensor(x) for x in inputs(N, d))
+  kern = make_plan([fa.attention(qd, kd, vd).uop], True, fa.FlashOpt).kernels[-1]
   (qk,) = [times for u, times in kern.recompute.items() if u.shape == (N, N)]
-  written, run = key_loops(kern.src, N, D)
-  print(f"{upcast:>6} {qk:>18g} {2 + D // upcast:>13} {written:>15} {run:>11} {len(kern.src.splitlines()):>11}")
+  print(f"D = {d}, upcast {min(d, 16)}: recompute of Q K^T {qk:g}")
+  print("\n".join(line for line in kern.src.splitlines() if "for (" in line) + "\n")
 
 # %% [markdown]
-# 10, 6, 4 and 3 passes for upcasts of 8, 16, 32 and 64 (Exercise 2 asks you to predict them): the C always has
-# three key loops written out, but the output pass runs D / upcast times. The price of fewer passes is registers:
-# with an upcast of 64, 64 output accumulators are live across the whole key loop, and the kernel's text triples.
+# At D = 32 the output loop makes half the trips, and each q_i . k_j is computed 4 times instead of 6 (the recompute
+# printed above). Exercise 2 asks you to predict the count for other upcasts of the book's D = 64, to check the
+# prediction against the C by counting its loops, and to say what fewer passes cost.
 #
 # **The first version of this experiment did not look like this.** `stage_broadcast_compute` (11.1) saw P EXPANDed
 # by a factor of 64 into the P V matmul, measured its recompute cost, and staged it, exactly as designed for
 # LayerNorm. The "fused" plan therefore still wrote one N x N buffer (P), while the script printed "(no N*N buffer,
-# QK^T recomputed)". We can rebuild that plan by applying the rule by hand before making a fused plan (its first
-# line says "asked for" because, to the kernelizer, a STAGE we add is a request):
+# QK^T recomputed)". The rule can still be applied by hand, before making a fused plan. Here it is on a smaller
+# graph than attention, a softmax over a given N x N matrix X, times a weight W (N x D): the fused plan recomputes
+# the softmax's probabilities in every output pass, and the rule stores them (the staged plan's first line says
+# "asked for" because, to the kernelizer, a STAGE we add is a request):
 
 # %%
 from uopc.kernelize import stage_broadcast_compute
-staged = stage_broadcast_compute([out_uop])
-first_plan = make_plan(staged, True, fa.FlashOpt)
-print(f"fuse_reduce=True, broadcast rule applied: kernels {[kern.name for kern in first_plan.kernels]}, "
-      f"temps {[n for _, n in first_plan.temps]}")
-print(first_plan.explain())
+
+rng = np.random.default_rng(1)
+X, W = Tensor(rng.standard_normal((N, N)).astype(np.float32)), Tensor(rng.standard_normal((N, D)).astype(np.float32))
+softmax_mm = (X.softmax(-1) @ W).uop
+for name, roots in (("fused", [softmax_mm]), ("fused, broadcast rule applied by hand",
+                                              stage_broadcast_compute([softmax_mm]))):
+  p = make_plan(roots, True, fa.FlashOpt)
+  print(f"{name}: kernels {[kern.name for kern in p.kernels]}, temps {[n for _, n in p.temps]}")
+  print(p.explain() + "\n")
 
 # %% [markdown]
-# P is back as a 1,048,576-float temporary, and the kernel computing it recomputes Q K^T three times per element
-# (for the max, the sum and P itself). Two cost-model rules disagreed: `fuse_reduce` meant "never write the big
-# intermediate", and the broadcast rule meant "never recompute an expensive broadcast". The fix makes the user's
-# explicit request win: with `fuse_reduce=True`, `make_plan` skips `stage_broadcast_compute`:
+# Exercise 7 applies the rule to attention the same way, and ranks the plan it gets against the two fused ones.
+#
+# Two cost-model rules disagreed: `fuse_reduce` meant "never write the big intermediate", and the broadcast rule
+# meant "never recompute an expensive broadcast". The fix makes the user's explicit request win: with
+# `fuse_reduce=True`, `make_plan` skips `stage_broadcast_compute`:
 
 # %%
 def show_lines(path: str, first: int, last: int) -> None:
@@ -452,36 +515,34 @@ show_lines("uopc/kernelize.py", 121, 125)
 # and the example's docstring now describes the recomputation accurately. The lesson is about debugging, not
 # attention: when a benchmark's description and its plan disagree, believe the plan (`make_plan(...).temps`).
 #
-# So does fusing win? The three plans, timed here at N = 1024 (wall clock with both threads, best of 3, and
+# So does fusing win? The two plans, timed here at N = 1024 (wall clock with both threads, best of 3, and
 # single-thread CPU time, best of 3):
 
 # %% tags=["nbval-ignore-output"]
-def tensor_run(fuse: bool, opt, roots=None):
+def tensor_run(fuse: bool, opt):
   def run():
     old = Tensor.fuse_reduce, Tensor.opt
     Tensor.fuse_reduce, Tensor.opt = fuse, opt
-    try:
-      if roots is not None: return realize(roots, fuse, opt)[0]
-      return fa.attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
+    try: return fa.attention(Tensor(q), Tensor(k), Tensor(v)).numpy()
     finally: Tensor.fuse_reduce, Tensor.opt = old
   return run
 
 
-variants = {"unfused": tensor_run(False, Tensor.opt), "fused (FlashOpt)": tensor_run(True, fa.FlashOpt),
-            "fused, P staged (first version)": tensor_run(True, fa.FlashOpt, staged)}
+variants = {"unfused": tensor_run(False, Tensor.opt), "fused (FlashOpt)": tensor_run(True, fa.FlashOpt)}
 for name, fn in variants.items():
   assert np.abs(np.asarray(fn()).reshape(N, D) - ref).max() < 1e-5, name
 wall = bench.interleaved(variants, reps=3)
-for name, fn in variants.items():
-  print(f"{name:<32s} wall {wall[name] * 1e3:8.2f} ms   single-thread CPU {cpu_best(fn, 3) * 1e3:8.2f} ms")
+cpu_1024 = {name: cpu_best(fn, 3) for name, fn in variants.items()}
+for name in variants:
+  print(f"{name:<18s} wall {wall[name] * 1e3:8.2f} ms   single-thread CPU {cpu_1024[name] * 1e3:8.2f} ms")
+print(f"fused / unfused: {cpu_1024['fused (FlashOpt)'] / cpu_1024['unfused']:.1f} (single-thread CPU), "
+      f"{wall['fused (FlashOpt)'] / wall['unfused']:.1f} (wall clock)")
 
 # %% [markdown]
-# No, by a wide margin. (The third line, the first version's plan, is the subject of Exercise 7: rank the variants
-# and explain them.) The book measured 28.5 ms fused against 9.8 ms unfused at N = 1024 (and 103.8 against
-# 35.3 ms at 2048); on this machine the gap is wider still, about an order of magnitude (section 11.8 has the sweep).
-# Fusion removed 25 MB of N x N traffic and added five extra computations of Q K^T, each done without the register
-# tiling that makes the unfused Q K^T GEMM fast. On this machine the recomputation costs far more than the traffic
-# did.
+# No: the last line gives the factor. The book measured 28.5 ms fused against 9.8 ms unfused at N = 1024 (and 103.8
+# against 35.3 ms at 2048), a factor of about three; the sweep of section 11.8 measures more sizes here. Fusion
+# removed 25 MB of N x N traffic and added five extra computations of Q K^T, each done without the register tiling
+# that makes the unfused Q K^T GEMM fast: the recomputation costs more than the traffic did.
 #
 # > **Key idea:** fusing a reduction into its consumer is only cheap if the reduction is computed once per consumer
 # > row, and if the consumer itself makes one pass. Every extra pass recomputes everything the fused reduction
@@ -568,24 +629,30 @@ def structure(src: str) -> str:
   return "\n".join(out)
 
 
+def qk_recompute(kern, n: int) -> float:
+  """How many times the kernel computes each q_i . k_j (the plan's count for the (n, n) reduce)."""
+  (times,) = [t for u, t in kern.recompute.items() if u.shape == (n, n)]
+  return times
+
+
 q5, k5, v5 = inputs(512)
 for on in (True, False):
   with reshape_simplify(on):
     kern = make_plan([fa.attention(Tensor(q5), Tensor(k5), Tensor(v5)).uop], True, fa.FlashOpt).kernels[-1]
     print(structure(kern.src))
-    print(f"N=512 reshape-simplify {'on' if on else 'off'}: {key_loops(kern.src, 512, D)[1]} passes over the keys "
-          f"per query row\n")
+    print(f"N=512 reshape-simplify {'on' if on else 'off'}: each q_i . k_j computed {qk_recompute(kern, 512):g} "
+          f"times\n")
 
 # %% [markdown]
 # With simplification, the row max (`acc2 = -INFINITY`) and row sum (`acc4 = 0.0f`) are initialized once per row
 # `ridx0`, before their passes over keys. Without it, they are initialized inside `ridx2`, the key loop of the P V
-# product, so both passes over all keys run again for every key of every output pass: the count above goes from 6
-# passes over the keys per row to 4 (1 + 2N), 4100 at N = 512.
+# product, so both passes over all keys run again for every key of every output pass: the plan's count of
+# computations of each q_i . k_j goes from 6 to the thousands printed above, a number that grows with N.
 #
-# Running the cubic kernel at N = 512 takes seconds per call on this machine (the book measured 2211 ms), too long
-# for a notebook that must run in three minutes, so we reproduce the timing at N = 256 (the cubic kernel's work grows
-# as N^3 and the fixed one's as N^2, so the ratio between them is about half of what it is at N = 512). First the
-# outputs, which are the same:
+# Running the cubic kernel at N = 512 takes seconds per call (the book measured 2211 ms), too long for a notebook
+# that must run in three minutes, so we reproduce the timing at N = 256, where the cubic kernel's extra work is half
+# as large relative to the fixed one's (it grows as N^3, the fixed one's as N^2). First the outputs, which are the
+# same:
 
 # %%
 q256, k256, v256 = inputs(256)
@@ -609,16 +676,23 @@ print("on and off agree to 1e-6:", np.abs(results[True] - results[False]).max() 
 
 # %% [markdown]
 # and then the times of those runs (the best of three calls with the fix, one call without it, each after the
-# call that compiled it):
+# call that compiled it), beside the plan's count of the work:
 
 # %% tags=["nbval-ignore-output"]
+counts = {}
 for on in (True, False):
-  print(f"N=256 reshape-simplify {'on' if on else 'off'}: {times[on] * 1e3:8.1f} ms")
-print(f"without the RESHAPE simplify: {times[False] / times[True]:.0f} times slower")
+  with reshape_simplify(on):
+    plan256 = make_plan([fa.attention(Tensor(q256), Tensor(k256), Tensor(v256)).uop], True, fa.FlashOpt)
+    counts[on] = qk_recompute(plan256.kernels[-1], 256)
+  print(f"N=256 reshape-simplify {'on' if on else 'off'}: {times[on] * 1e3:8.1f} ms, each q_i . k_j computed "
+        f"{counts[on]:g} times")
+print(f"without the RESHAPE simplify: {times[False] / times[True]:.0f} times slower, "
+      f"{counts[False] / counts[True]:.0f} times as many computations of Q K^T")
 
 # %% [markdown]
-# Same graph, same answer, and many times slower already at N = 256 (the printout gives this run's ratio; it grows
-# linearly with N: the book measured 240 times at N = 512, and NOTES 12 recorded 250x).
+# Same graph, same answer, and many times slower already at N = 256: the printout gives this run's ratio of times,
+# beside the ratio of work, which the time follows only roughly (the extra passes re-read keys that are already in
+# cache). The book measured 240 times slower at N = 512, and NOTES 12 recorded 250x.
 #
 # Two lessons. First, a compiler's analyses are only as good as the canonical form they see: every "which variables
 # does this depend on" question must be asked of a simplified expression, or it is answered about the spelling
@@ -730,8 +804,8 @@ print(flash_src)
 # %% [markdown]
 # 0.18033688011112042f is log2(e) / 8. `acc2[64]` is the running output row, `acc1` the running sum, `acc0` the
 # running max, and `acc3` the dot product; every one of them is declared inside the parallel loop. Each query row
-# reads all of K and V (256 KB each), which stay in this machine's 1 MB L2 cache of a core across rows, and nothing
-# N x N exists anywhere. Compiled and run, it matches NumPy:
+# reads all of K and V (256 KB each), which stay in a core's L2 cache across rows where it holds them (the header at
+# the top prints this machine's caches), and nothing N x N exists anywhere. Compiled and run, it matches NumPy:
 
 # %%
 q, k, v = inputs(N)   # the worked example above reused the names s, v, p, m, l, o
@@ -744,6 +818,23 @@ print("online kernel matches NumPy to 1e-5:", np.abs(o_online.reshape(N, D) - re
 print(f"max error {np.abs(o_online.reshape(N, D) - ref).max():.1e}; "
       f"wall {bench.interleaved({'online': lambda: prg(q, k, v, o_online)}, reps=5)['online'] * 1e3:.2f} ms, "
       f"single-thread CPU {cpu_best(lambda: prg(q, k, v, o_online)) * 1e3:.2f} ms")
+
+# %% [markdown]
+# The two kernels side by side, drawn by `uopc.viz` as their loops (a box per loop, nested as the linearizer nests
+# them, a line per store: accumulator updates in red, first values in grey, results in brown), at N = 16 and D = 8 so
+# that they fit. On the left the fused kernel of 11.4, made by the book's FlashOpt: the dot product over e is a loop
+# inside each of its three key loops (the max pass, the sum pass, the output pass), so Q K^T is computed three times
+# per row. On the right the online kernel: one key loop, one dot product per key.
+
+# %%
+import uopc.viz as viz
+from uopc.viz.loops import loops_svg
+
+small = [Tensor(x) for x in inputs(16, 8)]
+small_fused = make_plan([fa.attention(*small).uop], options=Options(fuse_reduce=True, opt=fa.FlashOpt)).kernels[-1]
+viz.side_by_side(loops_svg(small_fused.ast), loops_svg(fa.online_attention_ir(16, 8)),
+                 captions=[f"fused: {small_fused.name}, recomputes Q K^T x{max(small_fused.recompute.values()):g}",
+                           "online: online_attention_ir(16, 8)"])
 
 # %% [markdown]
 # ## 11.8 Results
@@ -765,8 +856,10 @@ print(f"max error {np.abs(o_online.reshape(N, D) - ref).max():.1e}; "
 # them, with the sweep and plots below, on the instructor's machine). Here we measure the three implementations and
 # NumPy (and PyTorch's `scaled_dot_product_attention`, if it is installed) at several N, two ways:
 #
-# - **wall clock**, with both threads, best of 3, the implementations interleaved in one process so that each sees
-#   the same machine state (`uopc.bench.attention`, which also checks every result against NumPy);
+# - **wall clock**, with both threads, best of 3 calls or more (as many as fill a quarter of a second), each
+#   implementation in a Python process of its own, one after another, so that no other runtime's threads compete
+#   with it (`uopc.bench.attention`, whose default method is `uopc.bench.isolated`; it also checks every result
+#   against NumPy in float64);
 # - **single-thread CPU time**, best of 3 (`cpu_best`): what other processes on the machine do not inflate.
 #
 # Fused is skipped above N = 2048, where one call takes seconds.
@@ -805,19 +898,22 @@ print(f"\n(sweep took {time.perf_counter() - t0:.0f} s)")
 
 # %% [markdown]
 # The same numbers as plots: time against N, log-log, both ways, and the single-thread GFLOP/s of the useful
-# 4 N^2 D FLOPs (the fused kernel's recomputation is not counted) against one core's FP32 peak (`uopc.bench.peak`
-# run on one thread: independent chains of FMAs).
+# 4 N^2 D FLOPs (the fused kernel's recomputation is not counted) under a ceiling measured the same way: one core's
+# FP32 FMA peak in single-thread CPU time (`uopc.bench.fma_peak_cpu`: independent chains of FMAs, best of 5). A
+# ceiling under a measured kernel would be wrong, and a peak taken while other work shares the cores can come out
+# low; so where the peak is below the best point of the curves, the plot draws that point's rate instead and its
+# legend says so (`uopc.bench.ceiling`). The first lines printed say which it is here:
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
-with threadpool_limits(1):
-  omp = os.environ.get("OMP_NUM_THREADS")
-  os.environ["OMP_NUM_THREADS"] = "1"   # bench.peak reads it to count the threads it ran on
-  try: peak = bench.peak(3)
-  finally:
-    if omp is None: del os.environ["OMP_NUM_THREADS"]
-    else: os.environ["OMP_NUM_THREADS"] = omp
+fma = bench.fma_peak_cpu(reps=5)
+rates = {f"{x}, N = {n}": 4 * n * n * D / cpu[n, x] / 1e9 for n, x in cpu}
+best_point = max(rates, key=rates.get)
+roof, roof_is = bench.ceiling(fma, rates)
+print(f"one core's FMA peak, single-thread CPU time, best of 5: {fma:.1f} GFLOP/s")
+print(f"the best point of the curves: {best_point}, {rates[best_point]:.1f} GFLOP/s")
+print(f"ceiling drawn: {roof:.1f} GFLOP/s, {roof_is}")
 COLORS = {"unfused": "C0", "fused": "C1", "online": "C2", "numpy": "C3", "torch": "C4"}
 fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
 for ax, data, title in ((axes[0], wall, "wall clock, 2 threads"), (axes[1], cpu, "single-thread CPU time")):
@@ -829,9 +925,9 @@ for ax, data, title in ((axes[0], wall, "wall clock, 2 threads"), (axes[1], cpu,
 for x in IMPLS:
   pts = [(n, 4 * n * n * D / cpu[n, x] / 1e9) for n in Ns if (n, x) in cpu]
   if pts: axes[2].semilogx(*zip(*pts), "o-", color=COLORS[x], label=x)
-axes[2].axhline(peak["fma_gflops"], color="k", ls="--", label=f"one core's FMA peak, {peak['fma_gflops']:.0f} GFLOP/s")
+axes[2].axhline(roof, color="k", ls="--", label=f"ceiling {roof:.0f} GFLOP/s: {roof_is}")
 axes[2].set(xlabel=f"N (sequence length), D = {D}", ylabel="useful GFLOP/s (4 N² D / CPU time)",
-            title="attention: GFLOP/s, one thread (measured)", yscale="log", ylim=(1, 2 * peak["fma_gflops"]))
+            title="attention: GFLOP/s, one thread (measured)", yscale="log", ylim=(1, 2 * roof))
 for ax in axes:
   ax.set_xticks(Ns, [str(n) for n in Ns])
   ax.xaxis.set_minor_formatter(plt.NullFormatter())
@@ -843,7 +939,7 @@ plt.show()
 
 # %% [markdown]
 # The ratios the discussion below refers to, from this run's single-thread CPU times (and wall clock, for the
-# record):
+# record), and each implementation's wall-clock time over its single-thread CPU time:
 
 # %% tags=["nbval-ignore-output"]
 def ratio(x: str, n: int) -> str:
@@ -855,51 +951,88 @@ for n in (1024, 2048, 4096):
   if (n, "fused") in cpu: line += f"   fused / unfused {ratio('fused', n)}"
   gflops = {x: 4 * n * n * D / cpu[n, x] / 1e9 for x in ("online", "unfused")}
   print(line + f"   single-thread GFLOP/s: online {gflops['online']:5.1f}, unfused {gflops['unfused']:5.1f}")
+print("\nwall / single-thread CPU:")
+for n in Ns:
+  print(f"N={n:>5}: " + "  ".join(f"{x} {wall[n, x] / cpu[n, x]:5.2f}" for x in IMPLS if (n, x) in cpu))
 
 # %% [markdown]
-# **Reading the plots, and where this machine differs from the book.** The book's story has three parts. The first
-# holds here, more strongly: the fully fused kernel is the slowest at every N, by a larger factor against the
-# unfused one than the book's (about three; the sweep above prints this machine's). Six unblocked computations
-# of Q K^T per row cost far more than 25 MB (or 100 MB at 2048) of traffic.
+# **Reading the plots, and where this machine differs from the book.** The book says its story has three parts:
+# the fully fused kernel is the slowest, by a factor of about three; the unfused version is competitive with the
+# online kernel (within noise at 1024, online 5% ahead at 2048); and the online kernel is far from the roofline.
+# This run says, from the numbers above:
+
+# %% tags=["nbval-ignore-output"]
+def fits(nbytes: int) -> str:
+  """Whether S and P (nbytes each) fit together in this machine's L3, in words."""
+  size = CACHES.get(3)
+  if size is None: return "(this machine's L3 size is unknown)"
+  return "they fit in its L3" if 2 * nbytes <= size else "they do not fit in its L3"
+
+
+def reading() -> str:
+  """This run's sweep, in words: what holds of the book's three parts here."""
+  fused_at = [n for n in Ns if (n, "fused") in cpu]
+  slowest = all(cpu[n, "fused"] >= max(cpu[n, x] for x in IMPLS if (n, x) in cpu) for n in fused_at)
+  f = [cpu[n, "fused"] / cpu[n, "unfused"] for n in fused_at]
+  big = [n for n in (1024, 2048, 4096) if (n, "online") in cpu]
+  o = [cpu[n, "online"] / cpu[n, "unfused"] for n in big]
+  if min(o) > 1.1: verdict = "the unfused version beats the online kernel at every N from 1024 on"
+  elif max(o) < 0.9: verdict = "the online kernel beats the unfused version at every N from 1024 on"
+  else: verdict = "neither wins everywhere from N = 1024 on"
+  g = {x: 4 * 1024 * 1024 * D / cpu[1024, x] / 1e9 for x in ("online", "unfused")}
+  return "\n".join([
+    f"- The fully fused kernel is {'the slowest at every N it ran' if slowest else 'not the slowest everywhere'}: "
+    f"{min(f):.1f} to {max(f):.1f} times the unfused version's time.",
+    f"- {verdict[0].upper() + verdict[1:]}: the online kernel takes {min(o):.2f} to {max(o):.2f} times the unfused "
+    f"version's time.",
+    f"- At N = 1024 the online kernel runs at {g['online']:.1f} GFLOP/s on one core, {g['online'] / roof:.0%} of the "
+    f"ceiling drawn ({roof:.0f} GFLOP/s) and {g['online'] / g['unfused']:.2f} times the unfused version's rate "
+    f"({g['unfused']:.1f} GFLOP/s).",
+    f"- This machine's L3 is {CACHES[3] >> 20 if 3 in CACHES else '?'} MB. S and P together are "
+    f"{2 * 4 * 2048 ** 2 >> 20} MB at N = 2048: {fits(4 * 2048 ** 2)}; at N = 4096 they are "
+    f"{2 * 4 * 4096 ** 2 >> 20} MB: {fits(4 * 4096 ** 2)}."])
+
+
+say(reading())
+
+# %% [markdown]
+# Why the three implementations land where they do:
 #
-# The second and third do not hold on this machine: **the unfused version is not merely competitive with the online
-# kernel, it beats it**, by a factor of two to three in single-thread CPU time at N = 1024, 2048 and 4096 (the cell
-# above prints this run's ratios; the book had them within noise at 1024 and online 5% ahead at 2048). Why:
+# - **The unfused kernels vectorize; the online kernel cannot.** The book's DEBUG lines (11.3) show its row-sum and
+#   P kernels at 1.8-2.3 and 1.9-3.2 ms: they called glibc's scalar `exp2f`. This repository's runtime compiles with
+#   reassociation flags and an inline, vectorisable `exp2f` (NOTES 2): compare this run's DEBUG lines in 11.3. Its
+#   4x4-tiled Q K^T GEMM is the register tile of Chapter 10. The online kernel's exponentials sit in a loop-carried
+#   chain (two `exp2f` per key, each feeding the running max and sum), so vectorising `exp2f` does nothing for it.
+# - **The online kernel has no register tile.** Each thread handles one query row, so every k_j and v_j it loads is
+#   used for exactly one query, and each score is a 64-long dot product ending in a horizontal sum: its rate, and
+#   its fraction of the ceiling, are in the list above.
+# - **The N x N traffic is cheap where the cache holds it.** Where S and P fit in the last-level cache (the last line
+#   of the list), the six passes of 11.3 mostly hit it, not DRAM.
 #
-# - **The unfused kernels got faster than the book's; the online kernel did not.** The book's DEBUG lines (11.3)
-#   show its row-sum and P kernels at 1.8-2.3 and 1.9-3.2 ms: they called glibc's scalar `exp2f`. This repository's
-#   runtime compiles with reassociation flags and an inline, vectorisable `exp2f` (NOTES 2), which brings both
-#   under 0.4 ms single-threaded, and with 256-bit vectors its 4x4-tiled Q K^T GEMM runs at about 70 GFLOP/s on one
-#   core (NOTES 4). The online kernel's exponentials sit in a loop-carried chain (two `exp2f` per key, each feeding
-#   the running max and sum), so vectorising `exp2f` does nothing for it.
-# - **The online kernel is far from the roof.** Each thread handles one query row, so every k_j and v_j it loads
-#   is used for exactly one query (no register tile across queries), and each score is a 64-long dot product ending
-#   in a horizontal sum. It runs at about 20 GFLOP/s on one core, a quarter of what the GEMMs reach.
-# - **The N x N traffic is cheap here.** S and P are 4 MB each at N = 1024 and 16 MB at 2048: both fit in this
-#   EPYC's 32 MB L3 cache, so the six passes of 11.3 mostly hit L3, not DRAM. At N = 4096 (64 MB each) they no
-#   longer fit, and unfused still wins, because its arithmetic is so much more efficient.
-#
-# NumPy sits close to the unfused version: its two matmuls are OpenBLAS GEMMs and its softmax is five elementwise
-# passes (12 passes over N x N arrays in all, Chapter 1); which of the two is ahead depends on N and on the run
-# (the sweep above), and NumPy falls behind once its extra passes no longer fit in the cache.
+# NumPy's two matmuls are OpenBLAS GEMMs and its softmax is five elementwise passes (12 passes over N x N arrays in
+# all, Chapter 1), so it falls behind once its extra passes no longer fit in the cache. Its wall-clock time can be
+# far above its CPU time (the wall / CPU ratios above): with two threads, OpenBLAS splits each matmul between them
+# and the call waits for both, so when another process holds one of the cores, the call waits for that thread's
+# next time slice. The more such waits a call makes, and the shorter the call, the more of its wall-clock time they
+# are. NOTES 46 measured the cause: with one OpenBLAS thread (`OPENBLAS_NUM_THREADS=1`) the waiting disappears. The
+# single-thread CPU time counts the work alone.
 #
 # Wall-clock numbers taken while other work shares the two cores also punish the unfused version in a way a quiet
 # machine would not: each of its six kernels ends with an OpenMP barrier, and when one of the two threads is
 # descheduled, the other waits for it, six times per call. Compare the two panels: the single-thread CPU times are
 # the ones to trust for this comparison.
 #
-# What does hold: the online kernel, which does the least work and moves the least memory, is the only one that
-# never materializes or recomputes anything, and its N x N-free memory behaviour matters more as N grows and as
-# memory gets scarcer, which is why it wins decisively on GPUs. PyTorch's `scaled_dot_product_attention`, the
-# fastest line in the wall-clock panel when PyTorch is installed, is itself an online-softmax kernel on the CPU, but
-# one that processes blocks of queries against blocks of keys with matrix-multiply kernels. Ours, on this CPU at
-# these sizes, simply does its arithmetic less efficiently.
+# What holds on any machine: the online kernel, which does the least work and moves the least memory, is the only
+# one that never materializes or recomputes anything, and its N x N-free memory behaviour matters more as N grows and
+# as memory gets scarcer, which is why it wins decisively on GPUs. PyTorch's `scaled_dot_product_attention` (a line of
+# the wall-clock panel where PyTorch is installed) is itself an online-softmax kernel on the CPU, but one that
+# processes blocks of queries against blocks of keys with matrix-multiply kernels.
 #
-# Do not overlook how far the online kernel is from the roofline: a few tens of GFLOP/s against a peak of hundreds.
-# The reason is everything Chapter 10 taught: no register tile across queries, and the dot product is a single
-# dependency chain. The natural next step is to process a block of queries per thread, so that each loaded key and
-# value row serves the whole block: the register tiling of Chapter 10 applied to attention (Exercise 5). That step
-# is precisely what FlashAttention does on a GPU.
+# Do not overlook how far the online kernel is from the ceiling (its fraction is in the list above). The reason is
+# everything Chapter 10 taught: no register tile across queries, and the dot product is a single dependency chain.
+# The natural next step is to process a block of queries per thread, so that each loaded key and value row serves
+# the whole block: the register tiling of Chapter 10 applied to attention (Exercise 5). That step is precisely what
+# FlashAttention does on a GPU.
 #
 # ## 11.9 How FlashAttention tiles on a GPU
 #
@@ -922,10 +1055,32 @@ for n in (1024, 2048, 4096):
 #   11.1, decided in favour of FLOPs.
 #
 # The structure is the online softmax of 11.6 with the "block of queries" fix of 11.8 and the shared-memory tiling
-# of a GEMM. Everything N x N lives only as a B_r x B_c tile in registers. Memory traffic is O(N D) per head instead
-# of O(N^2), and the remaining cost is two matmuls per tile, which tensor cores execute near peak. In uopc terms,
-# the score tile is a WMMA-lowered GEMM (Chapter 13) inside the key loop of `online_attention_ir`, with m, l and the
-# O tile held in LOCAL ALLOCs. Writing it is a fine final project.
+# of a GEMM. Everything N x N lives only as a B_r x B_c tile on chip; the remaining cost is two matmuls per tile,
+# which tensor cores execute near peak. In uopc terms, the score tile is a WMMA-lowered GEMM (Chapter 13) inside the
+# key loop of `online_attention_ir`, with m, l and the O tile held in LOCAL ALLOCs. Writing it is a fine final
+# project.
+#
+# **How much memory traffic is left?** Not O(N D): every block of B_r queries reads all of K and V from global
+# memory, N / B_r blocks in all, so K and V alone move 2 N D x N / B_r elements, Θ(N² D / B_r) per head. The
+# query block and its accumulators must fit on chip, so B_r is at most about M / D for on-chip memory of M
+# elements, which makes the traffic Θ(N² D² / M), the bound of Dao et al. (2022), Theorem 2 (stated there for the
+# original FlashAttention's loop order, where each block of keys re-reads Q and O instead). Standard attention moves
+# Θ(N D + N²) elements. So FlashAttention's traffic is still quadratic in N, but smaller than the N² scores by a
+# factor of about M / D², and no N x N matrix is ever written. Counted for one head with D = 64, in elements: the
+# unfused plan of 11.3 (Q, K, V and O once, and its six passes over N x N), and the query-blocked order (Q and O
+# once, K and V once per block of B_r = 128 queries):
+
+# %%
+B_r = 128
+print(f"{'N':>6} {'unfused (6 N^2 + 4 N D)':>24} {'blocked (2 N D + 2 N D N / B_r)':>32} {'ratio':>7}")
+for n in (1024, 4096, 16384):
+  unfused_el, blocked_el = 6 * n * n + 4 * n * D, 2 * n * D + 2 * n * D * (n // B_r)
+  print(f"{n:>6} {unfused_el:>24,} {blocked_el:>32,} {unfused_el / blocked_el:>7.1f}")
+
+# %% [markdown]
+# Both columns grow as N²: the ratio between them tends to 3 B_r / D, which is why FlashAttention wants the largest
+# query block its on-chip memory allows. The N² D / B_r elements it moves are reads of K and V, streamed in order and
+# shared by a whole block of queries; the unfused plan's are writes and re-reads of scores nobody keeps.
 #
 # ## Pitfalls
 #
@@ -936,17 +1091,19 @@ for n in (1024, 2048, 4096):
 #   and test performance as well as values.
 # - **A fused kernel's passes multiply its recompute.** With D = 64 and FlashOpt's upcast of 16, the fully fused
 #   kernel makes four output passes plus two softmax passes, each recomputing Q K^T for the row, and loses to the
-#   unfused version (by a factor of three in the book, about ten here). Before fusing a reduction into a consumer,
-#   count how many times the consumer's loops will run the fused reduction (`kernel.recompute` counts it for you).
+#   unfused version (by a factor of three in the book; 11.4 prints this machine's). Before fusing a reduction into a
+#   consumer, count how many times the consumer's loops will run the fused reduction (`kernel.recompute` counts it
+#   for you).
 # - **The label said "no N*N buffer".** In the first version it was wrong: `stage_broadcast_compute` staged P
 #   because it is broadcast into P V, so "fused" attention still wrote one N x N buffer. Cost-model rules interact.
 #   The fix lets `fuse_reduce=True` skip the broadcast-staging rule (11.4); the general habit is to believe the plan
 #   (`make_plan(...).temps`) when it disagrees with a benchmark's description.
 # - **Fresh temporaries page-fault.** The first version allocated the plan's temporaries with `np.empty` on every
-#   realize, so every call paid a page fault for each page it wrote: the S GEMM took 9.7 ms on its first execution
-#   and 1.1 ms when re-run on the same memory. Caching the arrays on the Plan (11.3) cut the captured unfused time
-#   from 28.4 to 9.8 ms. When a kernel that writes a large buffer looks slow, run DEBUG=3 and compare the "again"
-#   column before optimizing its loops.
+#   realize, so every call paid a page fault for each page it wrote: in the book's run the S GEMM took 9.7 ms on its
+#   first execution and 1.1 ms when re-run on the same memory. Caching the arrays on the Plan (11.3) cut the book's
+#   captured unfused time from 28.4 to 9.8 ms. When a kernel that writes a large buffer looks slow, count the page
+#   faults of a call (`ru_minflt`, as 11.3 does) and run DEBUG=3 to compare the "again" column, before optimizing its
+#   loops; on a busy machine the count is the reliable one.
 # - **Online softmax and fully masked rows.** With masking (causal attention sets future scores to -inf), a row whose
 #   scores are all -inf gives m_old = m_new = -inf and corr = exp2(-inf - (-inf)) = NaN. Real implementations
 #   special-case m_new = -inf (or use a large finite negative instead of -inf). Causal attention never has an empty
@@ -965,8 +1122,8 @@ for n in (1024, 2048, 4096):
 # notebook you hand in. In short:
 #
 # 1. ★ Size the matrices: S and P at N = 8192 in f32, per head; 12 heads, batch 8.
-# 2. ★ Count the passes: predict the fused kernel's passes over the keys for upcasts 8, 16, 32, 64 (the table of
-#    11.4 is the answer; check it yourself against the C).
+# 2. ★ Count the passes: predict the fused kernel's passes over the keys for upcasts 8, 16, 32, 64 (11.4 counts
+#    them for the book's upcast and for D = 32), then count them in the C.
 # 3. ★ Merge two states: prove the merge rule of 11.6 and check it on the worked example split as {0} and {1, 2}.
 # 4. ★★ Causal mask, two ways (a masked score, and a key loop whose end depends on i).
 # 5. ★★ Query blocking: 4 query rows per iteration of the THREAD loop.

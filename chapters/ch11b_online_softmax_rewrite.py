@@ -48,6 +48,107 @@ ref = (p / p.sum(-1, keepdims=True)) @ v
 graph = attention(Tensor(q), Tensor(k), Tensor(v)).uop
 
 # %% [markdown]
+# ## The core of the rewrite, built here first
+#
+# Before using uopc's rewrite, we build its core on the smallest graph that has it: softmax's denominator,
+# `(x - x.max(-1, keepdim=True)).exp().sum(-1)`, for a small matrix x. The rewrite does two things.
+#
+# 1. **Match.** Find a sum over the last axis of `2^((x - m) * c)`, where `m` is the max of *the same* `x` over the
+#    same axis and `c > 0` (the Tensor's `exp` is `exp2` of its argument times log2 e). Broadcasting puts movement ops
+#    (RESHAPE, EXPAND) between these nodes; they change shapes, not values, so the matcher looks through them. And
+#    "the same x" is an identity test: UOps are hash-consed, so the max's source and the exponent's x are one node
+#    when they are one value.
+# 2. **Emit.** Instead of two passes (the max, then the sum), one loop over the row carrying a running max M and a
+#    running sum L, rescaled by `2^((M_old - M_new) * c)` whenever the max grows: section 11.6's recurrence, in the
+#    loop IR of section 11.7. Rangeify (chapter 6) gives the value of x at (row, key), whatever x is.
+#
+# Here is the graph, as the kernelizer hands it to a lowering (its tensor buffer replaced by the kernel's parameter
+# 0), and the matcher:
+
+# %%
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, ParamArg, AxisType, MOVEMENT, range_, sink, substitute
+from uopc.rangeify import Ctx, rangeify
+from uopc.render_c import render_c
+from uopc.runtime import Program
+
+f32 = dtypes.f32
+ROWS, COLS = 4, 8
+xs = rng.standard_normal((ROWS, COLS)).astype(np.float32) * 3
+t = Tensor(xs)
+denominator = (t - t.max(-1, keepdim=True)).exp().sum(-1)     # softmax's denominator, row by row
+(buf,) = [u for u in denominator.uop.toposort() if u.op is Ops.BUFFER]
+small = substitute(denominator.uop, {buf: UOp(Ops.BUFFER, (), ParamArg(0, f32, buf.arg.shape))})
+print(small)
+
+
+def strip(u: UOp) -> UOp:
+  """u without the movement ops (RESHAPE, EXPAND, ...) on top: broadcasting changes shapes, not values."""
+  while u.op in MOVEMENT: u = u.src[0]
+  return u
+
+
+def match_denominator(u: UOp) -> tuple[UOp, float] | None:
+  """(x, c) if u is sum_j 2^((x_j - max_j x_j) * c) over its last axis, with c > 0 and the max taken of the very
+  same x; else None."""
+  if u.op is not Ops.REDUCE or u.arg != (Ops.ADD, 1): return None
+  e = strip(u.src[0])
+  if e.op is not Ops.EXP2 or e.src[0].op is not Ops.MUL: return None
+  diff, c = e.src[0].src[0], strip(e.src[0].src[1])
+  if diff.op is not Ops.ADD or c.op is not Ops.CONST or c.arg <= 0: return None
+  x, neg = diff.src[0], strip(diff.src[1])             # x + (max * -1)
+  if neg.op is not Ops.MUL or strip(neg.src[1]).op is not Ops.CONST or strip(neg.src[1]).arg != -1: return None
+  mx = strip(neg.src[0])
+  if mx.op is not Ops.REDUCE or mx.arg != (Ops.MAX, 1) or mx.src[0] is not x: return None   # one node: one value
+  return x, c.arg
+
+
+x_node, c = match_denominator(small)
+print(f"\nmatched: x of shape {x_node.shape}, c = {c} (log2 e)")
+for name, other in (("a max of 2x, an exponent of x", (t - (t * 2).max(-1, keepdim=True)).exp().sum(-1)),
+                    ("a max over the other axis", (t - t.max(0, keepdim=True)).exp().sum(-1))):
+  print(f"{name}: {match_denominator(other.uop)}")
+
+# %% [markdown]
+# The two graphs below it are refused: their max is not of the exponent's x over its axis, and the one-pass
+# algebra would compute something else. Now the emitter, one pass per row with the state declared inside the row
+# loop (per-thread state, NOTES 9), and the kernel it writes, checked against NumPy:
+
+# %%
+def online_denominator_ir(x: UOp, c: float, rows: int, n: int) -> UOp:
+  """One pass over each row: a running max M and a running sum L, rescaled when M grows (section 11.6)."""
+  OUT = UOp(Ops.BUFFER, (), ParamArg(1, f32, (rows,)))
+  M, L = (UOp(Ops.ALLOC, (), ParamArg(slot, f32, (1,))) for slot in (0, 1))
+  i = range_(rows, 0, AxisType.THREAD)
+  Mi, Li = M.after(i), L.after(i)
+  init_m, init_l = Mi.index(0).store(UOp.const(-math.inf)), Li.index(0).store(UOp.const(0.0))
+  j = range_(n, 1)
+  xj = rangeify(x, (i, j), Ctx())                       # the graph's x at (i, j): here a load of parameter 0
+  Mj, Lj = Mi.after(init_m, j), Li.after(init_l, j)
+  m_old = Mj.index(0).load()
+  m_new = m_old.maximum(xj)
+  corr, p = ((m_old - m_new) * c).exp2(), ((xj - m_new) * c).exp2()   # rescale the old sum; this key's term
+  step = UOp(Ops.SINK, (Lj.index(0).store(Lj.index(0).load() * corr + p), Mj.index(0).store(m_new))).end(j)
+  return sink(OUT.index(i).store(Li.after(step).index(0).load()).end(i))
+
+
+core_src = render_c(online_denominator_ir(x_node, c, ROWS, COLS), "online_denominator")
+print(core_src)
+got = np.zeros(ROWS, np.float32)
+Program(core_src, "online_denominator")(xs.reshape(-1), got)
+want = np.exp(xs.astype(np.float64) - xs.max(-1, keepdims=True)).sum(-1)
+print("one pass matches NumPy's two:", np.allclose(got, want, rtol=1e-5))
+two = make_plan([denominator.uop], False, Tensor.opt, False).kernels
+print("uopc without the rewrite:", [kk.name for kk in two], "loops over a row of 8:",
+      sum(len(re.findall(r"< 8;", kk.src)) for kk in two))
+
+# %% [markdown]
+# One loop over each row, where uopc without the rewrite makes two (a kernel for the max, then the sum). That is the
+# whole idea. uopc's rewrite (`uopc.codegen.online`, below) adds what a real graph needs: the sum it rewrites can be
+# weighted, `sum_j p_j v_j` (P V in attention), so it keeps one more accumulator per output column with the same
+# correction; the max's x can itself be a reduction (S = Q K^T), computed once per key inside the pass; the keys can
+# come a tile at a time; and it must not disturb the rest of the lowering when it refuses.
+#
 # ## Three plans for one graph
 #
 # `make_plan` takes the switch as its last argument. Read the three `explain()` outputs: the unfused plan cuts at
@@ -77,7 +178,7 @@ for label, fuse, opt, online in variants:
 # %%
 from uopc.codegen.online import OnlineSoftmax
 from uopc.opt import layout_pass, online_opts
-from uopc.rangeify import lower, Ctx
+from uopc.rangeify import lower
 
 class OneRowOneKey:
   """The online pass with no tile: one query row per thread iteration, one key per iteration of the pass."""
@@ -109,7 +210,7 @@ print(make_plan([small], False, OneRowOneKey, True).kernels[-1].src)
 #
 # ## How the rewrite works, and when it refuses
 #
-# `uopc.codegen.online` works in two places:
+# `uopc.codegen.online` is the matcher and the emitter built above, grown for real graphs. It works in two places:
 #
 # 1. **The kernelizer** (`find_groups`) finds softmax's denominator: a REDUCE(ADD) over one axis of `exp2` of
 #    something minus a REDUCE(MAX) over an axis of the same length. With the switch on, those reductions, and the

@@ -31,8 +31,11 @@
 
 # %% tags=["nbval-ignore-output"]
 from uopc.bench import header
-from uopc.runtime.cl import device_name
 print(header())
+
+# %% tags=["nbval-ignore-output"]
+# %%needs CL
+from uopc.runtime.cl import device_name
 print("OpenCL:", device_name())
 
 # %% [markdown]
@@ -95,6 +98,7 @@ def segments(addresses, itemsize: int = 4, segment: int = 128) -> int:
   return len({a * itemsize // segment for a in addresses})
 
 
+rng = np.random.default_rng(0)
 N = 1024
 lanes = range(32)
 print("along a row  (x[7*N + lid]):", segments([7 * N + lane for lane in lanes]), "transaction(s) per warp")
@@ -130,6 +134,7 @@ for block, regs, shared in [(256, 32, 0), (256, 64, 0), (256, 128, 0), (128, 32,
 # name, and keep PoCL's kernel cache under uopc's (`POCL_CACHE_DIR`).
 
 # %%
+# %%needs CL
 import warnings
 import pyopencl as cl
 from uopc.runtime.cl import cl_queue
@@ -161,7 +166,6 @@ def run(kernel, arrays, out, global_size: int, local_size: int) -> np.ndarray:
 
 src = render_elementwise("axpy_relu", "fmax({0} * 2.0f + {1}, 0.0f)", 2)
 print(src)
-rng = np.random.default_rng(0)
 a, b = rng.standard_normal(4096).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
 out = run(build(src, "axpy_relu"), [a, b], np.empty_like(a), 4096, 64)
 print("matches NumPy:", np.allclose(out, np.maximum(a * 2 + b, 0)))
@@ -191,11 +195,39 @@ def render_group_sum(name: str, block: int) -> str:
 BLOCK = 128
 print(render_group_sum("group_sum", BLOCK))
 x = rng.standard_normal(64 * BLOCK).astype(np.float32)
+
+# %%
+# %%needs CL
 partial = run(build(render_group_sum("group_sum", BLOCK), "group_sum"), [x], np.empty(64, np.float32), x.size, BLOCK)
 print("group sums match NumPy:", np.allclose(partial, x.reshape(64, BLOCK).sum(1), atol=1e-4))
 print("total matches NumPy:   ", np.isclose(partial.sum(), x.sum(), atol=1e-3))
 
 # %% [markdown]
+# The barrier after every step is not a formality. Here is the same kernel without it, and without the first
+# barrier instead (the one between the loads into local memory and the tree), each run five times on this
+# device, checked against NumPy:
+
+# %%
+def render_group_sum_without(name: str, block: int, which: str) -> str:
+  """render_group_sum with one of its barriers removed: "tree" (the one in the loop) or "first"."""
+  src = render_group_sum(name, block).splitlines()
+  at = [k for k, line in enumerate(src) if "barrier" in line][1 if which == "tree" else 0]
+  return "\n".join(src[:at] + src[at + 1:])
+
+
+for which in ("tree", "first"):
+  kernel = build(render_group_sum_without(f"group_sum_no_{which}", BLOCK, which), f"group_sum_no_{which}")
+  ok = [np.allclose(run(kernel, [x], np.empty(64, np.float32), x.size, BLOCK), x.reshape(64, BLOCK).sum(1),
+                    atol=1e-4) for _ in range(5)]
+  print(f"without the {which} barrier: matches NumPy on {sum(ok)} of 5 runs")
+
+# %% [markdown]
+# PoCL runs a work-group's work-items one after another between barriers, in the same order every time, so a race
+# gives the same result on every run: all five runs agree for each kernel above, wrong every time or right every
+# time, by luck of that order. A GPU interleaves work-items differently from run to run, so the same kernels there
+# could fail now and then. Neither device proves a kernel free of races; Chapter 13 uses Oclgrind, which checks
+# every access to local memory.
+#
 # Count the traffic of that kernel. Global memory: each of the 8192 elements is loaded once, and 64 sums are
 # stored. Local memory: 8192 stores, then in each step every active work-item loads two slots and stores one. The
 # tree reads local memory about twice as often as global memory, and local memory is the cheap one: on a GPU it is
@@ -246,7 +278,7 @@ xs = rng.standard_normal((24, 40)).astype(np.float32)
 res = np.zeros(24, np.float32)
 Program(render_c(split, "row_sum_split"), "row_sum_split")(xs.reshape(-1), res)
 print("the split loops compute the same sums:", np.allclose(res, xs.sum(1), atol=1e-5))
-for sizes in ([1024, 1024], [64, 64], [37, 5]):
+for sizes in ([512, 512], [24, 40], [45, 3]):
   limit = min(BLOCK_LIMIT, int(np.prod(sizes)) // MIN_GROUPS)   # what launch_axes passes: the quarter rule
   print(f"default_block({sizes}) = {default_block(sizes)}; with launch_axes' limit of {limit}: "
         f"{default_block(sizes, limit)}")
@@ -305,6 +337,9 @@ from uopc.device import get_device
 
 norm = CL.render(local_normalize_ir(8, 64), "local_normalize")
 print(norm.src)
+
+# %%
+# %%needs CL
 xs = rng.standard_normal((8, 64)).astype(np.float32)
 res = np.zeros(8 * 64, np.float32)
 get_device("CL").compile(norm.src)(xs.reshape(-1), res)
@@ -333,6 +368,8 @@ s = q.astype(np.float64) @ k.T / math.sqrt(Dq)
 p = np.exp(s - s.max(-1, keepdims=True))
 ref = (p / p.sum(-1, keepdims=True)) @ v
 
+# %%
+# %%needs CL
 unfused = book.attention(*(Tensor(a, device="CL") for a in (q, k, v)))
 print("device:", unfused.device)
 print("unfused on CL, max error below 1e-5:", np.abs(unfused.numpy() - ref).max() < 1e-5)
@@ -440,6 +477,7 @@ plt.show()
 # kernel.
 
 # %% tags=["nbval-ignore-output"]
+# %%needs CL
 from uopc.helpers import best_of
 
 run_cl = lambda: book.attention(*(Tensor(a, device="CL") for a in (q, k, v))).numpy()
@@ -455,7 +493,8 @@ print(f"unfused attention N={Nq}: CL on PoCL {t_cl * 1e3:.2f} ms, uopc's C {t_cp
 # and an H100 (`sm_90`), with no GPU in sight:
 
 # %%
-from uopc.runtime.cuda import CUDAProgram, gpu_present, no_gpu_reason
+# %%needs CUDA
+from uopc.runtime.cuda import CUDAProgram
 
 compiled = {arch: 0 for arch in ("sm_80", "sm_90")}
 for plan in plans.values():
@@ -470,10 +509,12 @@ print("\n".join(CUDA.render(exp_kernel.ast, exp_kernel.name).src.splitlines()[:4
 # elsewhere it prints why it skipped (its output is not compared by nbval: it depends on the machine).
 
 # %% tags=["nbval-ignore-output"]
+from uopc.runtime.cuda import gpu_present, no_gpu_reason
+
 if gpu_present():
   out = book.attention(*(Tensor(a, device="CUDA") for a in (q, k, v))).numpy()
   print("unfused on CUDA, max error below 1e-5:", np.abs(out - ref).max() < 1e-5)
-  Tensor.fuse_reduce, Tensor.opt = True, book.FlashOpt
+  Tensor.fuse_reduce, Tensor.opt, old_opt = True, book.FlashOpt, Tensor.opt
   out = book.attention(*(Tensor(a, device="CUDA") for a in (q, k, v))).numpy()
   Tensor.fuse_reduce, Tensor.opt = False, old_opt
   print("fused on CUDA, max error below 1e-5:  ", np.abs(out - ref).max() < 1e-5)
@@ -483,12 +524,15 @@ else:
 # %% [markdown]
 # ## 12.8 Pitfalls
 #
-# - **A missing barrier is silent on PoCL.** PoCL runs work-items in a fixed order, so a race either shows up every
-#   time or never; a GPU interleaves them differently on every run. Chapter 13 uses Oclgrind, which reports it.
+# - **PoCL shows a race the same way every time, or not at all.** It runs a work-group's work-items in a fixed order,
+#   so a missing barrier gives wrong numbers on every run or right numbers on every run (12.2 removes each of the
+#   group sum's barriers); a GPU interleaves them differently on every run. Chapter 13 uses Oclgrind, which reports
+#   the race either way.
 # - **CUDA's "local memory" is not `__local`.** It is per-thread memory off-chip (register spills, arrays indexed at
 #   run time); OpenCL's `__local` is CUDA's `__shared__`. Read a CUDA profiler's "local memory" numbers as spills.
 # - **Choose the OpenCL platform by name.** Platform indices change when another OpenCL driver is installed;
-#   `uopc.runtime.cl` asks for "Portable Computing Language" (or `UOPC_CL_PLATFORM`).
+#   `uopc.runtime.cl` takes PoCL where it is installed, Apple's OpenCL on a Mac, else the first platform with a GPU;
+#   `CL_PLATFORM=<name>` chooses one.
 # - **Fetch each kernel once** (`cl.Kernel(program, name)`): pyopencl warns when `program.name` is looked up twice,
 #   and a warning on stderr fails a notebook cell.
 # - **Every work-group size is a new compile.** PoCL specializes a kernel for its work-group size at the first

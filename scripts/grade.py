@@ -14,12 +14,14 @@ released copy of the student tree, an empty home and nothing of the grader's; th
 probe of every hidden test (the part of the cell before `# JUDGE`) calls the student's functions on inputs drawn
 from a seed chosen now, and records what they return as plain data. Once the sandbox has ended, the judges (the
 part after `# JUDGE`) run here, in the grader's process, comparing those values with references computed here
-(judge.py). A speed test times the student's recorded kernel against a reference kernel of the grader's, in a
-second, fresh sandbox, one for all of the notebook's speed tests (timing.py). Both sandboxes load by name the kernels
-the grader compiled itself from the sources earlier sandboxes asked for (trusted.py); `phases` in the result says
-where the time went. A test marked `structure` or `speed` counts only when every plain (values) test
-of its task scored. A task whose hidden test lists `# SHORTCUTS:` scores 0 when the student's own cells use one of
-those names of uopc (shortcuts.py). What the notebook prints is only a log.
+(judge.py), and report every check that fails. What a judge needs run of the student's code (C compiled and run by
+the grader, OpenCL, a speed test, a peak memory) runs in a second, fresh sandbox, one for all of the notebook's jobs,
+measured by a process there that never loads the student's code (outside.py, harness.py). A task whose hidden test
+lists `# SHORTCUTS:` finds those finished parts of uopc rewritten to raise in the sandbox's copy of the tree
+(guards.py); `# SHORTCUTS alone:` tests get a sandbox of their own. Both sandboxes load by name the kernels the grader
+compiled itself from the sources earlier sandboxes asked for (trusted.py); `phases` in the result says where the time
+went. A test marked `structure` or `speed` counts only when every plain (values) test of its task scored. What the
+notebook prints is only a log. The submission must be a regular file: it is read without following a link.
 
 The last line printed is always the result as one line of JSON. Exit status: 0 when the notebook was graded (even
 with 0 points), 1 when the sandbox could not be made, 2 for a usage error (no solution, no hidden tests, unknown task).
@@ -33,6 +35,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -46,12 +49,12 @@ import nbformat  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "grader")]
+import guards  # noqa: E402
 import judge  # noqa: E402
+import outside  # noqa: E402
 from phases import Clock  # noqa: E402
 import release  # noqa: E402
 import sandbox  # noqa: E402
-import shortcuts  # noqa: E402
-import timing  # noqa: E402
 import trusted  # noqa: E402
 from kernel import short  # noqa: E402
 
@@ -61,6 +64,35 @@ WEEK = re.compile(r"^\s{0,3}#\s+Week\s+(\d+)\b", re.I | re.M)
 TABLE = re.compile(r"^week(\d+)_\w+\.ipynb$")
 COURSE = ("uopc/", "examples/", "data/", "assignments/")   # what of the student tree a notebook can import or read
 MAX_RESULT = 4 << 20
+MAX_NOTEBOOK = 64 << 20   # bytes of a submission read at most
+
+
+class SubmissionError(ValueError):
+  """The submission is not a regular file (a link, a folder, a device) or is too big: never followed, never read."""
+
+
+def read_submission(path: Path) -> bytes:
+  """The bytes of a submission that is a regular file, opened without following a link (O_NOFOLLOW) and checked on
+  the open file itself (fstat), so that no name swapped in between is read."""
+  try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+  except OSError as e:
+    if os.path.islink(path): raise SubmissionError("a symbolic link: not followed (grade the file it names)") from None
+    raise SubmissionError(f"cannot be opened ({e.strerror})") from None
+  with os.fdopen(fd, "rb") as f:
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode): raise SubmissionError("not a regular file")
+    if st.st_size > MAX_NOTEBOOK: raise SubmissionError(f"{st.st_size} bytes, more than a notebook may have")
+    return f.read(MAX_NOTEBOOK + 1)[:MAX_NOTEBOOK]
+
+
+def parse_notebook(data: bytes) -> nbformat.NotebookNode:
+  """The notebook in data, or a ValueError saying what it is not, never quoting it (a submission's bytes are not
+  written into feedback or a gradebook)."""
+  try: text = data.decode("utf-8")
+  except UnicodeDecodeError: raise ValueError("not UTF-8 text") from None
+  try: return nbformat.reads(text, as_version=4)
+  except Exception as e:   # nbformat's messages quote the file
+    raise ValueError(f"not a Jupyter notebook nbformat can read ({type(e).__name__})") from None
 
 
 class UsageError(ValueError):
@@ -92,11 +124,11 @@ def solution_table(solutions: Path = ROOT / "solutions") -> dict[int, Path]:
   return table
 
 
-def find_solution(student: Path, solutions: Path = ROOT / "solutions") -> Path | None:
+def find_solution(student: Path, solutions: Path = ROOT / "solutions", data: bytes | None = None) -> Path | None:
   """The solution a student's notebook answers: its metadata's or its title's week, looked up in the table."""
   table = solution_table(solutions)
-  try: nb = nbformat.read(student, as_version=4)
-  except Exception: nb = None   # unreadable: grade() scores it 0 if the name still says which week
+  try: nb = parse_notebook(read_submission(student) if data is None else data)
+  except ValueError: nb = None   # unreadable: grade() scores it 0 if the name still says which week
   if nb is not None:
     name = nb.metadata.get("uopc", {}).get("assignment")
     by_name = {p.stem: p for p in table.values()}
@@ -117,6 +149,7 @@ class Report:
   max: float = 0.0
   student_cells: dict = field(default_factory=lambda: {"run": 0, "errors": [], "timeouts": 0, "skipped": 0})
   kernel_restarts: int = 0
+  stops: list = field(default_factory=list)   # cells a guarded uopc function stopped (guards.py): no points lost
   note: str = ""
   seed: int = 0
   phases: dict = field(default_factory=dict)   # seconds per phase (where the time goes): grader/phases.py
@@ -201,19 +234,50 @@ def _course_hash() -> str:
   return _hash
 
 
-def _run_sandbox(plan: dict, out: Path, wall: float, warm: Path | None = None) -> sandbox.Result:
-  """runner.py in a sandbox on plan; out is its /job/out; warm, a seed_cache() it starts its ~/.cache from."""
+def _run_sandbox(plan: dict, out: Path, wall: float, warm: Path | None = None, course: Path | None = None
+                 ) -> sandbox.Result:
+  """runner.py in a sandbox on plan; out receives its /job/out; warm, a seed_cache() it starts its ~/.cache from;
+  course, the student tree it sees (a guarded copy, guards.py; the plain one by default)."""
   python = "/venv/bin/python" if sys.prefix != sys.base_prefix else sys.executable
-  ro = [(str(course_tree()), "/course"), (str(HERE / "grader"), "/grader")] + ([(str(warm), "/seed")] if warm else [])
+  ro = [(str(course or course_tree()), "/course"), (str(HERE / "grader"), "/grader")] + \
+    ([(str(warm), "/seed")] if warm else [])
   return sandbox.run([python, "/grader/runner.py"], ro + trusted.binds(), out, json.dumps(plan).encode(),
                      sandbox.Limits(wall_s=wall), env=trusted.ENV)
 
 
-def given_cells(solution: Path) -> set[str]:
-  """The code cells of the assignment as handed out (the shortcut check skips those the student did not change)."""
-  p = ROOT / "assignments" / solution.name
-  try: return {c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code"}
-  except Exception: return set()
+_guarded: dict[tuple, Path] = {}
+
+
+def guarded_course(names: dict[str, list[str]]) -> Path:
+  """The student tree with `names` (name -> the tasks it answers) rewritten to raise (guards.py), made once per
+  process and set of names."""
+  key = tuple(sorted((n, tuple(t)) for n, t in names.items()))
+  if not names: return course_tree()
+  if key not in _guarded:
+    dest = Path(tempfile.mkdtemp(prefix="uopc-guarded-"))
+    atexit.register(shutil.rmtree, dest, True)
+    try: _guarded[key] = guards.guarded_tree(course_tree(), names, dest)
+    except ValueError as e: raise UsageError(str(e)) from None
+  return _guarded[key]
+
+
+def sandbox_runs(tests: list[judge.HiddenTest]) -> list[tuple[dict[str, list[str]], list[int]]]:
+  """(the names to guard, the tests) of every sandbox a grading needs: one for the tests whose guards (if any) the
+  notebook can run with, guarding all of those at once; one more per set of `# SHORTCUTS alone:` names."""
+  shared: dict[str, list[str]] = {}
+  alone: dict[frozenset, list[int]] = {}
+  for k, t in enumerate(tests):
+    for g in t.shortcuts:
+      if not g.alone and t.task not in shared.setdefault(g.name, []): shared[g.name].append(t.task)
+    if names := frozenset(g.name for g in t.shortcuts if g.alone): alone.setdefault(names, []).append(k)
+  main = [k for k, t in enumerate(tests) if not any(g.alone for g in t.shortcuts)]
+  out = [(shared, main)] if main or not alone else []
+  for names, idx in alone.items():
+    own = {n: list(v) for n, v in shared.items()}
+    for n in names: own.setdefault(n, []).extend(t for t in dict.fromkeys(tests[k].task for k in idx)
+                                                 if t not in own[n])
+    out.append((own, idx))
+  return out
 
 
 def read_result(out: Path) -> dict:
@@ -226,47 +290,64 @@ def read_result(out: Path) -> dict:
   return r if isinstance(r, dict) else {}
 
 
-def _cells_report(r: dict) -> dict:
+def _cells_report(r: dict) -> tuple[dict, list[dict]]:
+  """The student cells' report, and the cells a guard stopped (guards.py): those are no error of the student's."""
   c = r.get("cells") if isinstance(r.get("cells"), dict) else {}
   num = lambda x: x if type(x) is int and x >= 0 else 0
   errors = [{"cell": num(e.get("cell")), "status": short(e.get("status", "error"))[:10],
              "error": short(e.get("error", ""))} for e in c.get("errors", []) if isinstance(e, dict)][:500] \
     if isinstance(c.get("errors"), list) else []
+  stops = [e for e in errors if guards.STOP.match(e["error"])]
+  errors = [e for e in errors if not guards.STOP.match(e["error"])]
   return {"run": num(c.get("run")), "errors": errors, "timeouts": num(c.get("timeouts")),
-          "skipped": num(c.get("skipped"))}
+          "skipped": num(c.get("skipped"))}, stops
 
 
 def _probe_outcome(r: dict, k: int) -> tuple[str, str, float]:
   probes = r.get("probes") if isinstance(r.get("probes"), list) else []
-  p = probes[k] if k < len(probes) and isinstance(probes[k], dict) else {"status": "skipped", "error": "not run"}
+  p = next((p for p in probes if isinstance(p, dict) and p.get("test") == k), {"status": "skipped", "error": "not run"})
   status = p.get("status") if p.get("status") in ("ok", "error", "timeout", "dead", "skipped") else "error"
   secs = p.get("seconds") if type(p.get("seconds")) in (int, float) else 0.0
   return status, short(p.get("error", "")), float(secs)
 
 
-def _judged(t: judge.HiddenTest, out: Path, k: int, ns: dict, secs: float) -> tuple[str, str, float]:
-  """(status, error, seconds) of test k's judge on what its probe recorded; raises timing.Later for a speed test whose
-  timing is not made yet."""
-  t0 = time.perf_counter()
-  status, error = judge.run(t, judge.values_of(out, k), ns)
-  return status, short(error), secs + time.perf_counter() - t0
+class Judging:
+  """The judges of one grading: each test's recorded values (read once), its fixture, the namespace."""
+
+  def __init__(self, tests: list[judge.HiddenTest], ns: dict, fixtures: dict[int, object], batch: outside.Batch):
+    self.tests, self.ns, self.fixtures, self.batch, self.values, self.where = tests, ns, fixtures, batch, {}, {}
+
+  def judged(self, k: int, secs: float) -> tuple[str, str, float]:
+    """(status, error, seconds) of test k's judge; raises outside.Later when it asked for a job not run yet (its
+    verdict, on placeholders, does not count)."""
+    t0 = time.perf_counter()
+    if k not in self.values: self.values[k] = judge.values_of(self.where[k], k)
+    self.batch.missing = False
+    status, error = judge.run(self.tests[k], self.values[k], self.ns, self.fixtures.get(k))
+    if self.batch.missing: raise outside.Later()
+    return status, short(error), secs + time.perf_counter() - t0
 
 
-def _settle(later: list[int], rows, tests: list, out: Path, ns: dict, batch, clock) -> None:
-  """Time what the judges of tests `later` asked for (one sandbox a round) and judge them again on the timings."""
-  for _ in range(3):   # a judge that times twice, one timing after seeing the other, needs a round more
+def _settle(later: list[int], rows: dict, J: Judging, batch, clock) -> None:
+  """Run the jobs the judges of tests `later` asked for (one harness sandbox a round) and judge them again."""
+  for _ in range(3):   # a judge that asks twice, the second after seeing the first answer, needs a round more
     if not later or not batch.asked: break
     clock.timed("speed", batch.run)()
     waiting, later = later, []
     for k in waiting:
-      try: rows[k][1].update(zip(("status", "error", "seconds"), _judged(tests[k], out, k, ns, rows[k][1]["seconds"])))
-      except timing.Later: later.append(k)
-  for k in later: rows[k][1].update(status="error", error="the judge asked for timings no sandbox made")
+      try: rows[k].update(zip(("status", "error", "seconds"), J.judged(k, rows[k]["seconds"])))
+      except outside.Later: later.append(k)
+  for k in later: rows[k].update(status="error", error="the judge asked for a run no sandbox made")
 
 
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
-          budget: float = 900, only: list[str] | None = None, seed: int | None = None) -> Report:
-  solution = solution or find_solution(student)
+          budget: float = 900, only: list[str] | None = None, seed: int | None = None,
+          data: bytes | None = None) -> Report:
+  """Grade the notebook at `student` (data: its bytes, when the caller read them already, grade_all)."""
+  if data is None:
+    try: data = read_submission(student)
+    except SubmissionError as e: raise UsageError(f"{student}: {e}") from None
+  solution = solution or find_solution(student, data=data)
   if solution is None or not solution.is_file():
     raise UsageError(f"no solution notebook for {student} (looked up: {solution}): pass --solution "
                      f"(make grade NB=... SOL=...)")
@@ -277,15 +358,17 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     unknown = [o for o in only if o.lower() not in known]
     if unknown: raise UsageError(f"unknown task(s) {unknown}; the tasks are {sorted(set(known.values()))}")
     tests = [t for t in tests if t.task.lower() in {o.lower() for o in only}]
+  runs = sandbox_runs(tests)
+  courses = [guarded_course(names) for names, _ in runs]   # a declaration the tree lacks: a usage error, now
   seed = secrets.randbelow(2**31) if seed is None else seed
   report = Report(str(student), str(solution), seed=seed)
   for t in tests:
     task = report.tasks.setdefault(t.task, {"points": 0.0, "max": 0.0, "tests": []})
     task["max"] += t.points
     report.max += t.points
-  try: nb = nbformat.read(student, as_version=4)
-  except Exception as e:   # not JSON, not a notebook, not there: scored, with every task at 0
-    report.note = short(f"the notebook could not be read: {type(e).__name__}: {e}")
+  try: nb = parse_notebook(data)
+  except ValueError as e:   # not UTF-8, not JSON, not a notebook: scored, with every task at 0
+    report.note = f"the notebook could not be read: {e}"
     for t in tests: report.tasks[t.task]["tests"].append({"cell": t.cell, "kind": t.kind, "points": 0.0,
                                                           "max": t.points, "status": "skipped", "error": "",
                                                           "seconds": 0.0})
@@ -294,64 +377,77 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
   job = Path(tempfile.mkdtemp(prefix="uopc-grade-"))
   clock = Clock(report.phases)
   try:
-    plan = {"cwd": sandbox.HOME, "cells": cells, "probes": [t.probe for t in tests], "seed": seed,
-            "timeout": timeout, "test_timeout": test_timeout, "budget": budget}
+    batch = outside.Batch(course_tree(), outside.definitions([src for _, src in cells]))
+    ns = judge.namespace(setup_cells(solution_nb), seed, **batch.functions())
+    fixtures = {k: judge.make_fixture(t, ns) for k, t in enumerate(tests) if t.fixture is not None}
+    J = Judging(tests, ns, fixtures, batch)
     wall = budget + (len(tests) + 3) * (test_timeout + 10) + 60
-    course_tree()
     clock.lap("course")
     warm = seed_cache(solution)
     clock.lap("seed_cache")
-    ran = _run_sandbox(plan, job / "out", wall, warm)
-    clock.lap("sandbox")
-    result = read_result(job / "out")
-    clock.inside(result)
-    report.phases["kernels_adopted"] = trusted.adopt(job / "out" / "sources")   # for later sandboxes (trusted.py)
-    clock.lap("adopt")
-    report.student_cells = _cells_report(result)
-    restarts = result.get("restarts")
-    report.kernel_restarts = restarts if type(restarts) is int and restarts >= 0 else 0
-    if isinstance(result.get("note"), str): report.note = short(result["note"])
-    if ran.timed_out: report.note = short(f"the sandbox ran past {wall:.0f} s and was stopped. {report.note}")
-    elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
-                                         f"{ran.log[-300:]}")
-    batch = timing.Batch(course_tree())   # every speed test of the notebook timed in one sandbox
-    ns = judge.namespace(setup_cells(solution_nb), seed, time_kernels=batch)
-    given = given_cells(solution)
+    results = []
+    for r, ((names, idx), course) in enumerate(zip(runs, courses)):
+      plan = {"cwd": sandbox.HOME, "cells": cells, "seed": seed, "timeout": timeout, "test_timeout": test_timeout,
+              "budget": budget, "probes": [{"test": k, "source": tests[k].probe, "fixture": fixtures.get(k)}
+                                           for k in idx]}
+      out = job / f"out{r}"
+      ran = _run_sandbox(plan, out, wall, warm, course)
+      clock.lap("sandbox")
+      result = read_result(out)
+      results.append(result)
+      for k in idx: J.where[k] = out
+      if r == 0:
+        clock.inside(result)
+        report.student_cells, stops = _cells_report(result)
+        restarts = result.get("restarts")
+        report.kernel_restarts = restarts if type(restarts) is int and restarts >= 0 else 0
+        if isinstance(result.get("note"), str): report.note = short(result["note"])
+        if ran.timed_out: report.note = short(f"the sandbox ran past {wall:.0f} s and was stopped. {report.note}")
+        elif not result: report.note = short(f"the sandbox ended (status {ran.returncode}) without a result: "
+                                             f"{ran.log[-300:]}")
+      else:   # a sandbox of its own for some tasks: its stops are expected wherever the notebook uses what it guards
+        tasks = ", ".join(dict.fromkeys(tests[k].task for k in idx))
+        stops += [dict(e, alone=tasks) for e in _cells_report(result)[1] if e["cell"] not in {x["cell"] for x in stops}]
+      report.phases["kernels_adopted"] = report.phases.get("kernels_adopted", 0) + trusted.adopt(out / "sources")
+      clock.lap("adopt")
+    report.stops = list({e["cell"]: e for e in reversed(stops)}.values())[::-1]
+    by_test = {k: results[r] for r, (_, idx) in enumerate(runs) for k in idx}
     clock.lap("judge_setup")
-    rows, later = [], []
+    rows, later = {}, []
     for k, t in enumerate(tests):
-      status, error, secs = _probe_outcome(result, k)
-      values_ok = all(r["status"] == "ok" for u, r in rows if u.task == t.task and u.kind == "values")
-      cut = shortcuts.used([src for _, src in cells], given, t.shortcuts)
-      if cut: status, error = "error", (f"Shortcut: the notebook uses uopc's {', '.join(cut)}, which this task asks "
-                                        f"you to write yourself")
-      elif status != "ok": pass
-      elif t.kind != "values" and not values_ok:
-        status, error = "skipped", f"not run: {t.kind} points count only once the values of this task are right"
-      elif t.judge is not None:
-        try: status, error, secs = _judged(t, job / "out", k, ns, secs)
-        except timing.Later: later.append(k)
-      rows.append((t, {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status,
-                       "error": error, "seconds": secs}))
+      status, error, secs = _probe_outcome(by_test[k], k)
+      rows[k] = {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status, "error": error,
+                 "seconds": secs}
+      values = [rows[u] for u in range(k) if tests[u].task == t.task and tests[u].kind == "values"]
+      if t.kind != "values" and any(v["status"] != "ok" for v in values):
+        rows[k].update(status="skipped", error=f"not run: {t.kind} points count only once the values of this task "
+                                               f"are right")
+      elif status == "ok" and t.judge is not None:
+        try: rows[k].update(zip(("status", "error", "seconds"), J.judged(k, secs)))
+        except outside.Later: later.append(k)
     clock.lap("judges")
-    timed = list(later)
-    _settle(later, rows, tests, job / "out", ns, batch, clock)
+    _settle(later, rows, J, batch, clock)
     # a speed test that missed its bar is timed again, twice at most, and keeps its best round: other work on the
     # grading machine (make grade-all JOBS=4) only ever makes a kernel look slower, never faster
+    timed = [k for k in later if tests[k].kind == "speed"]
     for _ in range(2):
-      missed = [k for k in timed if rows[k][1]["status"] == "error"]
+      missed = [k for k in timed if rows[k]["status"] == "error"]
       if not missed: break
       batch.forget()
-      again = {k: dict(rows[k][1]) for k in missed}
+      again = {k: dict(rows[k], seconds=0.0) for k in missed}
       for k in missed:
-        try: again[k].update(zip(("status", "error", "seconds"), _judged(tests[k], job / "out", k, ns, 0.0)))
-        except timing.Later: pass
-      _settle([k for k in missed if batch.asked], {k: (tests[k], again[k]) for k in missed}, tests, job / "out",
-              ns, batch, clock)
+        try: again[k].update(zip(("status", "error", "seconds"), J.judged(k, 0.0)))
+        except outside.Later: pass
+      _settle([k for k in missed if batch.asked], again, J, batch, clock)
       for k in missed:
-        if again[k]["status"] == "ok": rows[k][1].update(status="ok", error="")
+        if again[k]["status"] == "ok": rows[k].update(status="ok", error="")
     clock.lap("judges")
-    for t, row in rows:
+    for k, t in enumerate(tests):   # structure and speed count only once the task's values are right
+      values_ok = all(rows[u]["status"] == "ok" for u, x in enumerate(tests) if x.task == t.task and x.kind == "values")
+      if t.kind != "values" and not values_ok and rows[k]["status"] in ("ok", "error"):
+        rows[k].update(status="skipped", error=f"not run: {t.kind} points count only once the values of this task "
+                                               f"are right")
+      row = rows[k]
       row["points"] = t.points if row["status"] == "ok" else 0.0
       report.tasks[t.task]["points"] += row["points"]
       report.total += row["points"]
@@ -376,11 +472,13 @@ def advice(task: str, t: dict, stubbed: set[str]) -> list[str]:
                                               f"or far too slow)")
     elif x["status"] == "dead": out.append(f"{what} ({x['max']:g} pt): the kernel died (a crash in C: an index out "
                                            f"of bounds?)")
-    else:
+    else:   # every expectation that failed, one a line (judge.run joins them with " | ")
       ename, _, msg = x["error"].partition(": ")
       if ename == "AssertionError" and not msg: msg = "a check failed (no message)"
       elif ename != "AssertionError": msg = f"{ename}: {msg}"
-      out.append(f"{what} ({x['max']:g} pt): {msg}")
+      parts = msg.split(" | ") if ename == "AssertionError" else [msg]
+      out.append(f"{what} ({x['max']:g} pt): {parts[0]}")
+      out += [f"{' ' * len(what)}   also: {p}" for p in parts[1:]]
   return out
 
 
@@ -400,6 +498,13 @@ def table(r: Report) -> str:
   for e in c["errors"]:
     if not e["error"].startswith("NotImplementedError"):
       lines.append(f"  cell {e['cell']}: {e['status']}: {e['error']}")
+  for e in [e for e in r.stops if "alone" not in e]:   # a self-check against uopc's own answer: the rest was graded
+    lines.append(f"  cell {e['cell']} stopped (no points lost: the functions it and the cells before it define were "
+                 f"graded): {e['error']}")
+  for tasks in dict.fromkeys(e["alone"] for e in r.stops if "alone" in e):
+    cells = ", ".join(str(e["cell"]) for e in r.stops if e.get("alone") == tasks)
+    lines.append(f"  in the sandbox of its own that {tasks} is graded in, uopc's answer to it raises: cells {cells} "
+                 f"stopped there (expected, no points lost)")
   return "\n".join(lines)
 
 

@@ -212,6 +212,65 @@ def expect_speedup(timing: dict, ratio: float, what: str) -> float:
   return tr / tm
 
 
+def expect_peak(measured: dict, bound: int, what: str, sizes: dict[str, int], inputs: str = "float32") -> None:
+  """measured (from peak_memory: the peak of a fresh process's resident memory during one call, less what it held
+  before) is at most `bound` bytes. The message gives the peak and the bound in bytes, the sizes named in `sizes`
+  for scale, and the dtype of the output found when it differs from the inputs' (a float64 temporary is a dtype
+  mistake, not a bigger array): nothing that was not measured."""
+  peak = measured.get("peak") if isinstance(measured, dict) else None
+  if type(peak) is not int: raise AssertionError(f"{what}: the peak memory was not measured ({measured!r:.80})")
+  if peak <= bound: return
+  scale = "; ".join(f"{name}: {n:,} bytes" for name, n in sizes.items())
+  dtype = measured.get("dtype")
+  note = ""
+  if dtype and dtype != inputs:
+    times = np.dtype(dtype).itemsize / np.dtype(inputs).itemsize
+    note = (f"; its output is {dtype} for {inputs} inputs: {dtype} temporaries take {times:g}x the bytes (a NumPy "
+            f"float64 scalar such as np.sqrt(D) makes them float64; math.sqrt(D) keeps {inputs})")
+  raise AssertionError(f"{what}: peak memory {peak:,} bytes, above the bound of {bound:,} bytes ({scale}){note}")
+
+
+def _loops(src: str) -> list[tuple[int, str]]:
+  """(where it starts, its body) of every `for` loop of a C source: the braces' contents, or the one statement."""
+  out = []
+  for m in re.finditer(r"\bfor\s*\(", src):
+    depth, k = 1, m.end()
+    while k < len(src) and depth:   # the header's parentheses
+      depth += {"(": 1, ")": -1}.get(src[k], 0)
+      k += 1
+    rest = src[k:].lstrip()
+    if rest.startswith("{"):
+      start, depth, j = len(src) - len(rest), 0, len(src) - len(rest)
+      while j < len(src):
+        depth += {"{": 1, "}": -1}.get(src[j], 0)
+        j += 1
+        if depth == 0: break
+      out.append((m.start(), src[start + 1:j - 1]))
+    else: out.append((m.start(), rest.split(";", 1)[0]))
+  return out
+
+
+def expect_barriers(src: str, what: str) -> None:
+  """A work-group reduction in local memory has a barrier wherever one work-item reads a slot another stored: after
+  the stores of stage 1 (before the tree's first read) and in the tree's loop after each step. Without one the kernel
+  has a race: a read may see the slot before or after its owner wrote it, so a run that happens to give the right
+  values (PoCL runs the work-items of a group in order) proves nothing."""
+  names = re.findall(r"__local\s+\w+\s+(\w+)\s*\[", src)
+  if not names: raise AssertionError(f"{what}: no __local array: the tree must combine the work-items' values in "
+                                     f"local memory")
+  other = re.compile(rf"\b({'|'.join(map(re.escape, names))})\s*\[[^\]]*[+-][^\]]*\]")   # another item's slot
+  tree = [(at, body) for at, body in _loops(src) if other.search(body)]
+  if not tree: return
+  at, body = tree[0]
+  if "barrier(" not in src[:at]:
+    raise AssertionError(f"{what}: no barrier(CLK_LOCAL_MEM_FENCE) between the stores of stage 1 and the tree: a "
+                         f"race (a work-item may read a slot before its owner stored it), whatever values a run gives")
+  if "barrier(" not in body:
+    raise AssertionError(f"{what}: the tree's loop reads another work-item's slot ({other.search(body).group(0)}) "
+                         f"with no barrier(CLK_LOCAL_MEM_FENCE) inside the loop: a race (the read may come before or "
+                         f"after the step that stores it), whatever values a run gives")
+
+
 def text(value: Any, what: str) -> str:
   """value, which a probe recorded as generated C or other text; an AssertionError if it is not a string."""
   if type(value) is not str: raise AssertionError(f"{what}: expected the C source as a string, found {value!r:.80}")

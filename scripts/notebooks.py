@@ -6,6 +6,8 @@ committed with its outputs, because nbval compares a notebook against its own st
 
   python scripts/notebooks.py build [files...]   # .py -> .ipynb, execute top to bottom, normalise
   python scripts/notebooks.py check [files...]   # each .ipynb matches its .py and is executed and normalised
+  python scripts/notebooks.py run files...       # execute each as a student would (no hidden tests), write nothing:
+                                                 # fails on a cell that raises (scripts/nodevice_check.sh)
 """
 from __future__ import annotations
 import os, subprocess, sys, time
@@ -88,11 +90,36 @@ def check(py: Path) -> list[str]:
   return problems
 
 
+# the grader's cells: a student's copy has none of them (scripts/release.py)
+GRADER_TAGS = {"hidden-test", "hidden-setup"}
+ABSENT = "is not available here:"   # what a `%%needs` cell prints where its device is missing (uopc.notebook)
+
+
+def run(py: Path) -> bool:
+  """Execute the notebook top to bottom without its grader cells, writing nothing: whether every cell ran. A cell
+  that needs a device this machine lacks prints why and its stored output, and counts as run."""
+  nb = nbformat.read(py.with_suffix(".ipynb"), as_version=4)
+  nb.cells = [c for c in nb.cells if not GRADER_TAGS & set(c.metadata.get("tags", []))]
+  os.environ.update(KERNEL_ENV)
+  t0, name = time.perf_counter(), py.with_suffix(".ipynb").relative_to(ROOT)
+  try: NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+  except Exception as e:   # nbclient's CellExecutionError: the cell, its error and traceback
+    print(f"{name}: a cell failed:\n{e}")
+    return False
+  texts = ["".join("".join(o.get("text", "")) for o in c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"]
+  absent = sorted({ln[1:].split(":")[0] for t in texts for ln in t.splitlines() if ABSENT in ln})
+  print(f"{name}: ran to the end in {time.perf_counter() - t0:.1f} s; "
+        f"{sum(ABSENT in t for t in texts)} cells showed their stored output instead ({'; '.join(absent) or 'none'})")
+  return True
+
+
 if __name__ == "__main__":
-  if len(sys.argv) < 2 or sys.argv[1] not in ("build", "check"): raise SystemExit(__doc__)
+  if len(sys.argv) < 2 or sys.argv[1] not in ("build", "check", "run"): raise SystemExit(__doc__)
   files = sources(sys.argv[2:])
   if sys.argv[1] == "build":
     for f in files: build(f)
+  elif sys.argv[1] == "run":
+    raise SystemExit(0 if all([run(f) for f in files]) else 1)
   else:
     problems = [p for f in files for p in check(f)]
     print("\n".join(problems) if problems else f"{len(files)} notebooks in sync, executed and normalised")

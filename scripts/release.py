@@ -8,7 +8,8 @@ What goes in: the files git tracks (so no build output, caches or local scratch)
 (scripts/grade.py, scripts/grade_all.py, scripts/gradelib.py, scripts/grader/) and the tests of the instructor's
 tools (the grading tests of every week, the grader's, the assignment generator's, the nbgrader metadata's, this
 script's). The tree gets its own Makefile
-(STUDENT_MAKEFILE below: setup, demo, test, check WEEK=n, notebooks, outputs, clean), because the instructor's
+(STUDENT_MAKEFILE below: setup, demo, test, check WEEK=n [NB=...], grade NB=... (the visible checks: it says so),
+notebooks, outputs, clean), because the instructor's
 `make test` also checks assignments/ against solutions/, which a student does not have, and its own README.md (from
 scripts/student_readme.md, with the tree's assignments listed), which names only what the tree has: no grader, no
 solutions, no instructor's targets. In the student's tree `make test` passes
@@ -41,7 +42,10 @@ STUDENT_MAKEFILE = """\
 #   make demo          set up, then run the book's main example (examples/flash_attention.py 1024 64)
 #   make test          set up, then ruff, pytest (uopc's tests and your assignments' visible checks), strict nbval
 #                      on the chapter notebooks, notebook format check
-#   make check WEEK=3  run the visible checks of week 3's assignment, task by task (skipped: not attempted yet)
+#   make check WEEK=3 [NB=mine.ipynb]   run the visible checks of week 3's assignment (or of your copy of it), task
+#                      by task (skipped: not attempted yet), as the grader runs the notebook
+#   make grade NB=mine.ipynb   says what grading is, then runs mine.ipynb's visible checks (the hidden tests that
+#                      score points are the grader's, not in this tree)
 #   make notebooks     re-execute the chapter notebooks in place
 #   make outputs       rebuild outputs/ (the captured runs and plots the book quotes) on this machine
 #   make clean         remove the virtual environment and caches
@@ -53,7 +57,7 @@ STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS = $(wildcard chapters/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup demo test check notebooks outputs clean
+.PHONY: setup demo test check grade notebooks outputs clean
 
 setup: $(STAMP)
 \t@$(PY) -c "import matplotlib.pyplot"
@@ -80,9 +84,20 @@ test: setup
 \t$(PY) scripts/notebooks.py check
 \t$(PY) scripts/prose_check.py
 
+# as the grader runs a notebook: OpenMP threads as the environment sets them, 120 s per cell (a runaway cell stops the
+# run there, once); NB= checks a copy of the week's notebook, any name, in its own folder, without writing it
 check: setup
-\t@if [ -z "$(WEEK)" ]; then echo "usage: make check WEEK=<1-7>"; exit 2; fi
-\tOMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider -v -rs tests/test_student_checks.py -k "week$(WEEK)_"
+\t@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of the week's notebook>]"; \\
+\t  exit 2; fi
+\t$(if $(NB),UOPC_CHECK_NB="$(NB)" UOPC_CHECK_WEEK="$(WEEK)" )$(PY) -m pytest -p no:cacheprovider -v -rs \\
+\t  tests/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
+
+# the points come from the grader's hidden tests, which are not in this tree: here, the visible checks of NB
+grade: setup
+\t@if [ -z "$(NB)" ]; then echo "usage: make grade NB=<your notebook>.ipynb [WEEK=<1-7>]"; exit 2; fi
+\t@echo "make grade, in the student's tree: the hidden tests that score points are your instructor's, run on the"
+\t@echo "notebook you hand in; this runs $(NB)'s visible checks, task by task, as make check does"
+\t$(MAKE) --no-print-directory check NB="$(NB)" $(if $(WEEK),WEEK=$(WEEK))
 
 notebooks: setup
 \t$(PY) scripts/notebooks.py build chapters/*.py

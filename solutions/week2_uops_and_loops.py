@@ -16,9 +16,11 @@
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
 # - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
-#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
-# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
-#   points below. A *structure* point counts only once the task's values are right.
+#   with an AssertionError naming what is wrong, expected against got. `make check WEEK=2` runs them task by task, as
+#   the grader runs the notebook (with threads: a kernel whose threads race fails, and the message says so), and
+#   `make check WEEK=2 NB=<your copy>` does the same for your copy of this notebook;
+# - **hidden tests** the grader runs after your whole notebook, which score the points below (they are not in your
+#   tree). A *structure* point counts only once the task's values are right.
 #
 # | exercise | task name | points |
 # |---|---|---|
@@ -44,7 +46,7 @@ from uopc.uop import AxisType, Ops, ParamArg, Pat, UOp, graph_rewrite, range_, s
 from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules  # noqa: F401 (simplify: yours to use in your rules)
 from uopc.render_c import render_c
 from uopc.runtime import Program
-from uopc.checks import check
+from uopc.checks import check, check_threads_agree
 
 f32, i32 = dtypes.f32, dtypes.i32
 
@@ -302,45 +304,69 @@ def argmax_program(R: int, C: int) -> UOp:
 
 
 # %%
-def run_argmax(build, a: np.ndarray) -> np.ndarray:
+def run_argmax(build, a: np.ndarray, threads: int | None = None) -> np.ndarray:
+  """The kernel build(R, C) run on a, with `threads` OpenMP threads (None: OpenMP's own choice)."""
   out = np.full(a.shape[0], -1, np.int32)
-  Program(render_c(build(*a.shape), "argmax"), "argmax")(np.ascontiguousarray(a, np.float32), out)
+  prg = Program(render_c(build(*a.shape), "argmax"), "argmax")
+  prg.threads = threads
+  prg(np.ascontiguousarray(a, np.float32), out)
   return out
 
 
 a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4]], np.float32)
 src = render_c(argmax_program(3, 4), "argmax")
 print(src)
-check("argmax_program(3, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
-big = np.random.default_rng(0).standard_normal((37, 11)).astype(np.float32)
-check("argmax_program(37, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
 lines = src.splitlines()
+check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop)",
+      sum("#pragma omp parallel for" in line for line in lines), 1)
 parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)
 check("accumulators declared before the parallel loop (one variable shared by all its threads)",
       [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))], [])
+check("argmax_program(3, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
+big = np.random.default_rng(0).standard_normal((300, 11)).astype(np.float32)
+check_threads_agree("argmax_program(300, 11) on 8 threads and on one", lambda t: run_argmax(argmax_program, big, t))
+check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
 
 # %% [markdown]
-# Expected: three `ok` lines: `[1 0 0]` for `a`, the same as NumPy on random rows, and both `acc` declarations
-# inside the `#pragma omp parallel for` loop. The index update uses the comparison with the *old* maximum, so it
-# must read the max before the max's own update stores the new one: both come from the same load, made before
-# either store.
+# Expected: five `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0]` for `a`, the same
+# values on 8 threads as on one, and the same as NumPy on random rows. The index update uses the comparison with the
+# *old* maximum, so it must read the max before the max's own update stores the new one: both come from the same
+# load, made before either store.
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
+from uopc.runtime import Program as _Program
+
+
+def _run_argmax(_a, _threads):
+  """The student's argmax_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
+  _out = np.full(_a.shape[0], -1, np.int32)
+  _prg = _Program(_render_c(argmax_program(*_a.shape), "argmax"), "argmax")
+  _prg.threads = _threads
+  _prg(np.ascontiguousarray(_a, np.float32), _out)
+  return _out
+
+
 _r = seeded(5)
 _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
           ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
           ("the max last", np.tile(np.arange(10.0), (4, 1))))
-for _what, _a in _cases: record(_what, run_argmax(argmax_program, _a))
+for _what, _a in _cases:
+  record(_what, _run_argmax(_a, 8))
+  record(f"{_what}, one thread", _run_argmax(_a, 1))
 # JUDGE
 _r = seeded(5)
 _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
           ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
           ("the max last", np.tile(np.arange(10.0), (4, 1))))
 for _what, _a in _cases:
-  gradelib.expect_equal(recorded[_what], np.argmax(_a, 1).astype(np.int32),
-                        f"argmax_program on {_what} {_a.shape}: the index per row")
+  _want = np.argmax(_a, 1).astype(np.int32)
+  if np.array_equal(recorded[f"{_what}, one thread"], _want) and not np.array_equal(recorded[_what], _want):
+    raise AssertionError(f"argmax_program on {_what} {_a.shape}: right on one thread, wrong on 8: a data race (state "
+                         f"shared by the threads of the row loop?)")
+  gradelib.expect_equal(recorded[_what], _want, f"argmax_program on {_what} {_a.shape}, 8 threads: the index per row")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
@@ -396,29 +422,53 @@ def prefix_sum_program(n: int) -> UOp:
 
 
 # %%
-def run_prefix_sum(a: np.ndarray) -> np.ndarray:
+def run_prefix_sum(a: np.ndarray, threads: int | None = None) -> np.ndarray:
+  """prefix_sum_program's kernel run on a, with `threads` OpenMP threads (None: OpenMP's own choice)."""
   out = np.full(len(a), np.nan, np.float32)
-  Program(render_c(prefix_sum_program(len(a)), "cumsum"), "cumsum")(a.astype(np.float32), out)
+  prg = Program(render_c(prefix_sum_program(len(a)), "cumsum"), "cumsum")
+  prg.threads = threads
+  prg(a.astype(np.float32), out)
   return out
 
 
 print(render_c(prefix_sum_program(5), "cumsum"))
 print(run_prefix_sum(np.arange(1, 9)))
+x8 = np.random.default_rng(1).standard_normal(1000)
+check_threads_agree("run_prefix_sum of 1000 numbers, on 8 threads and on one", lambda t: run_prefix_sum(x8, t))
 check("run_prefix_sum(1..8) against np.cumsum", run_prefix_sum(np.arange(1, 9)), np.cumsum(np.arange(1, 9)), rtol=1e-6)
-x8 = np.random.default_rng(1).standard_normal(100)
-check("run_prefix_sum of 100 random numbers against np.cumsum", run_prefix_sum(x8), np.cumsum(x8), atol=1e-4)
+check("run_prefix_sum of 1000 random numbers against np.cumsum", run_prefix_sum(x8), np.cumsum(x8), atol=1e-3)
 
 # %% [markdown]
-# Expected: one loop, no pragma, `[ 1.  3.  6. 10. 15. 21. 28. 36.]` and two `ok` lines.
+# Expected: one loop, no pragma, `[ 1.  3.  6. 10. 15. 21. 28. 36.]` and three `ok` lines. Made a THREAD loop, the
+# kernel is still right on one thread; on several, each thread starts its share of the loop from a running value
+# the others are changing, and the first check says so.
 
 # %% tags=["hidden-test"]
 # POINTS: prefix sum 2
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c  # noqa: F811 (each probe imports what it uses: the grader's own)
+from uopc.runtime import Program as _Program  # noqa: F811
+
+
+def _run_prefix_sum(_a, _threads):
+  """The student's prefix_sum_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
+  _out = np.full(len(_a), np.nan, np.float32)
+  _prg = _Program(_render_c(prefix_sum_program(len(_a)), "cumsum"), "cumsum")
+  _prg.threads = _threads
+  _prg(_a, _out)
+  return _out
+
+
 for _n in (1, 2, 17, 1000):
-  record(f"n = {_n}", run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32)))
+  record(f"n = {_n}", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 8))
+  record(f"n = {_n}, one thread", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 1))
 # JUDGE
 for _n in (1, 2, 17, 1000):
   _a = seeded(_n).standard_normal(_n).astype(np.float32)
-  gradelib.expect_close(recorded[f"n = {_n}"], np.cumsum(_a.astype(np.float64)), f"prefix_sum_program({_n}): out",
-                        tol=1e-4)
+  _want = np.cumsum(_a.astype(np.float64))
+  if np.allclose(recorded[f"n = {_n}, one thread"], _want, atol=1e-4) and \
+     not np.allclose(recorded[f"n = {_n}"], _want, atol=1e-4):
+    raise AssertionError(f"prefix_sum_program({_n}): right on one thread, wrong on 8: a data race (iteration k needs "
+                         f"iteration k - 1: this loop must not be a THREAD loop)")
+  gradelib.expect_close(recorded[f"n = {_n}"], _want, f"prefix_sum_program({_n}), 8 threads: out", tol=1e-4)
 ### END HIDDEN TESTS

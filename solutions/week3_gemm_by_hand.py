@@ -16,11 +16,12 @@
 # - a **task cell** (it starts with `# TASK: <name>`): in the student version the solution is replaced by
 #   `raise NotImplementedError("<name>")`. Replace that line with your code; keep the function names and
 #   signatures, the grader calls them;
-# - a **worked example** before it, solved, on a smaller problem of the same shape;
+# - a **worked example** before it, solved, on a neighbouring problem (a matrix-vector product, not a GEMM);
 # - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
-#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
-# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
-#   points below. A *structure* or *speed* point counts only once the task's values are right.
+#   with an AssertionError naming what is wrong, expected against got. `make check WEEK=3` runs them task by task, as
+#   the grader runs the notebook (with threads), and `make check WEEK=3 NB=<your copy>` does the same for your copy;
+# - **hidden tests** the grader runs after your whole notebook, which score the points below (they are not in your
+#   tree). A *structure* or *speed* point counts only once the task's values are right.
 #
 # | exercise | task name | points |
 # |---|---|---|
@@ -51,7 +52,8 @@ print(f"date:     {datetime.date.today()}")
 #
 # The helpers of chapters 4 and 5: `buf` and `alloc` make buffers and accumulators, `run_gemm` compiles a loop
 # program with `render_c` and `Program`, runs it on random inputs and returns the result with its float64
-# reference. The output starts as NaN, so an element the kernel never writes shows up.
+# reference. The output starts as NaN, so an element the kernel never writes shows up; `writes_per_element` counts
+# how many times a program stores into each element of a buffer, so an element written twice shows up too.
 
 # %%
 import math
@@ -59,7 +61,7 @@ import re
 import time
 import numpy as np
 from uopc.dtype import dtypes
-from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
+from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink, substitute
 from uopc.symbolic import simplify
 from uopc.render_c import render_c
 from uopc.runtime import Program
@@ -97,6 +99,25 @@ def check_gemm(name: str, build, b_transposed: bool = False) -> None:
     check(f"{name}({M}, {N}, {K}): C", c, ref, rtol=1e-4, atol=1e-4 * math.sqrt(M + 1))
 
 
+def writes_per_element(program: UOp, slot: int, shape: tuple[int, ...]) -> np.ndarray:
+  """How many times `program` stores into each element of buffer `slot`: each of its stores into that buffer made
+  `+= 1`, run on one thread over zeros (every other buffer holds ones)."""
+  def into_slot(u: UOp) -> bool:
+    return u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER and \
+      u.src[0].src[0].arg.slot == slot
+  counting = {u: u.src[0].store(u.src[0].load() + 1.0) for u in program.toposort() if into_slot(u)}
+  src = render_c(substitute(program, counting), "writes")
+  prg = Program(src, "writes")
+  prg.threads = 1
+  args = [np.zeros(p.size, np.float32) if p.name == f"data{slot}" else np.ones(p.size, np.float32)
+          for p in src.signature.params]
+  prg(*args)
+  return args[[p.name for p in src.signature.params].index(f"data{slot}")].reshape(shape).astype(np.int32)
+
+
+def parallel_loops(src: str) -> int: return src.count("#pragma omp parallel for")
+
+
 def trips(src: str) -> list[int]:
   """The trip counts of a C source's loops, in source order."""
   return [int(re.search(r"< (\d+);", line).group(1)) for line in loops(src)]
@@ -118,6 +139,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
 
 
 # %% [markdown]
@@ -144,6 +166,11 @@ Program(render_c(matvec(3, 5), "matvec"), "matvec")(a, x, y)
 print("matvec:", y, "NumPy:", a @ x)
 
 # %% [markdown]
+# uopc can lower a Tensor matmul to such loops itself (`make_plan`, `uopc.rangeify.lower` and the optimizers'
+# lowerings): that is the answer of this exercise and the next two, so while week 3 is graded those lowerings raise
+# `ShortcutUnavailable`. A function of yours that calls them scores 0; a cell elsewhere that calls them (a self-check)
+# stops there and costs nothing.
+#
 # **Your task.** `C = A @ B` with A (M, K), B (K, N), C (M, N), row-major float32 in buffers 0, 1 and 2. Write
 # `gemm_naive(M, N, K)`: a THREAD loop over the rows (id 0), a loop over the columns (id 1), the reduction loop over
 # `k` (id 2) with one accumulator per output element, placed inside both output loops. Pass the index expressions
@@ -169,6 +196,8 @@ def gemm_naive(M: int, N: int, K: int) -> UOp:
 print("\n".join(loops(render_c(gemm_naive(64, 48, 32), "gemm"))))
 check("loop trips of gemm_naive(64, 48, 32), outermost first", trips(render_c(gemm_naive(64, 48, 32), "gemm")),
       [64, 48, 32])
+check("'#pragma omp parallel for' lines in gemm_naive's C (the row loop a THREAD loop)",
+      parallel_loops(render_c(gemm_naive(64, 48, 32), "gemm")), 1)
 check_gemm("gemm_naive", gemm_naive)
 
 # %% [markdown]
@@ -177,16 +206,15 @@ check_gemm("gemm_naive", gemm_naive)
 
 # %% tags=["hidden-test"]
 # POINTS: naive GEMM 2
+# SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
+# SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
+# the C of the student's loop program, rendered by uopc's render_c (not the notebook's name for it); the grader
+# compiles and runs it itself (run_c), never through the notebook's compile_gemm
+from uopc.render_c import render_c as _render_c
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
-for _shape in _shapes:
-  _M, _N, _K = _shape
-  _r = seeded(*_shape)
-  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
-  compile_gemm(gemm_naive, _M, _N, _K)(_a, _b, _c)
-  record(f"{_shape}", _c)
+for _shape in _shapes: record(f"{_shape}", str(_render_c(gemm_naive(*_shape), "gemm")))
 # JUDGE
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -194,14 +222,16 @@ for _shape in _shapes:
   _M, _N, _K = _shape
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _want = _a.astype(np.float64) @ _b.astype(np.float64)
-  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_naive{_shape}: C", tol=1e-3)
+  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
+                what=f"gemm_naive{_shape}")   # every element must be written: C starts as NaN
+  gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_naive{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: naive GEMM 1 structure
 ### BEGIN HIDDEN TESTS
-record("src", str(render_c(gemm_naive(67, 33, 29), "gemm")))
+from uopc.render_c import render_c as _render_c
+record("src", str(_render_c(gemm_naive(67, 33, 29), "gemm")))
 # JUDGE
 _src = gradelib.text(recorded["src"], "gemm_naive(67, 33, 29)")
 gradelib.expect_loops(_src, [(0, 67), (1, 33), (2, 29)], "gemm_naive(67, 33, 29): rows, columns, k")
@@ -211,60 +241,74 @@ assert gradelib.parallel_loops(_src) == 1, f"gemm_naive: {gradelib.parallel_loop
 # %% [markdown]
 # ## Exercise 5.2: 4x4 register tile
 #
-# **Worked example.** A 1x4 tile: each iteration of the column loop computes four neighbouring outputs of a row, so
-# every load of A feeds four multiply-adds. Four accumulators are updated under one END of `k` (a SINK of the four
-# stores), and when N is not a multiple of 4 the columns left over are a naive strip after the tiles (`gemm_strip`,
-# the naive kernel with offsets).
+# **Worked example.** The matrix-vector product of 5.1, four rows at a time: each trip of the row loop computes four
+# outputs, so every load of x feeds four multiply-adds. The four accumulators are updated under one END of `k` (a
+# SINK of the four stores), and when M is not a multiple of 4 the rows left over are a plain matrix-vector loop
+# after the tiles, over rows M4 to M - 1 (its loop variable plus an offset), with loop ids and an accumulator slot
+# of its own.
 
 # %%
-def gemm_strip(A: UOp, B: UOp, C: UOp, N: int, K: int, rows: tuple, cols: tuple, first_id: int, slot: int) -> UOp:
-  """C[r, c] = sum_k A[r, k] * B[k, c] for rows[0] <= r < rows[1], cols[0] <= c < cols[1] (naive loops)."""
-  i = range_(rows[1] - rows[0], first_id, AxisType.THREAD)
-  j, k = range_(cols[1] - cols[0], first_id + 1), range_(K, first_id + 2)
-  r, c = i + rows[0], j + cols[0]
-  acc = alloc(slot).after(i, j)
-  init = acc.index(0).store(0.0)
-  acck = acc.after(init, k)
-  a, b = A.index(simplify(r * K + k)).load(), B.index(simplify(k * N + c)).load()
-  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
-  return C.index(simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
-
-
-def gemm_1x4(M: int, N: int, K: int) -> UOp:
-  A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
-  N4 = N - N % 4
+def matvec_rows4(M: int, K: int) -> UOp:
+  """y = A x, four rows per trip of the THREAD loop; the M % 4 rows left over by a plain loop after it."""
+  A, X, Y = buf(0, M * K), buf(1, K), buf(2, M)
+  M4 = M - M % 4
   parts = []
-  if N4:
-    i, j, k = range_(M, 0, AxisType.THREAD), range_(N4 // 4, 1), range_(K, 2)
-    accs = [alloc(t).after(i, j) for t in range(4)]                    # acc[c] for C[i, 4j + c]
+  if M4:
+    i, k = range_(M4 // 4, 0, AxisType.THREAD), range_(K, 1)
+    accs = [alloc(r).after(i) for r in range(4)]                           # acc[r] for y[4i + r]
     inits = [acc.index(0).store(0.0) for acc in accs]
-    a = A.index(simplify(i * K + k)).load()                             # one load of A ...
-    b = [B.index(simplify(k * N + j * 4 + c)).load() for c in range(4)]  # ... and 4 of B per k
+    x = X.index(k).load()                                                  # one load of x ...
     updates = []
-    for t in range(4):
-      acck = accs[t].after(inits[t], k)
-      updates.append(acck.index(0).store(acck.index(0).load() + a * b[t]))
-    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                       # one k loop for all four
-    outs = [C.index(simplify(i * N + j * 4 + t)).store(accs[t].after(loop_k).index(0).load()) for t in range(4)]
-    parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
-  if N4 < N: parts.append(gemm_strip(A, B, C, N, K, (0, M), (N4, N), 3, 4))   # the columns left over
+    for r in range(4):                                                     # ... feeds four rows
+      acck = accs[r].after(inits[r], k)
+      a = A.index(simplify((i * 4 + r) * K + k)).load()
+      updates.append(acck.index(0).store(acck.index(0).load() + a * x))
+    loop_k = UOp(Ops.SINK, tuple(updates)).end(k)                          # one k loop for all four
+    outs = [Y.index(simplify(i * 4 + r)).store(accs[r].after(loop_k).index(0).load()) for r in range(4)]
+    parts.append(UOp(Ops.SINK, tuple(outs)).end(i))
+  if M4 < M:                                                               # rows M4 .. M - 1
+    i, k = range_(M - M4, 2, AxisType.THREAD), range_(K, 3)
+    acc = alloc(4).after(i)
+    init = acc.index(0).store(0.0)
+    acck = acc.after(init, k)
+    upd = acck.index(0).store(acck.index(0).load() + A.index(simplify((i + M4) * K + k)).load() * X.index(k).load())
+    parts.append(Y.index(simplify(i + M4)).store(acc.after(upd.end(k)).index(0).load()).end(i))
   return sink(*parts)
 
 
-print("\n".join(loops(render_c(gemm_1x4(6, 7, 5), "gemm"))))
-print("1x4 tile matches NumPy:", {shape: matches(*run_gemm(gemm_1x4, *shape)) for shape in SHAPES})
+print("\n".join(loops(render_c(matvec_rows4(6, 5), "matvec"))))
+for M, K in ((4, 3), (6, 5), (67, 29)):
+  a, x = np.random.default_rng(M).standard_normal((M, K)).astype(np.float32), np.ones(K, np.float32)
+  y = np.full(M, np.nan, np.float32)
+  Program(render_c(matvec_rows4(M, K), "matvec"), "matvec")(a, x, y)
+  print(f"matvec_rows4({M}, {K}) matches NumPy: {np.allclose(y, a @ x, atol=1e-5)}, stores per element of y: "
+        f"{sorted(set(writes_per_element(matvec_rows4(M, K), 2, (M,)).tolist()))}")
 
 # %% [markdown]
 # **Your task.** `gemm_tiled(M, N, K)`: a 4x4 register tile. The tile loops come first: rows of tiles (THREAD, id 0,
 # M // 4 trips), columns of tiles (id 1, N // 4 trips), then one `k` loop (id 2) that loads 4 values of A and 4 of B
 # and does 16 multiply-adds into 16 accumulators. Then the remainders: when M or N is not a multiple of 4, the rows
-# and columns left over are computed by naive strips (`gemm_strip`), so that every element of C is written once.
+# and columns left over are computed by naive strips after the tiles (the naive kernel over a range of rows and
+# columns, with offsets), so that every element of C is written once: the checks count the stores into each
+# element.
 
 # %%
 # TASK: 4x4 register tile
 def gemm_tiled(M: int, N: int, K: int) -> UOp:
   """C = A @ B with a 4x4 register tile, naive strips for the rows and columns left over."""
   ### BEGIN SOLUTION
+  def gemm_strip(rows: tuple, cols: tuple, first_id: int, slot: int) -> UOp:
+    """C[r, c] for rows[0] <= r < rows[1], cols[0] <= c < cols[1]: the naive loops, with offsets."""
+    i = range_(rows[1] - rows[0], first_id, AxisType.THREAD)
+    j, k = range_(cols[1] - cols[0], first_id + 1), range_(K, first_id + 2)
+    r, c = i + rows[0], j + cols[0]
+    acc = alloc(slot).after(i, j)
+    init = acc.index(0).store(0.0)
+    acck = acc.after(init, k)
+    a, b = A.index(simplify(r * K + k)).load(), B.index(simplify(k * N + c)).load()
+    upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+    return C.index(simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
+
   A, B, C = buf(0, M * K), buf(1, K * N), buf(2, M * N)
   M4, N4 = M - M % 4, N - N % 4
   parts = []
@@ -282,8 +326,8 @@ def gemm_tiled(M: int, N: int, K: int) -> UOp:
     outs = [C.index(simplify((i * 4 + t // 4) * N + j * 4 + t % 4)).store(accs[t].after(loop_k).index(0).load())
             for t in range(16)]
     parts.append(UOp(Ops.SINK, tuple(outs)).end(j, i))
-  if N4 < N: parts.append(gemm_strip(A, B, C, N, K, (0, M), (N4, N), 3, 16))          # right strip, all rows
-  if M4 < M and N4: parts.append(gemm_strip(A, B, C, N, K, (M4, M), (0, N4), 6, 17))  # bottom strip
+  if N4 < N: parts.append(gemm_strip((0, M), (N4, N), 3, 16))          # right strip, all rows
+  if M4 < M and N4: parts.append(gemm_strip((M4, M), (0, N4), 6, 17))  # bottom strip, the tiles' columns only
   return sink(*parts)
   ### END SOLUTION
 
@@ -291,6 +335,9 @@ def gemm_tiled(M: int, N: int, K: int) -> UOp:
 # %%
 print("\n".join(loops(render_c(gemm_tiled(6, 7, 5), "gemm"))))
 check_gemm("gemm_tiled", gemm_tiled)
+for M, N, K in ((6, 7, 5), (8, 8, 3), (5, 4, 2), (3, 9, 2)):
+  check(f"stores into each element of C by gemm_tiled({M}, {N}, {K}) (every element written once)",
+        writes_per_element(gemm_tiled(M, N, K), 2, (M, N)), np.ones((M, N), np.int32))
 
 # %% [markdown]
 # Expected with the remainders as above: the tile loops (1, 1, 5 trips), the right strip (6 rows, 3 columns, 5) and
@@ -314,17 +361,17 @@ print(f"n = {n}: naive {t_naive * 1e3:.2f} ms, 4x4 tile {t_tiled * 1e3:.2f} ms: 
 
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 3
+# SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
+# SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c
 _shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
 for _shape in _shapes:
-  _M, _N, _K = _shape
-  _r = seeded(*_shape)
-  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
-  # one shape's exception is that shape's failure: the judge still reports the shapes before it first
-  record(f"{_shape} raised", raised(lambda: compile_gemm(gemm_tiled, _M, _N, _K)(_a, _b, _c)))
-  record(f"{_shape}", _c)
+  # one shape's exception is that shape's failure: the judge still reports the others
+  _got = {}
+  record(f"{_shape} raised", raised(lambda: _got.update(src=str(_render_c(gemm_tiled(*_shape), "gemm")))))
+  record(f"{_shape}", _got.get("src"))
 # JUDGE
 _shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -332,30 +379,59 @@ for _shape in _shapes:
   _M, _N, _K = _shape
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _want = _a.astype(np.float64) @ _b.astype(np.float64)
   _err = recorded[f"{_shape} raised"]
   assert _err["raised"] is None, f"gemm_tiled{_shape}: {_err['raised']}: {_err['message']}"
-  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_tiled{_shape}: C", tol=1e-3)
+  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
+                what=f"gemm_tiled{_shape}")
+  gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_tiled{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 structure
 ### BEGIN HIDDEN TESTS
-record("src", str(render_c(gemm_tiled(68, 36, 29), "gemm")))
+from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
+from uopc.runtime import Program as _Program
+from uopc.uop import Ops as _Ops, substitute as _substitute
+record("src", str(_render_c(gemm_tiled(68, 36, 29), "gemm")))
+
+
+def _writes(_program, _shape):
+  """Stores into each element of C (buffer 2): every store into it made += 1, run on one thread over zeros."""
+  _into = lambda u: u.op is _Ops.STORE and u.src[0].op is _Ops.INDEX and u.src[0].src[0].op is _Ops.BUFFER and \
+    u.src[0].src[0].arg.slot == 2
+  _src = _render_c(_substitute(_program, {u: u.src[0].store(u.src[0].load() + 1.0) for u in _program.toposort()
+                                          if _into(u)}), "writes")
+  _prg = _Program(_src, "writes")
+  _prg.threads = 1
+  _args = [np.zeros(p.size, np.float32) if p.name == "data2" else np.ones(p.size, np.float32)
+           for p in _src.signature.params]
+  _prg(*_args)
+  return _args[[p.name for p in _src.signature.params].index("data2")].reshape(_shape).astype(np.int32)
+
+
+for _shape in ((7, 6, 3), (9, 11, 2)): record(f"writes {_shape}", _writes(gemm_tiled(*_shape), _shape[:2]))
 # JUDGE
 _src = gradelib.text(recorded["src"], "gemm_tiled(68, 36, 29)")
 gradelib.expect_loops(_src, [(0, 17), (1, 9), (2, 29)], "gemm_tiled(68, 36, 29): tile rows, tile columns, k")
 _k_body = _src.split("for (int ridx2 = 0;")[1].split("\n    }\n")[0]
 _fmas = len(re.findall(r"acc\d+ = \(", _k_body))
 assert _fmas == 16, f"gemm_tiled: {_fmas} accumulator updates per step of k, expected 16 (a 4x4 tile)"
+for _shape in ((7, 6, 3), (9, 11, 2)):
+  _w = np.asarray(recorded[f"writes {_shape}"])
+  _twice = np.argwhere(_w != 1)
+  assert _w.shape == _shape[:2] and not len(_twice), (
+    f"gemm_tiled{_shape}: element {tuple(_twice[0].tolist())} of C is stored {_w[tuple(_twice[0])]} times, expected "
+    f"once ({len(_twice)} elements not stored exactly once: do two strips overlap?)")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 speed
 ### BEGIN HIDDEN TESTS
-record("tiled", str(render_c(gemm_tiled(256, 256, 256), "gemm")))
+from uopc.render_c import render_c as _render_c
+record("tiled", str(_render_c(gemm_tiled(256, 256, 256), "gemm")))
 # JUDGE
-# the student's C timed in a sandbox of its own against the grader's naive kernel (never the student's own naive)
+# the student's C timed in a sandbox of its own against the grader's naive kernel (never the student's own naive),
+# each repetition on fresh inputs and an output full of NaN, checked
 _timing = time_kernels(recorded["tiled"], "gemm", [["f32", [256, 256]], ["f32", [256, 256]], ["zeros", [256, 256]]],
                        outputs=[2], reference=gradelib.naive_gemm_c(256, 256, 256))
 _ratio = gradelib.expect_speedup(_timing, 2.0, "gemm_tiled against a naive GEMM at n = 256")
@@ -411,16 +487,13 @@ print(f"n = {n}: naive {t_naive * 1e3:.1f} ms, naive with B^T {t_bt * 1e3:.1f} m
 
 # %% tags=["hidden-test"]
 # POINTS: B transposed 2
+# SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
+# SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
+from uopc.render_c import render_c as _render_c
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
-for _shape in _shapes:
-  _M, _N, _K = _shape
-  _r = seeded(*_shape)
-  _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _c = np.full((_M, _N), np.nan, np.float32)   # every element must be written
-  compile_gemm(gemm_naive_bt, _M, _N, _K)(_a, np.ascontiguousarray(_b.T), _c)
-  record(f"{_shape}", _c)
+for _shape in _shapes: record(f"{_shape}", str(_render_c(gemm_naive_bt(*_shape), "gemm")))
 # JUDGE
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -428,14 +501,16 @@ for _shape in _shapes:
   _M, _N, _K = _shape
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  _want = _a.astype(np.float64) @ _b.astype(np.float64)
-  gradelib.expect_close(recorded[f"{_shape}"], _want, f"gemm_naive_bt{_shape}: C", tol=1e-3)
+  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, np.ascontiguousarray(_b.T), np.full((_M, _N), np.nan, np.float32)],
+                outputs=[2], what=f"gemm_naive_bt{_shape}")
+  gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_naive_bt{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: B transposed 1 speed
 ### BEGIN HIDDEN TESTS
-record("bt", str(render_c(gemm_naive_bt(512, 512, 512), "gemm")))
+from uopc.render_c import render_c as _render_c
+record("bt", str(_render_c(gemm_naive_bt(512, 512, 512), "gemm")))
 # JUDGE
 # B symmetric, so B^T = B: the student's kernel (reading B^T) and the grader's naive one (reading B) agree
 _timing = time_kernels(recorded["bt"], "gemm", [["f32", [512, 512]], ["sym", [512, 512]], ["zeros", [512, 512]]],
@@ -487,22 +562,97 @@ for name, program, want in (("naive", gemm_naive(64, 64, 64), (2, 1)), ("4x4 til
   loads, fmas = k_step_counts(render_c(program, "gemm"))
   print(f"{name:8s}: {loads} loads, {fmas} multiply-adds per k step, {loads / fmas:.2f} loads per multiply-add")
   check(f"k_step_counts({name}, 64 x 64 x 64): (loads, multiply-adds)", (loads, fmas), want)
-# the first k loop only: the 1x4 tile's, not the k loop of the strip of 2 columns after it
-check("k_step_counts(1x4 tile + strip, 64 x 66 x 64): (loads, multiply-adds)",
-      k_step_counts(render_c(gemm_1x4(64, 66, 64), "gemm")), (5, 4))
+# the first k loop only: a 1x2 tile's, not the k loop of the strip of one column after it
+tile_1x2 = """void gemm(float* restrict data0, float* restrict data1, float* restrict data2) {
+  for (int ridx0 = 0; ridx0 < 4; ridx0++) {
+    for (int ridx1 = 0; ridx1 < 2; ridx1++) {
+      float acc0 = 0.0f; float acc1 = 0.0f;
+      for (int ridx2 = 0; ridx2 < 8; ridx2++) {
+        float val0 = data0[ridx0*8+ridx2];
+        float val1 = data1[ridx2*5+ridx1*2];
+        float val2 = data1[ridx2*5+ridx1*2+1];
+        acc0 = (acc0+(val0*val1));
+        acc1 = (acc1+(val0*val2));
+      }
+      data2[ridx0*5+ridx1*2] = acc0; data2[ridx0*5+ridx1*2+1] = acc1;
+    }
+  }
+  for (int ridx3 = 0; ridx3 < 4; ridx3++) {
+    for (int ridx4 = 0; ridx4 < 1; ridx4++) {
+      float acc2 = 0.0f;
+      for (int ridx5 = 0; ridx5 < 8; ridx5++) {
+        float val3 = data0[ridx3*8+ridx5];
+        float val4 = data1[ridx5*5+4];
+        acc2 = (acc2+(val3*val4));
+      }
+      data2[ridx3*5+4] = acc2;
+    }
+  }
+}"""
+check("k_step_counts(a hand-written 1x2 tile + strip): (loads, multiply-adds)", k_step_counts(tile_1x2), (3, 2))
 
 # %% [markdown]
 # Expected: the naive kernels make 2 loads per multiply-add, the tile 8 loads for 16 (0.5): four times fewer loads
-# for the same arithmetic, and 16 independent chains instead of one. The check: 5 loads and 4 multiply-adds in the
-# 1x4 tile's k step.
+# for the same arithmetic, and 16 independent chains instead of one. The last check: 3 loads and 2 multiply-adds in
+# the 1x2 tile's k step, none of the strip's.
 
 # %% tags=["hidden-test"]
 # POINTS: loads and multiply-adds 2
 ### BEGIN HIDDEN TESTS
-_A, _B, _C = buf(0, 20 * 8), buf(1, 8 * 12), buf(2, 20 * 12)
-record("naive", k_step_counts(render_c(sink(gemm_strip(_A, _B, _C, 12, 8, (0, 20), (0, 12), 0, 0)), "gemm")))
-record("1x4", k_step_counts(render_c(gemm_1x4(8, 9, 8), "gemm")))
-record("matvec", k_step_counts(render_c(matvec(16, 8), "mv")))
+from uopc.dtype import dtypes as _dtypes
+from uopc.render_c import render_c as _render_c  # noqa: F811 (each probe imports what it uses: the grader's own)
+from uopc.symbolic import simplify as _simplify
+from uopc.uop import AxisType as _AxisType, Ops as _Ops, ParamArg as _ParamArg, UOp as _UOp, range_ as _range_, \
+  sink as _sink  # noqa: F811
+
+
+def _buf(slot, n): return _UOp(_Ops.BUFFER, (), _ParamArg(slot, _dtypes.f32, (n,)))
+def _alloc(slot): return _UOp(_Ops.ALLOC, (), _ParamArg(slot, _dtypes.f32, (1,)))
+
+
+def _strip(A, B, C, N, K, rows, cols, first_id, slot):
+  """The naive GEMM over rows x cols, with offsets."""
+  i = _range_(rows[1] - rows[0], first_id, _AxisType.THREAD)
+  j, k = _range_(cols[1] - cols[0], first_id + 1), _range_(K, first_id + 2)
+  r, c = i + rows[0], j + cols[0]
+  acc = _alloc(slot).after(i, j)
+  acck = acc.after(acc.index(0).store(0.0), k)
+  a, b = A.index(_simplify(r * K + k)).load(), B.index(_simplify(k * N + c)).load()
+  upd = acck.index(0).store(acck.index(0).load() + a * b).end(k)
+  return C.index(_simplify(r * N + c)).store(acc.after(upd).index(0).load()).end(j, i)
+
+
+def _gemm_1x4(M, N, K):
+  """A 1x4 tile over the columns, then the columns left over by a naive strip."""
+  A, B, C = _buf(0, M * K), _buf(1, K * N), _buf(2, M * N)
+  N4, parts = N - N % 4, []
+  i, j, k = _range_(M, 0, _AxisType.THREAD), _range_(N4 // 4, 1), _range_(K, 2)
+  accs = [_alloc(t).after(i, j) for t in range(4)]
+  inits = [acc.index(0).store(0.0) for acc in accs]
+  a = A.index(_simplify(i * K + k)).load()
+  b = [B.index(_simplify(k * N + j * 4 + c)).load() for c in range(4)]
+  ups = [accs[t].after(inits[t], k).index(0).store(accs[t].after(inits[t], k).index(0).load() + a * b[t])
+         for t in range(4)]
+  loop_k = _UOp(_Ops.SINK, tuple(ups)).end(k)
+  outs = [C.index(_simplify(i * N + j * 4 + t)).store(accs[t].after(loop_k).index(0).load()) for t in range(4)]
+  parts.append(_UOp(_Ops.SINK, tuple(outs)).end(j, i))
+  if N4 < N: parts.append(_strip(A, B, C, N, K, (0, M), (N4, N), 3, 4))
+  return _sink(*parts)
+
+
+def _matvec(M, K):
+  A, X, Y = _buf(0, M * K), _buf(1, K), _buf(2, M)
+  i, k = _range_(M, 0, _AxisType.THREAD), _range_(K, 1)
+  acc = _alloc(0).after(i)
+  acck = acc.after(acc.index(0).store(0.0), k)
+  upd = acck.index(0).store(acck.index(0).load() + A.index(_simplify(i * K + k)).load() * X.index(k).load()).end(k)
+  return _sink(Y.index(i).store(acc.after(upd).index(0).load()).end(i))
+
+
+_A, _B, _C = _buf(0, 20 * 8), _buf(1, 8 * 12), _buf(2, 20 * 12)
+record("naive", k_step_counts(_render_c(_sink(_strip(_A, _B, _C, 12, 8, (0, 20), (0, 12), 0, 0)), "gemm")))
+record("1x4", k_step_counts(_render_c(_gemm_1x4(8, 9, 8), "gemm")))
+record("matvec", k_step_counts(_render_c(_matvec(16, 8), "mv")))
 _tile_2x2 = """void gemm(float* restrict data0, float* restrict data1, float* restrict data2) {
   for (int ridx0 = 0; ridx0 < 2; ridx0++) {
     for (int ridx1 = 0; ridx1 < 2; ridx1++) {
@@ -583,13 +733,21 @@ def count_exps(src: str) -> int:
 
 
 # %%
-for N, D, want in ((32, 4, 5120), (64, 8, 36864)):
-  print(f"N = {N}, D = {D}: predicted {predicted_exps(N, D)}, counted in the C {count_exps(fused_attention_src(N, D))}")
-  check(f"count_exps(the fused kernel's C, N = {N}, D = {D})", count_exps(fused_attention_src(N, D)), want)
-  check(f"predicted_exps({N}, {D})", predicted_exps(N, D), want)
+x_soft = Tensor(np.ones((8, 16), np.float32))
+softmax_src = make_plan([x_soft.softmax(-1).uop], True, None).kernels[-1].src
+print("\n".join(f"{n:4d}  {line}" for n, line in runs_per_line(softmax_src) if "exp2f(" in line))
+check("count_exps(the fused softmax's C, (8, 16))", count_exps(softmax_src), 2 * 8 * 16)
+check("count_exps(the matrix-vector product's C)", count_exps(render_c(matvec(4, 4), "mv")), 0)
+for N, D in ((32, 4), (64, 8)):
+  counted = count_exps(fused_attention_src(N, D))
+  print(f"N = {N}, D = {D}: predicted {predicted_exps(N, D)}, counted in the C {counted}")
+  check(f"predicted_exps({N}, {D}) against count_exps of the fused kernel's C", predicted_exps(N, D), counted)
 
 # %% [markdown]
-# Expected: 5120 and 5120, then 36864 and 36864: your prediction and the count agree.
+# Expected: the fused softmax's two lines with `exp2f`, each run 128 times (the row sum's and the output's, one per
+# element of an (8, 16) input: 2 x 8 x 16); four `ok` lines; and your prediction equal to your count at both sizes.
+# (The checks compare the two, and your count with kernels whose count is known: a formula that happens to fit two
+# sizes can still be wrong at others, which the hidden tests try.)
 
 # %% [markdown] tags=["answer"]
 # N^2 exponentials for the row sums, and N^2 D more, because the output's weights are recomputed for each of its D
@@ -615,23 +773,22 @@ for _N, _D in _cases:
 # %% tags=["hidden-test"]
 # POINTS: count the exps 1
 ### BEGIN HIDDEN TESTS
-_x = Tensor(np.ones((8, 16), np.float32))
-_fused, _unfused = (make_plan([_x.softmax(-1).uop], _fuse, None).kernels[-1].src for _fuse in (True, False))
-for _what, _src in (("fused attention (32, 4)", fused_attention_src(32, 4)), ("fused softmax (8, 16)", _fused),
-                    ("the last kernel of unfused softmax (8, 16)", _unfused),
-                    ("a kernel with no exp", render_c(matvec(4, 4), "mv"))):
-  record(_what, count_exps(_src))
-# JUDGE
-# the same four kernels made here, with the grader's uopc: the counts are of these, not of what the notebook made
+# FIXTURE
+# the four kernels made by the grader's uopc, before the sandbox: the probe only counts (in the sandbox, uopc's
+# lowering is the answer of the GEMM tasks and is not available: see their SHORTCUTS)
 from uopc.kernelize import make_plan as _make_plan
 from uopc.tensor import Tensor as _Tensor
 _x = _Tensor(np.ones((8, 16), np.float32))
 _q = _Tensor(np.ones((32, 4), np.float32))
 _attention = ((_q @ _q.T * (1 / math.sqrt(4))).softmax(-1) @ _q).uop
 _fused, _unfused = (_make_plan([_x.softmax(-1).uop], _f, None).kernels[-1].src for _f in (True, False))
-_matvec = "void mv(float* restrict data0) {\n  for (int ridx0 = 0; ridx0 < 4; ridx0++) data0[ridx0] = 1.0f;\n}"
-for _what, _src in (("fused attention (32, 4)", _make_plan([_attention], True, None).kernels[-1].src),
-                    ("fused softmax (8, 16)", _fused), ("the last kernel of unfused softmax (8, 16)", _unfused),
-                    ("a kernel with no exp", _matvec)):
+fixture = {"fused attention (32, 4)": str(_make_plan([_attention], True, None).kernels[-1].src),
+           "fused softmax (8, 16)": str(_fused), "the last kernel of unfused softmax (8, 16)": str(_unfused),
+           "a kernel with no exp": "void mv(float* restrict data0) {\n  for (int ridx0 = 0; ridx0 < 4; ridx0++) "
+                                   "data0[ridx0] = 1.0f;\n}"}
+# PROBE
+for _what, _src in fixture.items(): record(_what, count_exps(_src))
+# JUDGE
+for _what, _src in fixture.items():
   gradelib.expect_equal(recorded[_what], gradelib.weighted_count(_src, r"exp2f\("), f"count_exps({_what})")
 ### END HIDDEN TESTS

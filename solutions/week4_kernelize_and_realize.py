@@ -216,8 +216,9 @@ print([(k.name, k.flops) for k in plan.kernels], "predicted:", 2 * n)
 
 # %% [markdown]
 # **Your task.** Predict, as a formula, the FLOPs of the plan of an (n, k) @ (k, m) matmul (all its kernels
-# together: there are two, a copy that transposes B and the product). A formula, not a count: a `matmul_flops` that
-# calls the checks' `plan_flops` scores 0.
+# together: there are two, a copy that transposes B and the product). A formula, not a count: this task is graded in a
+# sandbox of its own in which uopc's lowering (`uopc.rangeify.lower` and the optimizers', which every plan needs)
+# raises `ShortcutUnavailable`, so a `matmul_flops` that makes a plan (the checks' `plan_flops`, `make_plan`) scores 0.
 
 # %%
 # TASK: matmul FLOPs
@@ -242,7 +243,9 @@ for shape in ((64, 32, 16), (100, 7, 33)):
 
 # %% tags=["hidden-test"]
 # POINTS: matmul FLOPs 2
-# SHORTCUTS: plan_flops
+# SHORTCUTS alone: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm
+# SHORTCUTS alone: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile
+# SHORTCUTS alone: uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
 _shapes = [(64, 32, 16), (100, 7, 33), (5, 128, 9), (3, 5, 2), tuple(seeded(7).integers(1, 50, 3).tolist())]
 for _shape in _shapes: record(f"{_shape}", matmul_flops(*_shape))

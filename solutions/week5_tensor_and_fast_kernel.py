@@ -16,14 +16,16 @@
 #   signatures, the grader calls them;
 # - a **worked example** before it, solved, on a neighbouring problem;
 # - **visible checks** right after it (`check(...)` from `uopc.checks`): each prints `ok: <what>`, or stops
-#   with an AssertionError naming what is wrong, expected against got; `make check WEEK=<n>` runs them task by task;
-# - **hidden tests** the grader runs after your whole notebook (`make grade NB=<your notebook>`), which score the
-#   points below.
+#   with an AssertionError naming what is wrong, expected against got. `make check WEEK=5` runs them task by task, as
+#   the grader runs the notebook, and `make check WEEK=5 NB=<your copy>` does the same for your copy;
+# - **hidden tests** the grader runs after your whole notebook, which score the points below (they are not in your
+#   tree).
 #
 # | exercise | task name | points |
 # |---|---|---|
 # | 9.4 | variance and LayerNorm | 3 |
 # | 9.6 | vector-Jacobian product | 2 |
+# | 9.9 | convolution as a view | 3 |
 # | 10.1 | GEMM intensity | 2 |
 # | 10.2 | the best tile | 2 |
 #
@@ -106,6 +108,9 @@ print("its gradient matches finite differences:", np.allclose(g.numpy(), fd, ato
 # **Your task.** With Tensor operations only: `var(x, axis)`, the (biased, as in LayerNorm) variance over one axis,
 # with `keepdim=True`; and `layernorm(x, eps)`: `(x - mean) / sqrt(var + eps)` over the last axis. The gradient of
 # `layernorm(x) @ w` then comes from `gradient` with no new rule: check it against finite differences.
+# uopc's Tensor already has these as methods, `Tensor.var`, `Tensor.std` and `Tensor.layernorm` (and `uopc.nn.LayerNorm`
+# uses them): while this week is graded they raise `ShortcutUnavailable`, so a `var` or `layernorm` that calls one
+# scores 0 for this task (a self-check against them in another cell stops that cell and costs nothing).
 
 # %%
 # TASK: variance and LayerNorm
@@ -146,6 +151,8 @@ check("d/dw of (layernorm(x) @ w).sum() against finite differences", gw.numpy(),
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np = seeded(3).standard_normal((6, 10)) * 3 + 1
 for _axis in (-1, 0, 1): record(f"axis={_axis}", var(Tensor(_x_np), _axis).numpy())
@@ -158,6 +165,8 @@ for _axis in (-1, 0, 1):
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np = seeded(4).standard_normal((5, 8)) * 2
 for _eps in (1e-5, 0.5): record(f"eps={_eps}", layernorm(Tensor(_x_np), _eps).numpy())
@@ -172,6 +181,8 @@ gradelib.expect_close(recorded["constant rows"], np.zeros((2, 4)), "layernorm of
 
 # %% tags=["hidden-test"]
 # POINTS: variance and LayerNorm 1
+# SHORTCUTS: uopc.mixin.reduce.ReduceMixin.var, uopc.mixin.reduce.ReduceMixin.std
+# SHORTCUTS: uopc.mixin.functional.NNMixin.layernorm, uopc.nn.layers.LayerNorm
 ### BEGIN HIDDEN TESTS
 _x_np, _w_np = seeded(5).standard_normal((3, 5)), seeded(6).standard_normal((5, 2))
 _x, _w = Tensor(_x_np), Tensor(_w_np)
@@ -239,6 +250,113 @@ gradelib.expect_close(recorded["x * x"], 2 * _x_np * _v_np, "vjp(x * x, x, v) (e
 _w_np, _v2 = seeded(9).standard_normal((4, 2)), seeded(10).standard_normal((3, 2))
 (_fd,) = _finite_differences(lambda a: (np.exp(a @ _w_np) * _v2).sum(), [_x_np])
 gradelib.expect_close(recorded["exp(x @ w)"], _fd, "vjp(exp(x @ w), x, v) against finite differences", tol=1e-5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 9.9: convolution as a view
+#
+# **Worked example.** Chapter 9.9's window view of one axis, and with it a 1-D convolution: x (N, C, L), w (F, C, k)
+# -> (N, F, o), `out[n, f, i] = sum_c sum_a x[n, c, i*s + a] * w[f, c, a]` (PyTorch's convolution is this
+# cross-correlation: the kernel is not flipped).
+
+# %%
+def windows_1d(x: Tensor, k: int, s: int = 1) -> Tensor:
+  """x (..., n) -> (..., o, k) with [..., o, a] = x[..., o*s + a], from movement ops only."""
+  n = x.shape[-1]
+  o, lead = (n - k) // s + 1, x.shape[:-1]
+  rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)
+  rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)
+  cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
+  return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
+
+
+def conv1d(x: Tensor, w: Tensor, stride: int = 1, padding: int = 0) -> Tensor:
+  F, C, k = w.shape
+  win = windows_1d(x.pad([None, None, (padding, padding)]), k, stride)      # (N, C, o, k)
+  return (win.unsqueeze(1) * w.reshape(1, F, C, 1, k)).sum((2, 4))         # (N, F, o)
+
+
+x1 = rng.standard_normal((2, 3, 10))
+w1 = rng.standard_normal((4, 3, 3))
+ref1 = np.stack([np.einsum("nck,fck->nf", np.pad(x1, [(0, 0), (0, 0), (1, 1)])[:, :, i * 2:i * 2 + 3], w1)
+                 for i in range(5)], -1)
+print("conv1d, stride 2, padding 1, matches NumPy:", np.allclose(conv1d(Tensor(x1), Tensor(w1), 2, 1).numpy(), ref1))
+
+# %% [markdown]
+# **Your task.** `conv2d(x, w, stride, padding)`: x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow) with
+# `oh = (H + 2 padding - kh) // stride + 1` (and ow alike), the same stride and padding on both axes, built from
+# Tensor operations as chapter 9.9 builds it: pad, a window view of each spatial axis (`windows_1d` above),
+# multiply, sum (not `Tensor.conv2d`). The checks below compare with NumPy and with the definition; they catch the
+# usual slips: an output size that forgets the padding or the stride, a flipped kernel (that is a convolution in the
+# textbook's sense, not PyTorch's), the channels in the wrong place.
+
+# %%
+# TASK: convolution as a view
+def conv2d(x: Tensor, w: Tensor, stride: int = 1, padding: int = 0) -> Tensor:
+  """PyTorch's conv2d without bias: out[n, f, i, j] = sum_{c,a,b} x_padded[n, c, i*s + a, j*s + b] w[f, c, a, b]."""
+  ### BEGIN SOLUTION
+  F, C, kh, kw = w.shape
+  x = x.pad([None, None, (padding, padding), (padding, padding)])
+  win = windows_1d(x.transpose(2, 3), kh, stride)              # (N, C, W, oh, kh)
+  win = windows_1d(win.permute(0, 1, 3, 4, 2), kw, stride)      # (N, C, oh, kh, ow, kw)
+  win = win.permute(0, 1, 2, 4, 3, 5)                           # (N, C, oh, ow, kh, kw)
+  return (win.unsqueeze(1) * w.reshape(1, F, C, 1, 1, kh, kw)).sum((2, 5, 6))
+  ### END SOLUTION
+
+
+# %%
+def np_conv2d(a: np.ndarray, k: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+  """The definition, in float64 loops over the kernel offsets."""
+  ap = np.pad(a, [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+  kh, kw = k.shape[2:]
+  oh, ow = (ap.shape[2] - kh) // stride + 1, (ap.shape[3] - kw) // stride + 1
+  out = np.zeros((a.shape[0], k.shape[0], oh, ow))
+  for i in range(kh):
+    for j in range(kw):
+      out += np.einsum("nchw,fc->nfhw", ap[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride], k[:, :, i, j])
+  return out
+
+
+img, filt = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 2))   # C = 3, F = 4: not square
+check("output shape, x (2, 3, 9, 8), w (4, 3, 3, 2), stride 2, padding 1",
+      conv2d(Tensor(img), Tensor(filt), 2, 1).shape, (2, 4, 5, 5))
+corner = np.zeros((1, 3, 3, 2))
+corner[0, 1, 0, 0] = 1.0                                        # picks channel 1 at the window's top-left
+check("a kernel with one 1 at its top-left picks x[:, 1, :7, :7] (the kernel is not flipped)",
+      conv2d(Tensor(img), Tensor(corner)).numpy(), img[:, 1:2, :7, :7], atol=1e-12)
+check("conv2d(x, w), channels C = 3 in, F = 4 out", conv2d(Tensor(img), Tensor(filt)).numpy(), np_conv2d(img, filt),
+      rtol=1e-10, atol=1e-10)
+check("conv2d(x, w, stride=2, padding=1)", conv2d(Tensor(img), Tensor(filt), 2, 1).numpy(),
+      np_conv2d(img, filt, 2, 1), rtol=1e-10, atol=1e-10)
+check("conv2d(x, w, stride=3, padding=2)", conv2d(Tensor(img), Tensor(filt), 3, 2).numpy(),
+      np_conv2d(img, filt, 3, 2), rtol=1e-10, atol=1e-10)
+check("the same as uopc's Tensor.conv2d", conv2d(Tensor(img), Tensor(filt), 2, 1).numpy(),
+      Tensor(img).conv2d(Tensor(filt), stride=2, padding=1).numpy(), rtol=1e-10, atol=1e-10)
+
+# %% [markdown]
+# Expected: six `ok` lines.
+
+# %% tags=["hidden-test"]
+# POINTS: convolution as a view 3
+### BEGIN HIDDEN TESTS
+_cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
+          ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]
+for _k, (_xs, _ws, _s, _p) in enumerate(_cases):
+  _x, _w = Tensor(seeded(20 + _k).standard_normal(_xs)), Tensor(seeded(30 + _k).standard_normal(_ws))
+  record(f"case {_k}", conv2d(_x, _w, _s, _p).numpy())
+# JUDGE
+_cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
+          ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]
+for _k, (_xs, _ws, _s, _p) in enumerate(_cases):
+  _a, _w = seeded(20 + _k).standard_normal(_xs), seeded(30 + _k).standard_normal(_ws)
+  _ap = np.pad(_a, [(0, 0), (0, 0), (_p, _p), (_p, _p)])
+  _oh, _ow = (_ap.shape[2] - _ws[2]) // _s + 1, (_ap.shape[3] - _ws[3]) // _s + 1
+  _ref = np.zeros((_xs[0], _ws[0], _oh, _ow))
+  for _i in range(_ws[2]):
+    for _j in range(_ws[3]):
+      _ref += np.einsum("nchw,fc->nfhw", _ap[:, :, _i:_i + _s * _oh:_s, _j:_j + _s * _ow:_s], _w[:, :, _i, _j])
+  gradelib.expect_close(recorded[f"case {_k}"], _ref, f"conv2d(x {_xs}, w {_ws}, stride={_s}, padding={_p})",
+                        tol=1e-8)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -342,12 +460,12 @@ for registers in (8, 16, 32):
   tm, tn = best_tile(registers)
   lpf, regs = tile_cost(tm, tn)
   print(f"{registers} registers: {tm}x{tn}, {lpf:.3f} loads per FMA, {regs} registers used")
-check("best_tile(r) for r = 3, 8, 16, 27, 32", [tuple(best_tile(r)) for r in (3, 8, 16, 27, 32)],
-      [(1, 1), (2, 2), (3, 3), (4, 4), (5, 4)])
+for registers, want in ((3, (1, 1)), (8, (2, 2)), (16, (3, 3)), (27, (4, 4)), (32, (5, 4))):
+  check(f"best_tile({registers})", tuple(best_tile(registers)), want)
 check_raises("best_tile(2): no tile fits", lambda: best_tile(2), ValueError, says=("3",))
 
 # %% [markdown]
-# Expected: 2x2, 3x3 and 5x4 (1, 0.667 and 0.45 loads per FMA, in 8, 15 and 29 registers); two `ok` lines. In 16
+# Expected: 2x2, 3x3 and 5x4 (1, 0.667 and 0.45 loads per FMA, in 8, 15 and 29 registers); six `ok` lines. In 16
 # registers the 4x4 tile (24 registers as counted here) does not fit, nor does 2x8 (26); 3x3 beats 2x4 (0.667 against
 # 0.75 loads per FMA). In 27, 4x4 and 3x6 tie at 0.5 and 4x4 takes fewer registers. (A compiler keeps one of the
 # loaded rows in memory operands of the FMAs, which is how 4x4 tiles run in 16 AVX2 registers: with that count the

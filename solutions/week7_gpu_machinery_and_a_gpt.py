@@ -243,8 +243,9 @@ print("back to the tile:", np.array_equal(back, tile), "| the same as wmma.to_fr
 # %% [markdown]
 # **Your task.** `mma_emulated(shape, a, b, c)`: what one `mma.sync` of `shape` does to the warp's registers,
 # D = A @ B + C in float32, fragments in (`a` (32, shape.a.per_lane), `b`, `c`), fragments out ((32,
-# shape.c.per_lane)). Use the positions of the tables, not `wmma.mma`: the grader compares with it, and a notebook
-# that calls it scores 0 for this task.
+# shape.c.per_lane)). Use the positions of the tables, not `wmma.mma`: it is this answer, so while this week is graded
+# it raises `ShortcutUnavailable`, and an `mma_emulated` that calls it scores 0 (a self-check against it in a cell of
+# its own stops there and costs nothing).
 
 # %%
 # TASK: emulate one mma
@@ -277,7 +278,7 @@ check("D from mma_emulated's fragments, against A @ B + C", D, A.astype(np.float
 
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 1
-# SHORTCUTS: mma
+# SHORTCUTS: uopc.codegen.wmma.mma
 ### BEGIN HIDDEN TESTS
 _r = seeded(5)
 _A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
@@ -293,7 +294,7 @@ gradelib.expect_close(recorded["D"], _wmma.mma(_hw, _fa, _fb, _fc),
 
 # %% tags=["hidden-test"]
 # POINTS: emulate one mma 2
-# SHORTCUTS: mma
+# SHORTCUTS: uopc.codegen.wmma.mma
 ### BEGIN HIDDEN TESTS
 for _shape in (wmma.M16N8K16, wmma.M16N8K8_TF32):
   _r = seeded(_shape.k)
@@ -355,6 +356,9 @@ print("three SGD steps match uopc.optim.SGD:", np.allclose(p.numpy(), mine, rtol
 # The divisions by 1 - b^t are the bias corrections: m and v start at zero, so both are biased towards zero in the
 # first steps. v's bias is the larger (1 - b2 is smaller than 1 - b1), so without the corrections the first step
 # would be too large, lr (1 - b1) / sqrt(1 - b2) = 3.16 lr for (0.9, 0.999), not lr (Kingma & Ba, section 3).
+# uopc holds this answer twice, `uopc.optim.AdamW` and `uopc.optim.adamw_step_numpy` (its NumPy reference): while this
+# week is graded both raise `ShortcutUnavailable`, so an `adamw_step` that calls either scores 0; the check below,
+# against `AdamW`, stops there at grading and costs nothing.
 
 # %%
 # TASK: AdamW step
@@ -389,7 +393,7 @@ check("the first step p0 - p1 (lr = 0.1, no weight decay): lr against the gradie
 
 # %% tags=["hidden-test"]
 # POINTS: AdamW step 1
-# SHORTCUTS: AdamW
+# SHORTCUTS: uopc.optim.AdamW, uopc.optim.adamw_step_numpy
 ### BEGIN HIDDEN TESTS
 _r = seeded(21)
 _p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
@@ -410,13 +414,15 @@ for _t in (1, 2, 10):
 
 # %% tags=["hidden-test"]
 # POINTS: AdamW step 2
-# SHORTCUTS: AdamW
+# SHORTCUTS: uopc.optim.AdamW, uopc.optim.adamw_step_numpy
 ### BEGIN HIDDEN TESTS
 _r = seeded(21)
 _p, _g = _r.standard_normal((3, 4)), _r.standard_normal((3, 4))
 _m, _v = 0.1 * _r.standard_normal((3, 4)), _r.uniform(0.01, 0.1, (3, 4))
 for _t in (1, 2, 10):
   record(f"t={_t}", adamw_step(_p, _g, _m, _v, _t, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)[0])
+# a large eps, where putting it inside the square root (sqrt(v_hat + eps)) changes the step by far more than tol
+record("eps=0.01", adamw_step(_p, _g, _m, _v, 2, lr=3e-3, betas=(0.9, 0.95), eps=1e-2, weight_decay=0.1)[0])
 _mine, _m5, _v5, _w = seeded(22).standard_normal(5), np.zeros(5), np.zeros(5), seeded(23).standard_normal(5)
 for _t in range(1, 6):
   _mine, _m5, _v5 = adamw_step(_mine, _w, _m5, _v5, _t, lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
@@ -434,6 +440,8 @@ for _t in (1, 2, 10):
                _p * (1 - 3e-3 * 0.1) - 3e-3 * _mt / (np.sqrt(_vt) + 1e-8),
              "the weight decay is missing (p (1 - lr wd) is the decoupled decay)":
                _p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)}
+  _faults["eps is inside the square root (sqrt(v_hat + eps), where AdamW has sqrt(v_hat) + eps)"] = \
+    _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / np.sqrt(_vhat + 1e-8)
   try: gradelib.expect_close(_got, _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8),
                              f"adamw_step({_args}, t={_t}): new p", tol=1e-10)
   except AssertionError as _e:
@@ -441,6 +449,16 @@ for _t in (1, 2, 10):
                    and np.allclose(np.asarray(_got, np.float64), _x, rtol=1e-9, atol=1e-12)), None)
     if _fault is None: raise
     raise AssertionError(f"{_e}. It is what AdamW gives when {_fault}") from None
+# eps = 0.01: where eps goes decides the step
+_mhat, _vhat = (0.9 * _m + 0.1 * _g) / (1 - 0.9 ** 2), (0.95 * _v + 0.05 * _g * _g) / (1 - 0.95 ** 2)
+_got, _want = recorded["eps=0.01"], _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-2)
+try: gradelib.expect_close(_got, _want, "adamw_step(a (3, 4) parameter, t=2, eps=0.01): new p", tol=1e-10)
+except AssertionError as _e:
+  _inside = _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / np.sqrt(_vhat + 1e-2)
+  if np.shape(_got) == _inside.shape and np.allclose(np.asarray(_got, np.float64), _inside, rtol=1e-9, atol=1e-12):
+    raise AssertionError(f"{_e}. It is what AdamW gives when eps is inside the square root (sqrt(v_hat + eps), where "
+                         f"AdamW has sqrt(v_hat) + eps)") from None
+  raise
 # the grader's own uopc.optim.AdamW, step by step
 _pt, _w = _Tensor(seeded(22).standard_normal(5)), seeded(23).standard_normal(5)
 _opt = _AdamW([_pt], lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
@@ -472,6 +490,9 @@ print("Linear(64, 256):", linear_parameters(64, 256), "=", Linear(64, 256).num_p
 # token and position embeddings; per block two LayerNorms, the attention's `qkv` (C -> 3C) and `proj` (C -> C)
 # and the MLP's `fc` (C -> 4C) and `proj` (4C -> C); the final LayerNorm; and a head (V x C, no bias) only when
 # the weights are not tied. `cfg.bias` says whether the Linears and LayerNorms have biases.
+# From `cfg` alone: while this week is graded `GPT` and a module's `parameters()` and `num_parameters()` raise
+# `ShortcutUnavailable` (they are this answer), so a `gpt_parameters` that builds the model scores 0; the checks
+# here, which do, stop at grading and cost nothing.
 
 # %%
 # TASK: count the parameters
@@ -500,7 +521,7 @@ check("gpt_parameters(the same, tie_weights=False)", gpt_parameters(untied), GPT
 
 # %% tags=["hidden-test"]
 # POINTS: count the parameters 1
-# SHORTCUTS: num_parameters
+# SHORTCUTS: uopc.nn.layers.Module.num_parameters, uopc.nn.layers.Module.parameters, uopc.nn.gpt.GPT
 ### BEGIN HIDDEN TESTS
 _configs = [dict(), dict(n_layer=3, n_embd=32), dict(bias=False), dict(bias=False, n_layer=2)]
 for _kw in _configs: record(f"{_kw}", int(gpt_parameters(GPTConfig(**_kw))))
@@ -514,7 +535,7 @@ for _kw in _configs:
 
 # %% tags=["hidden-test"]
 # POINTS: count the parameters 1
-# SHORTCUTS: num_parameters
+# SHORTCUTS: uopc.nn.layers.Module.num_parameters, uopc.nn.layers.Module.parameters, uopc.nn.gpt.GPT
 ### BEGIN HIDDEN TESTS
 _configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2, n_embd=8, tie_weights=False),
             dict(bias=False, tie_weights=False), dict(n_layer=int(seeded(21).integers(1, 4)), tie_weights=False)]

@@ -1,7 +1,7 @@
 """Shared test setup. Tests take the book's code from examples/ with uopc.book.load_example, never a copy."""
 import pytest
 from uopc.kernelize import isolated_plan_cache
-from uopc.runtime.cl import CLUnavailable
+from uopc.errors import DeviceUnavailable
 from uopc.tensor import Tensor
 
 
@@ -21,10 +21,11 @@ def tensor_switches():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-  """A test that needs device CL where it cannot run (uopc.runtime.cl.CLUnavailable: no PoCL, or a PoCL whose LLVM
-  does not know this CPU) is reported skipped, with the reason, not failed: the machine lacks CL, the code is right."""
+  """A test that needs a device this machine lacks (uopc.errors.DeviceUnavailable: no OpenCL platform, or a PoCL whose
+  LLVM does not know this CPU; no NVRTC; no GPU) is reported skipped, with the reason, not failed: the machine lacks
+  the device, the code is right."""
   outcome = yield
   report = outcome.get_result()
-  if call.excinfo is not None and call.excinfo.errisinstance(CLUnavailable) and report.when == "call":
+  if call.excinfo is not None and call.excinfo.errisinstance(DeviceUnavailable) and report.when == "call":
     report.outcome = "skipped"
     report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")

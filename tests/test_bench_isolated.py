@@ -135,3 +135,10 @@ def test_peer_names_follow_the_case():
   assert "online" not in peer_names(Case("attention", 64, 16, causal=True))
   assert "fused" in peer_names(Case("attention", 64, 16, optional={"fused"}))
   assert "fused" not in peer_names(Case("attention", 4096, 16, optional={"fused"}))   # seconds a call up there
+
+
+def test_a_worker_writes_no_warning(capfd):
+  # run as `python -m uopc.bench.isolated`, a worker imported its own module twice and runpy warned on every peer: a
+  # rebuilt chapter 11 stored 29 RuntimeWarnings (issue 41); the worker runs as `python -c` since
+  measure(TINY, "numpy", 1)
+  assert "Warning" not in capfd.readouterr().err

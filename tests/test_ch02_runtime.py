@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from uopc.runtime import PRELUDE, CompileError, Program, compiler
+from uopc.runtime.compiler_bugs import CHECKS
 
 pytestmark = pytest.mark.ch02
 
@@ -80,6 +81,25 @@ def test_too_few_and_too_many_arguments(add, arrays):
   bad_call(add, a, b, out, a.size, 1, error=TypeError, match=r"add takes 4 arguments, got 5")
 
 
+def test_a_buffer_the_graph_never_uses_is_named_when_it_is_passed():
+  """A rendered kernel has a parameter per buffer its graph loads or stores: one the graph lost (here buffer 1) is no
+  parameter, and a call that passes it is told which buffer, not only how many arguments."""
+  from uopc.dtype import dtypes
+  from uopc.render_c import render_c
+  from uopc.uop import Ops, ParamArg, UOp, range_, sink
+  a, b, c = (UOp(Ops.BUFFER, (), ParamArg(s, dtypes.f32, (8,))) for s in range(3))
+  i = range_(8, 0)
+  prg = Program(render_c(sink(c.index(i).store(a.index(i).load() * 2.0).end(i)), "lost"), "lost")   # b never read
+  x, out = np.ones(8, np.float32), np.zeros(8, np.float32)
+  with pytest.raises(TypeError, match=r"lost takes 2 arguments \(data0, data2\), got 3: buffer 1 is not read by this "
+                                      r"kernel, nor written"):
+    prg(x, x, out)
+  with pytest.raises(TypeError) as e: prg(x)   # too few: nothing to explain but the count
+  assert str(e.value) == "lost takes 2 arguments (data0, data2), got 1"
+  prg(x, out)
+  np.testing.assert_array_equal(out, 2 * x)
+
+
 def test_float64_where_float32_expected(add, arrays):
   a, b = arrays
   out = np.full_like(a, 7)
@@ -137,7 +157,8 @@ def cache(tmp_path, monkeypatch):
 
 
 def entries(cache: Path) -> list[str]:
-  return sorted(p.name for p in cache.iterdir())
+  """The kernel entries of a cache (not the compiler's checked verdicts, uopc.runtime.compiler_bugs)."""
+  return sorted(p.name for p in cache.iterdir() if p.name != CHECKS)
 
 
 def build_elsewhere(src: str, name: str, cache: Path, cc: str | None = None) -> subprocess.Popen:

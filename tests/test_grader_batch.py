@@ -61,7 +61,7 @@ def batch(tmp_path_factory):
 
 def test_every_notebook_is_a_row_and_every_week_grades_in_the_sandbox(batch):
   folder, out, rows = batch
-  assert len(rows) == 20 and (out / "feedback" / "attacks" / "forge.txt").is_file()
+  assert len(rows) == 20 and (out / "feedback" / "attacks__forge.txt").is_file()
   for k, week in enumerate(WEEKS, 1):
     solved, stub = rows[f"solved{k}"], rows[f"stub{k}"]
     assert solved["week"] == stub["week"] == str(k)

@@ -252,6 +252,53 @@ def test_the_kernel_gcc_12_crashed_on_builds_and_is_right(cache):
   np.testing.assert_allclose(out, np.exp(t - t.max()) / np.exp(t - t.max()).sum(), rtol=1e-5)
 
 
+# a compiler that gets the canary of uopc.runtime.compiler_bugs wrong (or right), the real `cc` underneath
+CANARY_SAYS = """echo "$*" >> "$(dirname "$0")/calls"
+for a; do case "$a" in
+  *canary.c) printf 'int puts(const char*);\\nint main(void) { puts("%s"); return 0; }\\n' > "$a";;
+esac; done
+exec cc "$@"
+"""
+
+
+@pytest.mark.parametrize("answer, worked_around", [("0x1.cp+1", True), ("-0x1p-1", False)])
+def test_a_compiler_that_gets_a_canary_wrong_builds_every_kernel_with_the_workaround(cache, tmp_path, monkeypatch,
+                                                                                      answer, worked_around):
+  from uopc.runtime.compiler_bugs import shows
+  monkeypatch.setenv("CC", fake_cc(tmp_path, CANARY_SAYS % answer))
+  shows.cache_clear()
+  cache.mkdir()   # a machine that has used uopc before (a verdict is never the reason the cache folder exists)
+  Program(SUM, "total")
+  calls = (tmp_path / "calls").read_text().splitlines()
+  assert sum("canary.c" in c for c in calls) == 1
+  assert all(("-fno-tree-loop-if-convert" in c) == worked_around for c in kernel_builds(tmp_path)), calls
+  # the verdict is kept beside the kernels: a new process (an empty memo) does not build the canary again
+  shows.cache_clear()
+  Program(SUM.replace("total", "total2"), "total2")
+  assert sum("canary.c" in c for c in (tmp_path / "calls").read_text().splitlines()) == 1
+  assert all(("-fno-tree-loop-if-convert" in c) == worked_around for c in kernel_builds(tmp_path)), calls
+
+
+def test_no_canary_runs_for_flags_that_cannot_show_its_bug(cache, tmp_path, monkeypatch):
+  from uopc.runtime.compiler_bugs import shows
+  monkeypatch.setenv("CC", fake_cc(tmp_path, CANARY_SAYS % "0x1.cp+1"))
+  shows.cache_clear()
+  Program(SUM, "total", flags=("-O2", "-shared", "-fPIC"))   # no -fassociative-math: no reduction is vectorized
+  assert not any("canary.c" in c for c in (tmp_path / "calls").read_text().splitlines())
+
+
+def test_the_real_compilers_canaries_agree_with_float64(cache):
+  """Whatever this compiler's verdicts, kernels built with uopc's flags (and the workarounds they bring) compute the
+  canary's sum right: the canary's own C, rendered as a kernel."""
+  import numpy as np
+  from uopc.runtime.compiler_bugs import COND_FMA
+  prg = Program(COND_FMA.canary.replace("float canary(", "float canary_body(") +
+                "void run(const float* d, const float* s, float* out) { out[0] = canary_body(d, s[0]); }", "run")
+  d, out = np.arange(-2, 4, dtype=np.float32) * 0.5, np.zeros(1, np.float32)
+  prg(d, np.array([0.5], np.float32), out)
+  assert out[0] == COND_FMA.expected
+
+
 # ---- runaway work ----
 def dead(pid: int) -> bool:
   try: return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"   # a zombie is dead, not yet reaped

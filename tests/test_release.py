@@ -45,8 +45,23 @@ def test_the_student_tree_has_the_course_and_no_solutions(tree):
 def test_the_student_makefile_tests_and_checks_a_week(tree):
   r = subprocess.run(["make", "-n", "check", "WEEK=3"], cwd=tree, capture_output=True, text=True)
   assert r.returncode == 0 and 'tests/test_student_checks.py -k "week3_"' in r.stdout, r.stdout + r.stderr
+  assert "OMP_NUM_THREADS=1" not in r.stdout, "the checks run with threads, as the grader runs the notebook"
+  r = subprocess.run(["make", "-n", "check", "WEEK=3", "NB=my copy.ipynb"], cwd=tree, capture_output=True, text=True)
+  assert r.returncode == 0 and 'UOPC_CHECK_NB="my copy.ipynb" UOPC_CHECK_WEEK="3"' in r.stdout, r.stdout + r.stderr
+  r = subprocess.run(["make", "-n", "grade", "NB=mine.ipynb"], cwd=tree, capture_output=True, text=True)
+  assert r.returncode == 0 and "visible checks" in r.stdout and "check NB=" in r.stdout, r.stdout + r.stderr
   r = subprocess.run(["make", "-n", "test"], cwd=tree, capture_output=True, text=True)
   assert r.returncode == 0 and "assignments.py --check" not in r.stdout and "pytest" in r.stdout, r.stdout + r.stderr
+
+
+def test_no_chapter_or_test_of_the_tree_holds_a_graded_gemm(tree):
+  """Week 3's tasks are loop-IR GEMMs (naive, 4x4 tile with strips, B^T): chapter 5 shows its method on a
+  matrix-vector product, and the GEMM tests live in tests/test_week3_gemm_loop_ir.py, out of the tree (issue 43)."""
+  files = [*(tree / "chapters").glob("*"), *(tree / "tests").glob("*.py")]
+  texts = {str(p.relative_to(tree)): p.read_text() for p in files if p.suffix in (".py", ".ipynb")}
+  for name, text in texts.items():
+    for fn in ("gemm_naive", "gemm_tiled", "gemm_block", "gemm_strip", "gemm_naive_bt"):
+      assert f"def {fn}(" not in text, f"{name} defines {fn}"
 
 
 def test_a_leak_is_found(tmp_path):
@@ -86,8 +101,10 @@ def readme_commands(tree: Path) -> list[str]:
 def test_the_student_readme_is_its_own_and_names_only_what_the_tree_has(tree):
   text = (tree / "README.md").read_text()
   assert text == tool.student_readme(tree) and text != (ROOT / "README.md").read_text()
-  for gone in ("make grade", "solutions", "grade.py", "make release", "make assignments", "{assignments}"):
+  for gone in ("solutions", "grade.py", "make release", "make assignments", "make grade-all", "{assignments}"):
     assert gone not in text, gone
+  # the assignments mention `make grade NB=...`: the tree has one, which says it runs the visible checks only
+  assert "make grade NB=mine.ipynb" in text and "visible checks" in text
   for p in sorted((tree / "assignments").glob("*.ipynb")): assert f"`assignments/{p.name}`" in text
   # the Python both READMEs promise is pyproject's (3.11: cuda-bindings, which chapters 12-13 compile CUDA with)
   assert 'requires-python = ">=3.11"' in (tree / "pyproject.toml").read_text() and sys.version_info >= (3, 11)

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import test_student_checks as student
+from assignment_grading import Wrong
 from uopc.runtime.cl import cl_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,8 +59,32 @@ def test_a_wrong_answer_fails_its_visible_checks_with_a_message(week, tmp_path):
   for task in tasks:
     with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
     message = str(failed.value)
-    assert f"of task {task!r}: AssertionError: " in message, message
+    assert f"task {task!r}, code cell " in message and "): AssertionError: " in message, message
     assert "expected" in message and task in message, message
+
+
+# Week 6 (issue 41): a visible check tests the student's helper on known values before it uses it, so a wrong helper
+# is named, not the right answer the helper is then compared with; and exercise 7's checks count the plan's kernels.
+HELPERS_WRONG = [
+  # a pass counter that counts the row loop too: the old checks said "predicted_passes(8) ...: expected 11, got 10"
+  Wrong("count the passes", "if n == n_keys and open_loops:", "if n == n_keys:",
+        "count_key_passes(the worked example's toy source, 48): expected 3, got 4"),
+  # P stored, but by an unfused plan: its temporaries hold P, its kernels are not the fused plan's and one more
+  Wrong("upcast the head", "return out.reshape(q.shape[0], v.shape[1]), make_plan(roots, True, FlashOpt)",
+        "return out.reshape(q.shape[0], v.shape[1]), make_plan(roots, False, FlashOpt)",
+        "the staged plan's kernels: the fused plan's, and one more that stores P: expected 3, got"),
+]
+
+
+def test_week6_checks_name_the_wrong_helper_and_count_the_kernels(tmp_path):
+  if why := cl_unavailable(): pytest.skip(f"week 6's row max kernel runs on device CL: {why}")
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, HELPERS_WRONG), path)
+  for w in HELPERS_WRONG:
+    with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, w.task)
+    said = str(failed.value)
+    assert f"task {w.task!r}, code cell" in said and f": AssertionError: {w.says}" in said, said
 
 
 def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
@@ -84,3 +109,115 @@ def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
   assert capsys.readouterr().out == "ok: n\nok: x\nok: h()\n"
   def stub(): raise NotImplementedError("task")
   with pytest.raises(NotImplementedError): check_raises("stub()", stub, TypeError)   # not attempted: skipped
+
+
+def test_a_list_of_tuples_is_compared_as_tuples():
+  from uopc.checks import check
+  with pytest.raises(AssertionError) as e: check("best tiles", [(1, 1), (5, 4)], [(1, 1), (4, 5)])
+  assert str(e.value) == "best tiles[1]: expected (4, 5), got (5, 4)"
+  with pytest.raises(AssertionError, match=r"expected a list of 2 items"): check("tiles", [(1, 1)], [(1, 1), (4, 5)])
+
+
+def test_a_race_is_named_a_race():
+  """check_threads_agree on a prefix sum made a THREAD loop (its threads share the running value): the message says
+  race; the same kernel with a plain loop passes."""
+  import numpy as np
+  from uopc.checks import check_threads_agree
+  from uopc.dtype import dtypes
+  from uopc.render_c import render_c
+  from uopc.runtime import Program
+  from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
+
+  def run(kind, a, threads):
+    A, OUT = (UOp(Ops.BUFFER, (), ParamArg(s, dtypes.f32, (len(a),))) for s in (0, 1))
+    acc = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (1,))).after()
+    k = range_(len(a), 0, kind)
+    acck = acc.after(acc.index(0).store(0.0), k)
+    new = acck.index(0).load() + A.index(k).load()
+    prg = Program(render_c(sink(UOp(Ops.SINK, (acck.index(0).store(new), OUT.index(k).store(new))).end(k)), "ps"),
+                  "ps")
+    prg.threads, out = threads, np.zeros(len(a), np.float32)
+    prg(a, out)
+    return out
+
+  a = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+  check_threads_agree("prefix sum, a plain loop", lambda t: run(AxisType.LOOP, a, t))
+  with pytest.raises(AssertionError, match=r"prefix sum, THREAD: a data race: on 8 threads \d+ of 1000 values differ"):
+    check_threads_agree("prefix sum, THREAD", lambda t: run(AxisType.THREAD, a, t))
+
+
+WEEK2_FAULTS = [   # the two faults of issue 43: a race that passed on one thread, a check that stopped bare
+  ("prefix sum", "k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)", "a data race: on 8 threads"),
+  ("running argmax", "i = range_(R, 0, AxisType.THREAD)", "i = range_(R, 0)",
+   "'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop): expected 1, got 0"),
+]
+
+
+def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their_messages(tmp_path, monkeypatch):
+  """What `make check WEEK=2` says of each (its pytest run, with its OpenMP environment: the race is found on 8
+  threads whatever OMP_NUM_THREADS says)."""
+  from test_week2_assignment import Wrong
+  name = WEEKS[2]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong(task, old, new, "") for task, old, new, _ in WEEK2_FAULTS]), path)
+  for task, _, _, says in WEEK2_FAULTS:
+    with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
+    message = str(failed.value)
+    assert f"task {task!r}, code cell " in message and "In [" in message and "AssertionError: " in message, message
+    assert says in message, message
+    assert "StopIteration" not in message, message
+
+
+def test_a_runaway_cell_costs_one_limit_and_every_task_says_what_happened(tmp_path, monkeypatch):
+  """An endless loop in the first task's checks: interrupted at the per-cell limit, once; the run stops there, the
+  next task says it was not checked and why; the run is made once for both (a stopped run is cached too)."""
+  import time
+  from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+  monkeypatch.setattr(student, "CELL_TIMEOUT", 4.0)
+  nb = new_notebook(cells=[new_code_cell("x = 1"), new_markdown_cell("## one"),
+                           new_code_cell("# TASK: one\ndef one(): return 1"), new_code_cell("while True: pass"),
+                           new_code_cell("# TASK: two\ndef two(): return 2"), new_code_cell("assert two() == 2")])
+  path = tmp_path / "runaway.ipynb"
+  nbformat.write(nb, path)
+  t0 = time.perf_counter()
+  with pytest.raises(pytest.fail.Exception) as one: student.test_visible_checks(path, "one")
+  with pytest.raises(pytest.fail.Exception) as two: student.test_visible_checks(path, "two")
+  assert time.perf_counter() - t0 < 4.0 + 30   # one limit, and the kernel's start: not one run per task
+  assert "task 'one', code cell 3 (In [3] after Restart & Run All; the 2nd of the task's 2 code cells): CellTimeout: " \
+         "it ran past the limit of 4 s per cell" in str(one.value), str(one.value)
+  assert "task 'two': not checked: the run stopped at task 'one', code cell 3" in str(two.value), str(two.value)
+
+
+def test_a_copy_of_the_notebook_is_checked_where_it_is(tmp_path):
+  """`make check WEEK=2 NB=<a copy>`: any name, any folder; the copy is run, never written; the harness's source is
+  not printed, only each task's message; another week's notebook is refused by name."""
+  import json
+  import subprocess
+  import sys
+  mine = tmp_path / "my week 2.ipynb"
+  nb = nbformat.read(ROOT / "assignments" / f"{WEEKS[2]}.ipynb", as_version=4)
+  (cell,) = [c for c in nb.cells if c.cell_type == "code" and "# TASK: prefix sum" in c.source]
+  sol = nbformat.read(ROOT / "solutions" / f"{WEEKS[2]}.ipynb", as_version=4)
+  (answer,) = [c for c in sol.cells if c.cell_type == "code" and "# TASK: prefix sum" in c.source]
+  cell.source = answer.source.replace("k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)")
+  nbformat.write(nb, mine)
+  before = mine.read_bytes()
+  make = ["make", "-s", "-o", ".venv/.installed-stamp", f"PY={sys.executable}"]
+  r = subprocess.run([*make, "check", "WEEK=2", f"NB={mine}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert r.returncode != 0 and "3 skipped" in r.stdout and "1 failed" in r.stdout, r.stdout[-3000:]
+  assert "a data race" in r.stdout and "def test_visible_checks" not in r.stdout, r.stdout[-3000:]
+  assert mine.read_bytes() == before
+  r = subprocess.run([*make, "check", "WEEK=3", f"NB={mine}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert r.returncode != 0 and "is not week 3's assignment" in r.stdout, r.stdout[-3000:]
+  assert json.loads(before)["cells"]   # still a notebook
+
+
+def test_the_per_cell_limit_is_the_graders():
+  """make check interrupts a cell where the grader would: the same number of seconds (scripts/grade.py's default)."""
+  import ast
+  import os
+  tree = ast.parse((ROOT / "scripts" / "grade.py").read_text())
+  (fn,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "grade"]
+  args = fn.args.args[-len(fn.args.defaults):]
+  default = next(ast.literal_eval(d) for a, d in zip(args, fn.args.defaults) if a.arg == "timeout")
+  if "UOPC_CHECK_TIMEOUT" not in os.environ: assert student.CELL_TIMEOUT == default

@@ -11,7 +11,7 @@ WRONG = [
         "cost(1024, D=64, itemsize=4)['io_bytes']: max abs error"),
   # right values, but all N x N at once: the structure test measures the peak memory
   Wrong("blocked attention", "  out = np.empty((len(q), v.shape[1]), np.result_type(q, v))",
-        "  return attention(q, k, v)", "an N x N array exists"),
+        "  return attention(q, k, v)", "above the bound of 33,554,432 bytes"),
   # contiguity never checked
   Wrong("check the arguments", "      if not a.flags.c_contiguous:", "      if False:",
         "axpy with a strided view for `float* y`: raised ValueError('ndarray is not C-contiguous'), expected Type"),

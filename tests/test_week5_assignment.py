@@ -12,6 +12,10 @@ WRONG = [
   # the seed ignored: the gradient of fn(x).sum()
   Wrong("vector-Jacobian product", "seed=Tensor(np.asarray(v, np.float64))", "seed=Tensor(np.ones(np.shape(v)))",
         "vjp(x * x, x, v) (expected 2 x v): max abs error"),
+  # the kernel flipped: a convolution in the textbook's sense, not PyTorch's cross-correlation
+  Wrong("convolution as a view", "w.reshape(1, F, C, 1, 1, kh, kw)).sum((2, 5, 6))",
+        "w.flip((2, 3)).reshape(1, F, C, 1, 1, kh, kw)).sum((2, 5, 6))",
+        "conv2d(x (2, 2, 7, 7), w (3, 2, 3, 3), stride=1, padding=0): max abs error"),
   # the result's write forgotten
   Wrong("GEMM intensity", "(itemsize * (n * k + k * m + n * m))", "(itemsize * (n * k + k * m))",
         "gemm_intensity(1024, 1024, 1024, 4): max abs error"),
@@ -21,4 +25,4 @@ WRONG = [
 ]
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
-  test_wrong_answers_score_partially_and_say_why = make_tests("week5_tensor_and_fast_kernel", WRONG, n_tasks=4)
+  test_wrong_answers_score_partially_and_say_why = make_tests("week5_tensor_and_fast_kernel", WRONG, n_tasks=5)

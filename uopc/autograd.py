@@ -4,6 +4,15 @@ Each rule takes the node (as Tensors: out, its sources) and the gradient flowing
 returns one gradient per source (None where none flows). gradient() walks the graph backwards
 and sums what reaches each node. The result is another lazy Tensor graph: it fuses and kernelizes
 like any other.
+
+PyTorch's semantics, kept by two registries (issue 39):
+- a realized tensor is a BUFFER, but it stays in the graph backward walks: realize() records the graph that computed
+  it (`made_from`), and the walk goes through a recorded BUFFER into that graph. A value computed outside the graph
+  (in NumPy, by a hand-written kernel) records the graph that gives its gradient, or its name: the walk then raises.
+- a .grad is lazy, so it would be recomputed from the parameters' buffers when read; an optimizer's step overwrites
+  them. A realize that writes into buffers (assign) also realizes what every pending .grad (and clip_grad_norm_'s
+  total) reads: the REDUCEs below its elementwise tail, which the plan computes anyway (so no kernel is added), or
+  the whole value where its tail reads a buffer being written (`preserve`).
 """
 from __future__ import annotations
 import math
@@ -31,6 +40,92 @@ class Leaves:
 
 
 requires_grad_leaves = Leaves()
+pending = Leaves()   # lazy values that must keep the value they have now: .grads, clip_grad_norm_'s total
+
+
+# ---- realized tensors stay in the graph ----
+class Opaque:
+  """What a BUFFER computed outside the graph came from, when it has no derivative: its name and its inputs (so the
+  walk knows that a gradient needed it)."""
+  def __init__(self, name: str, srcs: tuple[UOp, ...]): self.name, self.srcs = name, srcs
+
+
+made_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # BUFFER -> graph (flat shape) or Opaque
+
+
+def _base(u: UOp) -> UOp:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u
+
+
+def record(realized: UOp, graph: UOp | Opaque) -> None:
+  """realized (a BUFFER, or a RESHAPE of one) holds the value of graph: gradients reaching it flow into graph."""
+  buf = _base(realized)
+  if isinstance(graph, UOp) and graph.shape != buf.shape: graph = UOp(Ops.RESHAPE, (graph,), buf.shape)
+  made_from[buf] = graph
+
+
+custom: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # node -> (its sources, rule(out, srcs, g))
+
+
+def custom_rule(out: UOp, srcs: tuple[UOp, ...], rule: Callable) -> None:
+  """out's gradient is rule(out, srcs, g) -> one per source (pow's, erf's: PyTorch's rule at the edges, where the
+  formula that computes out would give nan or 0), not the derivative of the nodes below it."""
+  custom[out] = (srcs, rule)
+
+
+def tracks(roots: list[UOp]) -> bool:
+  """Whether a gradient could flow from these graphs to a tensor that requires one (so realizing them records
+  where they came from: a realized intermediate keeps its gradient, and inference keeps no graphs alive)."""
+  leaves = {t.uop for t in requires_grad_leaves}
+  if not leaves and not made_from: return False
+  topo = UOp(Ops.SINK, tuple(roots)).toposort()
+  return not leaves.isdisjoint(topo) or any(u.op is Ops.BUFFER and u in made_from for u in topo)
+
+
+def _sources(u: UOp) -> tuple[UOp, ...]:
+  """u's sources in the graph backward walks: a recorded BUFFER's are the graph that computed it."""
+  if u.op is not Ops.BUFFER or (m := made_from.get(u)) is None: return u.src
+  return (m,) if isinstance(m, UOp) else m.srcs
+
+
+def _toposort(root: UOp) -> list[UOp]:
+  """root.toposort() through recorded BUFFERs."""
+  topo = root.toposort()
+  if not made_from or not any(u.op is Ops.BUFFER and u in made_from for u in topo): return topo
+  order, seen, stack = [], set(), [(root, False)]
+  while stack:
+    u, ready = stack.pop()
+    if ready: order.append(u); continue
+    if u in seen: continue
+    seen.add(u)
+    stack.append((u, True))
+    stack.extend((s, False) for s in reversed(_sources(u)) if s not in seen)
+  return order
+
+
+# ---- pending values: materialized before the buffers they read are overwritten ----
+_CUT = (Ops.REDUCE, Ops.STAGE)   # points every plan computes into a buffer anyway
+
+
+def preserve(homes: set[UOp]) -> list[tuple[object, list[UOp]]]:
+  """(tensor, nodes to realize with this plan) for every pending lazy tensor, as a realize that writes into the
+  buffers `homes` needs them: the REDUCEs and STAGEs below its elementwise tail, or the tensor itself where the tail
+  reads one of `homes` (it would read the new value)."""
+  out = []
+  for t in pending:
+    if _base(t.uop).op is Ops.BUFFER: pending.discard(t); continue   # data already
+    cuts, whole, seen, stack = [], False, set(), [t.uop]
+    while stack:
+      u = stack.pop()
+      if u in seen: continue
+      seen.add(u)
+      if u.op in _CUT: cuts.append(u)
+      elif u.op is Ops.BUFFER: whole = whole or u in homes
+      else: stack.extend(u.src)
+    if whole: out.append((t, [t.uop]))
+    elif cuts: out.append((t, cuts))
+  return out
 
 
 def _unexpand(g: TensorLike, shape: tuple[int, ...]) -> TensorLike:
@@ -112,16 +207,27 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
     if f.numel() != 1: raise UsageError(f"gradient: f must be a scalar (shape {f.shape}); pass seed= for other shapes")
     seed = f.const_like(1.0)
   T = type(f)   # the class of the tensors given: this module does not import uopc.tensor
-  if f.lazy is not None: f = T(f.lazy)   # f was realized: differentiate the graph that computed it
+  if f.lazy is not None and _base(f.uop).op is Ops.BUFFER: f = T(f.lazy)   # f itself realized: what computed it
   targets = {w.uop for w in wrt}
-  topo = f.uop.toposort()
+  topo = _toposort(f.uop)   # through realized tensors, into the graphs that computed them
   # only nodes on a path to a target need a gradient
   needed: set[UOp] = set()
   for u in topo:
-    if u in targets or not needed.isdisjoint(u.src): needed.add(u)   # a set method: no Python loop per node
+    if u in targets or not needed.isdisjoint(_sources(u)): needed.add(u)   # a set method: no Python loop per node
   grads: dict[UOp, TensorLike] = {f.uop: seed}
   for u in reversed(topo):
-    if u not in grads or u in targets or u.op in NO_GRADIENT or needed.isdisjoint(u.src): continue
+    if u not in grads or u in targets: continue
+    if u.op is Ops.BUFFER and (m := made_from.get(u)) is not None:   # a realized tensor: into what computed it
+      if isinstance(m, Opaque):
+        if not needed.isdisjoint(m.srcs): raise NotImplementedError(f"gradient: {m.name} has no derivative")
+      elif m in needed: grads[m] = grads[m] + grads[u] if m in grads else grads[u]
+      continue
+    if (c := custom.get(u)) is not None:   # a rule of its own, for the sources it names
+      if needed.isdisjoint(c[0]): continue
+      for s, gs in zip(c[0], c[1](T(u), [T(x) for x in c[0]], grads[u])):
+        if gs is not None and s in needed: grads[s] = grads[s] + gs if s in grads else gs
+      continue
+    if u.op in NO_GRADIENT or needed.isdisjoint(u.src): continue
     if u.op not in DERIVATIVES: raise NotImplementedError(f"gradient: no derivative rule for {u.op}")
     srcs = [T(s) for s in u.src]
     for s, gs in zip(u.src, DERIVATIVES[u.op](T(u), srcs, grads[u], u.arg)):
@@ -132,7 +238,7 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
 
 def backward(loss: TensorLike) -> None:
   """loss.backward(): set .grad on every tensor with requires_grad that loss depends on."""
-  graph = set((loss.lazy or loss.uop).toposort())
+  graph = set(_toposort(loss.uop))
   leaves = [t for t in list(requires_grad_leaves) if t.uop in graph]
   for t, g in zip(leaves, gradient(loss, leaves)):
     t.grad = g if t.grad is None else t.grad + g

@@ -8,6 +8,9 @@ failure. A task that still raises NotImplementedError never reaches its checks: 
   check("blocked_attention, N = 1000", out, ref, atol=1e-5)       # arrays (or a tolerance): close, no NaN
   check_below("peak memory (bytes)", peak, 1000 * 1000 * 4)
   check_raises("checked(x, y), one argument short", lambda: checked(x, y), TypeError, says=("4", "3"))
+  check_threads_agree("prefix_sum(100)", lambda threads: run_prefix_sum(x, threads))   # a THREAD loop that races
+
+A list of tuples (best tiles, shapes) is compared item by item, each as a tuple: `[2]: expected (5, 4), got (4, 5)`.
 """
 from __future__ import annotations
 from typing import Any, Callable
@@ -27,6 +30,7 @@ NUMBERS = (int, float, bool, np.integer, np.floating, np.bool_)
 
 def _is_array(x: Any) -> bool:
   if not isinstance(x, (np.ndarray, list)): return False
+  if isinstance(x, list) and any(isinstance(v, tuple) for v in x): return False   # tuples: compared as tuples
   try: return np.asarray(x).dtype.kind in "biuf"
   except ValueError: return False   # a ragged list
 
@@ -60,6 +64,11 @@ def _compare(name: str, got: Any, expected: Any, rtol: float | None, atol: float
     for k, e in expected.items(): _compare(f"{name}[{k!r}]", got[k], e, rtol, atol)
     return
   tolerant = rtol is not None or atol is not None
+  if isinstance(expected, list) and any(isinstance(v, tuple) for v in expected):
+    if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+      _fail(name, f"expected a list of {len(expected)} items {_short(expected)}, got {_short(got)}")
+    for k, (g, e) in enumerate(zip(got, expected)): _compare(f"{name}[{k}]", g, e, rtol, atol)
+    return
   if (_is_array(expected) and _is_array(got)) or isinstance(got, np.ndarray) or \
       (tolerant and not isinstance(expected, (tuple, str))):
     _compare_arrays(name, got, expected, rtol or 0.0, atol or 0.0)
@@ -95,4 +104,27 @@ def check_raises(name: str, fn: Callable[[], Any], error: type[BaseException], s
   except NotImplementedError: raise   # a stub: the task is not attempted yet
   except Exception as e: _fail(name, f"expected {want}, got {type(e).__name__}({str(e)!r})")
   else: _fail(name, f"expected {want}, got no error")
+  print(f"ok: {name}")
+
+
+def check_threads_agree(name: str, run: Callable[[int], Any], threads: int = 8, runs: int = 3,
+                        rtol: float = 1e-6, atol: float = 1e-6) -> None:
+  """Assert that run(n), a kernel's output computed with n OpenMP threads (uopc's Program.threads), is the same on
+  `threads` threads, `runs` times over, as on one thread. A THREAD loop whose threads share a variable (state placed
+  outside the loop) or whose iterations depend on one another is a data race: its values change with the number of
+  threads, or from run to run. More threads than cores are fine: the race needs only that they interleave. Prints
+  `ok: name`."""
+  one = np.asarray(run(1), dtype=np.float64)
+  for k in range(runs):
+    got = np.asarray(run(threads), dtype=np.float64)
+    if got.shape != one.shape: _fail(name, f"expected shape {one.shape} on {threads} threads, got shape {got.shape}")
+    bad = ~np.isclose(got, one, rtol=rtol, atol=atol, equal_nan=True)
+    if bad.any():
+      at = tuple(np.argwhere(bad)[0].tolist())
+      _fail(name, f"a data race: on {threads} threads {int(bad.sum())} of {bad.size} values differ from one thread's "
+                  f"(run {k + 1} of {runs}; at {list(at)}: expected {one[at].item()!r} as on one thread, got "
+                  f"{got[at].item()!r}). "
+                  f"A THREAD loop's iterations run at the same time: none may read what another writes (state "
+                  f"placed outside the loop is shared by every thread; a loop whose step k needs step k - 1 must not "
+                  f"be a THREAD loop)")
   print(f"ok: {name}")

@@ -57,6 +57,8 @@ class dtypes:
   i32 = int32 = DType("i32", 4, "i")
   i64 = int64 = DType("i64", 8, "i")
   u8 = uint8 = DType("u8", 1, "u")
+  u32 = uint32 = DType("u32", 4, "u")
+  u64 = uint64 = DType("u64", 8, "u")
   i8 = int8 = DType("i8", 1, "i")
   bool = DType("bool", 1, "b")
   void = DType("void", 0, "v")
@@ -81,9 +83,31 @@ def _vector(d: DType, lanes: int) -> DType:
 
 
 _TO_NP = {dtypes.f32: np.float32, dtypes.f64: np.float64, dtypes.f16: np.float16, dtypes.i32: np.int32,
-          dtypes.i64: np.int64, dtypes.u8: np.uint8, dtypes.i8: np.int8,
+          dtypes.i64: np.int64, dtypes.u8: np.uint8, dtypes.i8: np.int8, dtypes.u32: np.uint32, dtypes.u64: np.uint64,
           dtypes.bool: np.bool_}
 _FROM_NP = {np.dtype(v): k for k, v in _TO_NP.items()}
+
+
+# a dtype by name: NumPy's spellings (np.dtype(name) knows them) and PyTorch's own ("float", "long", "half", ...)
+_TORCH_NAMES = {"float": dtypes.f32, "double": dtypes.f64, "half": dtypes.f16, "long": dtypes.i64, "int": dtypes.i32,
+                "bool": dtypes.bool, "uint8": dtypes.u8, "int8": dtypes.i8, "float32": dtypes.f32,
+                "float64": dtypes.f64, "float16": dtypes.f16, "int32": dtypes.i32, "int64": dtypes.i64,
+                "uint32": dtypes.u32, "uint64": dtypes.u64, **{d.name: d for d in vars(dtypes).values()
+                                                               if isinstance(d, DType) and d.kind != "v"}}
+
+
+def to_dtype(d) -> DType:
+  """d as a DType: a DType, a name ("float32", "int", "long", "f32", "torch.float16"), a NumPy dtype or type, a
+  PyTorch dtype, or Python's bool/int/float. Anything else is a TypeError that names it."""
+  if isinstance(d, DType): return d
+  if d in (bool, int, float): return {bool: dtypes.bool, int: dtypes.int, float: dtypes.default_float}[d]
+  name = str(d)
+  if name.startswith("torch."): name = name[6:]
+  if name in _TORCH_NAMES: return _TORCH_NAMES[name]
+  try: return from_np(np.dtype(d))
+  except TypeError: pass
+  raise TypeError(f"not a dtype uopc has: {d!r} (use a uopc.dtype.dtypes member or one of the names "
+                  f"{sorted(_TORCH_NAMES)})")
 
 
 def np_dtype(d: DType) -> np.dtype:
@@ -110,7 +134,8 @@ def _limits(d: DType) -> tuple:
 # One chain, as PyTorch and tinygrad order them: any float beats any integer, a wider type beats a narrower one.
 # (NumPy differs in one place: int64 with float32 gives float64 there; here, as in PyTorch, float32.)
 # uint8 with int8 needs int16, which uopc lacks: int32, the next wider type that holds both.
-PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i8, dtypes.i32, dtypes.i64, dtypes.f16, dtypes.f32, dtypes.f64)
+PROMOTION_ORDER = (dtypes.bool, dtypes.u8, dtypes.i8, dtypes.i32, dtypes.u32, dtypes.i64, dtypes.u64, dtypes.f16,
+                   dtypes.f32, dtypes.f64)
 
 
 def least_upper_dtype(*ds: DType) -> DType:
@@ -118,6 +143,7 @@ def least_upper_dtype(*ds: DType) -> DType:
   for d in ds:
     if d not in PROMOTION_ORDER: raise TypeError(f"{d} does not take part in type promotion")
   if dtypes.u8 in ds and dtypes.i8 in ds: ds = ds + (dtypes.i32,)
+  if dtypes.u32 in ds and any(d.kind == "i" for d in ds): ds = ds + (dtypes.i64,)   # holds both, as NumPy
   return max(ds, key=PROMOTION_ORDER.index)
 
 
@@ -138,6 +164,7 @@ def sum_dtype(d: DType) -> DType:
 # ---- Python data -> NumPy: the dtype a Tensor made from a list gets ----
 def to_array(data, dtype: DType | None = None) -> np.ndarray:
   """data as a NumPy array: Python floats become float32; Python ints int32, or int64 where a value needs it."""
+  if dtype is not None: dtype = to_dtype(dtype)
   arr = np.asarray(data)
   if arr.dtype == object:
     raise TypeError(f"cannot make a Tensor from {_short(data)}: not numbers of one kind (an int beyond 64 bits, None?)")

@@ -2,8 +2,7 @@
 
 make_plan cuts the graph at materialization points (roots, STAGEs, REDUCEs), gives each point a kernel that computes
 it into a buffer, and caches the Plan. realize runs a plan on the arrays, reusing its temporaries run after run.
-
-The pipeline, as make_plan runs it (each step is a function below with a docstring):
+The pipeline, as make_plan runs it (each step is a function below with a docstring; uopc.viz draws each one):
   normalize                 Tensor data -> numbered inputs (graphs of one shape are one object); empty -> constant
   strip_detach              DETACH removed (gradients are not a kernel's business)
   stage_broadcast_compute   expensive tensors that are broadcast get a STAGE (unless fuse_reduce)
@@ -25,6 +24,7 @@ from uopc.codegen.online import online_fusion
 from uopc.plancache import PlanCache
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
+from uopc.viz import plan as viz_plan, trace as viz_trace   # drawings, and the hook VIZ=1 records realizes by
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,6 +208,7 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
     print(f"realize{_on(device, ' on ')}: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, "
           f"run {(t2 - t1) * 1e3:.1f} ms")
   if observe is not None: observe(plan, arrays, outs)   # a capture (uopc.jit) records what ran
+  if viz_trace.RECORDERS: viz_trace.realized(roots, norm, plan, options)   # VIZ=1 or uopc.viz.recording()
   return outs
 
 
@@ -365,3 +366,6 @@ def _stages(roots: list[UOp]) -> set[UOp]:
 def _explain(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: list[str]) -> list[str]:
   from uopc.explain import explain_plan
   return explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online, _fused_work)
+
+
+Plan._repr_html_ = Kernel._repr_html_ = viz_plan.html_of   # Jupyter draws a Plan's kernels, a Kernel's loops

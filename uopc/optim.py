@@ -15,6 +15,7 @@ same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capt
 """
 from __future__ import annotations
 import numpy as np
+from uopc.autograd import pending
 from uopc.dtype import np_dtype
 from uopc.nn.layers import requires_grad_ids
 from uopc.tensor import Tensor
@@ -190,6 +191,7 @@ def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) ->
   # one kernel computes the scale (a 0-d STAGE), instead of every update kernel summing the norms again before its loop
   scale = (max_norm / (total + eps)).minimum(1.0).contiguous()
   for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
+  pending.add(total)   # realized with the step that overwrites the parameters it reads, as the .grads are
   return total
 
 

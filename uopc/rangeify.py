@@ -17,6 +17,7 @@ from uopc.helpers import cache
 # symbolic.simplify): patching uopc.rangeify.simplify switches off exactly the rule of section 11.5
 from uopc.symbolic import simplify, ranges_in
 from uopc import symbolic
+from uopc.viz import trace as viz_trace
 
 
 @dataclass(frozen=True)
@@ -203,14 +204,16 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Tensor-level kernel body -> loop program (a SINK) that stores body, row-major, into the BUFFER out."""
   ctx = ctx or Ctx()
+  if viz_trace.RECORDERS: viz_trace.lowering()   # uopc.viz keeps the rewrites of this lowering apart
   shape = body.shape
   kinds = [AxisType.THREAD if k == ctx.opts.thread else AxisType.LOOP for k in range(len(shape))]
   parts = [_axis_parts(ctx, s, ctx.opts.upcast.get(k, 1), kinds[k]) for k, s in enumerate(shape)]
   stores = [out.index(symbolic.simplify(ravel(idx, shape))).store(rangeify(body, idx, ctx)) for idx in _combos(parts)]
   ranges = [r for r, _ in parts if r.op is Ops.RANGE]
   # merge_ends: all the stores of a register tile close the output loops together
-  prog = sink(UOp(Ops.SINK, tuple(stores)).end(*ranges)) if ranges else sink(*stores)
-  prog = symbolic.simplify(prog)   # the final cleanup of every index expression in the program
+  raw = sink(UOp(Ops.SINK, tuple(stores)).end(*ranges)) if ranges else sink(*stores)
+  prog = symbolic.simplify(raw)   # the final cleanup of every index expression in the program
+  if viz_trace.RECORDERS: viz_trace.lowered(raw, prog)   # uopc.viz draws both, and simplify's rewrites between
   _accumulators[prog] = tuple((k[0], v) for k, v in ctx.memo.items() if k[0].op is Ops.REDUCE and v.op is Ops.LOAD)
   return prog
 

@@ -86,7 +86,7 @@ class OpenCLRenderer(GPURenderer):
   buffer_decl = "__global {type}* restrict {name}"
   # OpenCL C has no bool or `long long` buffers: bool is stored as a byte, 64-bit ints are `long`; no half arithmetic
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long", dtypes.u8: "uchar",
-           dtypes.i8: "char", dtypes.bool: "uchar", dtypes.f16: "float"}
+           dtypes.i8: "char", dtypes.bool: "uchar", dtypes.f16: "float", dtypes.u32: "uint", dtypes.u64: "ulong"}
   # a half is a storage format (OpenCL 1.2 core, no cl_khr_fp16 needed, so every device runs it): vload_half reads
   # one into a float, vstore_half rounds a float into one, and the arithmetic between is float's
   load_only = {dtypes.f16: ("half", "float {name} = vload_half({idx}, {buf});")}
@@ -102,7 +102,7 @@ class OpenCLRenderer(GPURenderer):
 
   def const(self, v, dtype):
     out = super().const(v, dtype)
-    return out[:-2] + "l" if out.endswith("ll") else out   # OpenCL's 64-bit literal suffix is l
+    return out[:-2] + "l" if out.endswith("ll") else out   # OpenCL's 64-bit literal suffix is l (ull: ul)
 
 
 class CUDARenderer(GPURenderer):
@@ -111,7 +111,8 @@ class CUDARenderer(GPURenderer):
   buffer_decl = "{type}* __restrict__ {name}"
   # half needs cuda_fp16.h, which NVRTC alone does not ship
   types = {dtypes.f32: "float", dtypes.f64: "double", dtypes.i32: "int", dtypes.i64: "long long",
-           dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
+           dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool", dtypes.u32: "unsigned int",
+           dtypes.u64: "unsigned long long"}
   # a half travels as its 16 bits; PTX converts it (no cuda_fp16.h under NVRTC alone)
   load_only = {dtypes.f16: ("unsigned short",
                             'float {name}; asm("cvt.f32.f16 %0, %1;" : "=f"({name}) : "h"({buf}[{idx}]));')}

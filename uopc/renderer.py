@@ -55,7 +55,8 @@ class CStyleRenderer:
   store_from_float: ClassVar[dict[DType, str]] = {}
   types: ClassVar[dict[DType, str]] = {
     dtypes.f32: "float", dtypes.f64: "double", dtypes.f16: "_Float16", dtypes.i32: "int", dtypes.i64: "long long",
-    dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool"}
+    dtypes.u8: "unsigned char", dtypes.i8: "signed char", dtypes.bool: "bool", dtypes.u32: "unsigned int",
+    dtypes.u64: "unsigned long long"}
   book_max: ClassVar[bool] = False   # write a float MAX as the book prints it, ((a>b)?a:b) (Options.book_max)
   # how each ALU op is written, given the renderer, the result dtype and the rendered sources
   code_for_op: ClassVar[dict[Ops, Callable]] = {
@@ -112,7 +113,7 @@ class CStyleRenderer:
       if math.isinf(v): return "INFINITY" if v > 0 else "-INFINITY"
       return f"{v!r}f" if dtype is dtypes.f32 else repr(v)
     if dtype is dtypes.bool: return "1" if v else "0"
-    return f"{v}ll" if dtype.itemsize == 8 else str(v)
+    return f"{v}{'u' if dtype.is_unsigned and dtype.itemsize >= 4 else ''}{'ll' if dtype.itemsize == 8 else ''}"
 
   def open_loop(self, r: UOp, name: str, bound: str, index_type: str = "int") -> list[str]:
     """The lines that open loop r (a THREAD loop gets the dialect's pragma)."""

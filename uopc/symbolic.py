@@ -13,7 +13,7 @@ from uopc.uop import UOp, Ops, Pat, Rule, graph_rewrite, ALU
 from uopc.dtype import dtypes
 
 INT_LIMITS = {dtypes.i32: (-2**31, 2**31 - 1), dtypes.i64: (-2**63, 2**63 - 1), dtypes.u8: (0, 255),
-              dtypes.i8: (-128, 127), dtypes.bool: (0, 1)}
+              dtypes.i8: (-128, 127), dtypes.bool: (0, 1), dtypes.u32: (0, 2**32 - 1), dtypes.u64: (0, 2**64 - 1)}
 
 
 def ranges_in(*us: UOp) -> list[UOp]:
@@ -150,9 +150,11 @@ def simplify_mod(x: UOp, c: UOp) -> UOp | None:
   if n <= 0 or lo < 0: return None
   if hi < n: return x                                                       # 0 <= x < n
   div, rest, k0 = _split(x, n)
-  if not div and k0 < n: return None
-  rest_x = from_linear(rest, k0 % n, x.dtype)
+  wide = {t: k % n for t, k in rest.items() if k > n}                         # (a*(n+1) + b) % n -> (a + b) % n
+  if not div and k0 < n and not wide: return None
+  rest_x = from_linear(rest | wide, k0 % n, x.dtype)
   if bounds(rest_x)[0] < 0: return None
+  if bounds(rest_x)[1] < n: return rest_x                                    # a window's index: no % left (conv)
   return UOp(Ops.MOD, (rest_x, c))                                            # (a*n + b) % n -> b % n
 
 

@@ -11,8 +11,8 @@ from typing import ClassVar, Sequence
 import numpy as np
 from uopc import autograd
 from uopc.capture import note_read, recording
-from uopc.uop import UOp, Ops
-from uopc.dtype import DType, dtypes, from_np, to_array
+from uopc.uop import UOp, Ops, substitute
+from uopc.dtype import DType, dtypes, from_np, to_array, to_dtype
 from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache
 from uopc.kernelize import TensorData, realize, is_contiguous_buffer
 from uopc.opt import DefaultOpt
@@ -22,6 +22,8 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
+from uopc.mixin.compose import ComposeMixin
+from uopc.mixin.trig import TrigMixin
 from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
@@ -52,14 +54,15 @@ def device_of(u: UOp) -> str | None:
 
 
 # each mixin builds on the ones after it (uopc.mixin); Tensor gives them their primitives: the graph nodes and data
-class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixin):
+class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, TrigMixin, ElementwiseMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
   # per tensor, set only when they change (a new Tensor is made at every op: its __init__ sets only .uop)
-  grad: Tensor | None = None    # backward() fills it
-  lazy: UOp | None = None       # once realized: the graph that computed it, for gradients taken after realizing
+  _grad: Tensor | None = None   # .grad: backward() fills it
+  lazy: UOp | None = None       # once realized: the graph that computed it (autograd.made_from keeps it for backward)
   _home: UOp | None = None      # set by assign: the buffer the next realize writes this tensor's value into
+  _tail: UOp | None = None      # set by preserve: the graph over kept buffers that every read of it computes
 
   def __init__(self, data, dtype: DType | None = None, requires_grad: bool = False, device: str | None = None):
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
@@ -72,6 +75,16 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
     if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
+
+  @property
+  def grad(self) -> Tensor | None:
+    """The gradient backward() computed: lazy until a realize, and realized with any realize that overwrites a buffer
+    it reads (an optimizer's step), so that it is the value computed, not one recomputed at the new parameters."""
+    return self._grad
+  @grad.setter
+  def grad(self, g: Tensor | None) -> None:
+    self._grad = g
+    if g is not None and not g._holds_data(): autograd.pending.add(g)
 
   @property
   def requires_grad(self) -> bool: return self in _requires_grad
@@ -104,21 +117,41 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor, and any others given, in one plan (Tensor.realize(loss, *grads, *updates)): each then
     holds its data. A tensor given a new value by assign() gets it written into its own buffer."""
-    todo = [t for t in dict.fromkeys((self, *others)) if t._home is not None or not is_contiguous_buffer(t.uop)]
+    todo = [t for t in dict.fromkeys((self, *others))
+            if t._home is not None or not is_contiguous_buffer(t.uop) or t._tail is not None]
     if not todo: return self
-    placed = device_of(UOp(Ops.SINK, tuple(t.uop for t in todo)))   # Tensor(x, device=...) or .to(...)
+    for t in todo:   # a value kept by preserve: computed again from the buffers it reads (a replay refreshes them)
+      if t._tail is not None: t.uop = t._tail
+    roots = [t.uop for t in todo]
+    homes = {t._home for t in todo if t._home is not None}
+    # buffers about to be overwritten: pending .grads are realized in this plan too (what they read, computed now)
+    kept = autograd.preserve(homes) if homes and autograd.pending else []
+    extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in roots))
+    sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
+    placed = device_of(sink)   # Tensor(x, device=...) or .to(...)
+    tracked = autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
-    outs = realize([t.uop for t in todo], options=options, observe=observe)
+    outs = realize([*roots, *extra], options=options, observe=observe)
     writes = []
     for k, (t, out) in enumerate(zip(todo, outs)):
-      t.lazy = t.uop   # the graph that computed it, for gradients taken after realizing
+      t.lazy = t.uop   # the graph that computed it
       if t._home is not None:   # assign: the new value goes into the buffer the tensor already had
         home, t._home = t._home, None
         np.copyto(_flat(home), out)
         writes.append((k, _flat(home)))
         t.uop = home
-      else: t.uop = Tensor._from_array(out, t.shape, placed).uop
+      else:
+        t.uop = Tensor._from_array(out, t.shape, placed).uop
+        if tracked: autograd.record(t.uop, t.lazy)   # backward walks through it, as PyTorch's
+    if kept:
+      wanted = {u for _, us in kept for u in us}
+      done = {u: Tensor._from_array(out, u.shape, placed).uop for u, out in zip([*roots, *extra], outs) if u in wanted}
+      for t, us in kept:
+        t.uop = substitute(t.uop, {u: done[u] for u in us})
+        if not is_contiguous_buffer(t.uop): t._tail = t.uop
+      # a replay (uopc.jit) writes its outputs into the arrays these values now read
+      writes += [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
     if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
     return self
 
@@ -163,7 +196,11 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   def to(self, device: str) -> Tensor:
     """This Tensor's values on another device: realized where it is now, then placed on `device`. Buffers are host
     arrays on every device, so nothing is copied here; the device's program maps them when a kernel runs."""
-    return Tensor._from_array(self._data(), self.shape, canonical(device))
+    tracked, graph, was = autograd.tracks([self.uop]), self.uop, self.device
+    out = Tensor._from_array(self._data(), self.shape, canonical(device))
+    if tracked:   # the same device: the graph; another: backward() raises (a graph spans one device)
+      autograd.record(out.uop, graph if canonical(device) == was else autograd.Opaque("Tensor.to(device)", (graph,)))
+    return out
 
   def item(self):
     if self.numel() != 1: raise UsageError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -176,6 +213,7 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
     # every Python scalar in an expression (x * 2) is a full(): its nodes are looked up in a memo by the arguments, not
     # checked and built again (the same nodes, one dict lookup). A zero is keyed by its repr, as 0.0 == -0.0 == False;
     # sizes only when all are ints, as a float size would find its integer's entry
+    if dtype is not None and type(dtype) is not DType: dtype = to_dtype(dtype)
     key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
     if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
       return Tensor(u)
@@ -199,7 +237,11 @@ class Tensor(NNMixin, IndexingMixin, ReduceMixin, MovementMixin, ElementwiseMixi
   def _mv(self, op: Ops, arg) -> Tensor: return Tensor(UOp(op, (self.uop,), arg))
   def _rop(self, op: Ops, n: int) -> Tensor: return Tensor(UOp(Ops.REDUCE, (self.uop,), (op, n)))
   def _holds_data(self) -> bool: return is_contiguous_buffer(self.uop)
+  def _custom_grad(self, srcs: tuple, rule) -> Tensor:
+    autograd.custom_rule(self.uop, tuple(s.uop for s in srcs), rule)
+    return self
   def cast(self, dtype: DType) -> Tensor:
+    if type(dtype) is not DType: dtype = to_dtype(dtype)   # "float16", "long", np.int32, torch.float32
     return self if dtype is self.dtype else Tensor(UOp(Ops.CAST, (self.uop,), None, dtype))
 
   def __setitem__(self, key, value):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 IN, OUT = "/job/in", "/job/out"
 TIMEOUT = 120   # seconds for one kernel (the sandbox's wall-clock limit bounds them all)
+MAX_ERR = 4000  # characters of a compiler's complaint kept
 
 
 def main() -> int:
@@ -18,8 +19,11 @@ def main() -> int:
 
   def build(job: dict) -> None:
     cmd = [plan["cc"], *job["flags"], "-o", f"{OUT}/{job['stem']}.so", f"{IN}/{job['stem']}.c", "-lm"]
-    try: subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired): pass   # not added: the sandboxes compile it themselves
+    try: r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e: err = f"{type(e).__name__}"
+    else: err = r.stderr.decode("utf-8", "replace") if r.returncode else ""
+    if err:   # why it did not build, for a judge's message (outside.py); trusted.py only looks for the object
+      with open(f"{OUT}/{job['stem']}.err", "w") as f: f.write(err[-MAX_ERR:])
 
   with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool: list(pool.map(build, plan["jobs"]))
   return 0

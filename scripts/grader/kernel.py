@@ -101,8 +101,9 @@ class Kernel:
   """The student's notebook in a kernel that is replaced when it dies or hangs, then code run after it (setup)."""
 
   def __init__(self, cwd: Path, timeout: float, budget: float, setup: list[str], session=Session,
-               setup_timeout: float = 60):
+               setup_timeout: float = 60, before: list[str] = ()):
     self.cwd, self.timeout, self.budget, self.setup, self.session_cls = cwd, timeout, budget, setup, session
+    self.before = list(before)   # run in every fresh kernel before the student's cells (the probe's library)
     self.setup_timeout = setup_timeout
     self.session = None
     self.ok_cells: list[str] = []   # the student's cells that ran without error, to replay in a fresh kernel
@@ -116,6 +117,9 @@ class Kernel:
     for attempt in range(START_TRIES):
       try:
         self.session = self.session_cls(self.cwd)
+        for source in self.before:
+          out = self.session.run(source, self.setup_timeout)
+          if out.status != "ok": self.setup_error = short(f"probe setup failed: {out.error or out.status}")
         return
       except RuntimeError:   # "Kernel died before replying to kernel_info": not the student's doing
         if attempt == START_TRIES - 1: raise

@@ -11,6 +11,7 @@ import numpy as np
 
 MAX_FILE = 64 << 20        # bytes one recorded value may take (an array, or the JSON of one test)
 MAX_FILES = 256            # arrays one test may record
+MAX_TEST = 256 << 20       # bytes of all that one test recorded: each file read once, and counted once
 INDEX = "values.json"
 
 
@@ -53,26 +54,49 @@ def write(folder: Path, k: int, name: str, value: Any) -> None:
   tmp.replace(folder / f"r{k}.json")   # a value is there whole or not at all
 
 
+def from_json(text: str) -> Any:
+  """A hidden test's fixture (plain data the grader made for its probe), as the probe sees it."""
+  return json.loads(text)
+
+
 # --- the grader's side ---------------------------------------------------------------------------------------------
-def _load_array(stem: Path, k: Any) -> Any:
+class Budget:
+  """What one test's values may cost to read: MAX_TEST bytes in all, each file read once (a value that names one
+  array many times gets that array once, not many copies of it)."""
+
+  def __init__(self, left: int | None = None): self.left, self.arrays = MAX_TEST if left is None else left, {}
+
+  def take(self, n: int) -> bool:
+    if n > self.left: return False
+    self.left -= n
+    return True
+
+
+def _load_array(stem: Path, k: Any, budget: Budget) -> Any:
   """Array k of the value written as stem.json (stem_k.npy)."""
   if type(k) is not int or not 0 <= k < MAX_FILES: return NotPlain("a bad array reference")
   p = stem.with_name(f"{stem.name}_{k}.npy")
+  if p in budget.arrays: return budget.arrays[p]
   try:
-    if p.is_symlink() or not p.is_file() or p.stat().st_size > MAX_FILE: return NotPlain(f"array {k}: missing or big")
-    a = np.load(p, allow_pickle=False)
-  except Exception as e: return NotPlain(f"array {k}: {type(e).__name__}")
-  return a if isinstance(a, np.ndarray) and a.dtype.kind in "biuf" else NotPlain(f"array {k} of dtype {a.dtype}")
+    if p.is_symlink() or not p.is_file() or p.stat().st_size > MAX_FILE: a = NotPlain(f"array {k}: missing or big")
+    elif not budget.take(p.stat().st_size): a = NotPlain(f"array {k}: past the {MAX_TEST >> 20} MiB a test may record")
+    else:
+      a = np.load(p, allow_pickle=False)
+      if not (isinstance(a, np.ndarray) and a.dtype.kind in "biuf"): a = NotPlain(f"array {k} of dtype {a.dtype}")
+  except Exception as e: a = NotPlain(f"array {k}: {type(e).__name__}")
+  budget.arrays[p] = a
+  return a
 
 
-def decode(tree: Any, stem: Path) -> Any:
+def decode(tree: Any, stem: Path, budget: Budget | None = None) -> Any:
+  budget = budget if budget is not None else Budget()
   if tree is None or type(tree) in (bool, int, float, str): return tree
-  if type(tree) is list: return [decode(v, stem) for v in tree]
+  if type(tree) is list: return [decode(v, stem, budget) for v in tree]
   if type(tree) is dict and len(tree) == 1:
     (tag, v), = tree.items()
-    if tag == "__npy__": return _load_array(stem, v)
-    if tag == "__tuple__" and type(v) is list: return tuple(decode(x, stem) for x in v)
-    if tag == "__dict__" and type(v) is dict: return {str(k): decode(x, stem) for k, x in v.items()}
+    if tag == "__npy__": return _load_array(stem, v, budget)
+    if tag == "__tuple__" and type(v) is list: return tuple(decode(x, stem, budget) for x in v)
+    if tag == "__dict__" and type(v) is dict: return {str(k): decode(x, stem, budget) for k, x in v.items()}
     if tag == "__float__" and v in ("nan", "inf", "-inf"): return float(v)
     if tag == "__not_plain__": return NotPlain(f"an object of type {str(v)[:60]}")
   return NotPlain("a malformed value")
@@ -81,15 +105,17 @@ def decode(tree: Any, stem: Path) -> Any:
 def read(folder: Path) -> dict[str, Any]:
   """The values one test recorded (name -> value; a name recorded twice keeps its last value), {} when none."""
   out: dict[str, Any] = {}
+  budget = Budget()
   try: files = sorted(folder.glob("r*.json"), key=lambda p: int(p.stem[1:]) if p.stem[1:].isdigit() else -1)
   except OSError: return out
   for p in files[:MAX_FILES]:
     try:
-      if p.is_symlink() or not p.is_file() or p.stat().st_size > MAX_FILE: continue
+      if p.is_symlink() or not p.is_file() or p.stat().st_size > MAX_FILE or not budget.take(p.stat().st_size):
+        continue
       entry = json.loads(p.read_text())
     except (OSError, ValueError, RecursionError): continue
     if type(entry) is dict and type(entry.get("name")) is str:
-      out[entry["name"]] = decode(entry.get("value"), p.with_suffix(""))
+      out[entry["name"]] = decode(entry.get("value"), p.with_suffix(""), budget)
   return out
 
 

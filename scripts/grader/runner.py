@@ -23,10 +23,21 @@ MAX_REPLAYS = 2          # fresh kernels to replay the student's cells in, after
 PR_SET_DUMPABLE = 4
 
 
+BEFORE = ("import importlib.util as _ilu\n"   # the probe's library, from /grader, before any cell of the student's
+          "def _grader_load(name):\n"
+          "  spec = _ilu.spec_from_file_location(name, f'/grader/{name}.py')\n"
+          "  module = _ilu.module_from_spec(spec); spec.loader.exec_module(module); return module\n"
+          "_grader_records = _grader_load('records')\n"
+          "import sys as _sys; _sys.modules['records'] = _grader_records\n"
+          "_grader_probe = _grader_load('probe')\n"
+          "del _sys.modules['records']\n")
+
+
 def setup_source(seed: int) -> str:
-  """The cell that defines record/raised/seeded in the student's namespace, sent after the student's cells."""
-  return (f"import sys as _sys\n_sys.path.insert(0, '/grader')\nfrom probe import Probe as _Probe\nSEED = {seed}\n"
-          f"_probe = _Probe('{OUT}/records', SEED)\n"
+  """The cell that defines record/raised/seeded in the student's namespace, sent after the student's cells, from the
+  library loaded before them (BEFORE): a `probe` or `records` the notebook put into sys.modules or its folder is not
+  the one used."""
+  return (f"SEED = {seed}\n_probe = _grader_probe.Probe('{OUT}/records', SEED)\n"
           f"record, raised, seeded = _probe.record, _probe.raised, _probe.seeded\n")
 
 
@@ -50,7 +61,7 @@ def main() -> int:
     except (OSError, shutil.Error): pass
   lap("seed_copy")
   kernel = Kernel(Path(plan["cwd"]), plan["timeout"], plan["budget"], [setup_source(plan["seed"])],
-                  setup_timeout=plan["test_timeout"])
+                  setup_timeout=plan["test_timeout"], before=[BEFORE])
   try:
     kernel.start()
     lap("kernel_start")
@@ -66,12 +77,14 @@ def main() -> int:
   if kernel.setup_error and not result["note"]: result["note"] = kernel.setup_error
   save()
   replays = 0
-  for k, source in enumerate(plan["probes"]):
+  for k, probe in enumerate(plan["probes"]):
     if kernel.session is None: out = Outcome("skipped", "no kernel")
-    else:   # one cell: the values recorded from here on belong to test k
-      out = kernel.session.run(f"_probe.begin({k})\n{source}", plan["test_timeout"])
+    else:   # one cell: the values recorded from here on belong to test `test`; `fixture`, the grader's data for it
+      fixture = json.dumps(probe.get("fixture"))
+      out = kernel.session.run(f"_probe.begin({probe['test']})\nfixture = _grader_records.from_json({fixture!r})\n"
+                               f"{probe['source']}", plan["test_timeout"])
       if out.status == "timeout" and not kernel.session.responsive(): out.status = "dead"
-    result["probes"].append(asdict(out))
+    result["probes"].append({"test": probe["test"], **asdict(out)})
     if out.status == "dead" and k < len(plan["probes"]) - 1:
       kernel.close()
       kernel.session = None

@@ -1,13 +1,16 @@
-"""One bubblewrap sandbox per run of untrusted code (a student's notebook, or the timing of its kernel).
+"""One bubblewrap sandbox per run of untrusted code (a student's notebook, the harness that runs its C, a compile).
 
 What the code inside can reach: /usr and the Python that runs the grader (read-only), the venv's packages at /venv
 (read-only), the student tree at /course (read-only: uopc, examples, data, assignments; never solutions or the
 grader's checkout), the grader's in-sandbox scripts at /grader (read-only), an empty home on a tmpfs (the kernel
-cache lives there), a private /tmp, its own /proc (a new PID namespace: no grader process is visible), no network
-(a new network namespace with only loopback), and one writable folder, /job/out, that the grader reads after the
-sandbox has ended. As root the code runs as a UID of its own per grader process, so the process limit counts only it;
-CPU time, address space, file size and processes are limited with setrlimit, and a wall-clock timeout kills the
-whole sandbox (bwrap's PID-namespace init dies with it, and every process inside with that).
+cache lives there), a private /tmp, its own /proc (a new PID namespace: no grader process is visible; read-only, so
+that no process resets its own peak memory), no network (a new network namespace with only loopback), and one
+writable folder, /job/out, a tmpfs of a fixed size (Limits.out_bytes). Its first process is outbox.py, which runs
+the command and at its end sends /job/out back as a tar stream on stdout; the grader unpacks regular files only, up
+to that size, into the host folder `out`, so nothing a sandbox does can fill the grader's disk. As root the code
+runs as a UID of its own per grader process, so the process limit counts only it; CPU time, address space, file
+size and processes are limited with setrlimit, and a wall-clock timeout stops the whole sandbox (outbox is told to
+send what it has; then bwrap's PID-namespace init is killed, and every process inside with it).
 
 What it does not give: the kernel is shared (a kernel exploit escapes), the CPU and memory bandwidth are shared
 with other sandboxes (timings are noisy), and /usr is readable (nothing secret should live there).
@@ -16,9 +19,12 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import re
 import signal
 import subprocess
 import sys
+import tarfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,8 @@ class Limits:
   nproc: int = 256                 # processes and threads of the sandbox's UID
   fsize: int = 256 << 20           # the largest file it may write
   tmpfs: int = 2 << 30             # bytes of its home and of its /tmp, each
+  out_bytes: int = 512 << 20       # bytes of /job/out: what the grader takes back at most
+  grace_s: float = 30.0            # after the wall-clock limit: time to send /job/out back before the kill
 
 
 @dataclass
@@ -109,7 +117,9 @@ def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limit
   _, py_binds = python()
   for src, dst in [*py_binds, *ro]: cmd += [*_dirs(dst, made), "--ro-bind", src, dst]
   for tmp in (HOME, "/tmp"): cmd += [*_dirs(tmp, made), "--size", str(limits.tmpfs), "--perms", "1777", "--tmpfs", tmp]
-  cmd += [*_dirs("/job/out", made), "--bind", str(out), "/job/out", "--proc", "/proc", "--dev", "/dev"]
+  cmd += [*_dirs("/job/out", made), "--size", str(limits.out_bytes), "--perms", "1777", "--tmpfs", "/job/out"]
+  cmd += [*_dirs("/outbox/outbox.py", made), "--ro-bind", str(Path(__file__).resolve().parent / "outbox.py"),
+          "/outbox/outbox.py", "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
   variables = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": HOME, "USER": "student", "LOGNAME": "student",
                "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONPATH": "/course", "UOPC_CACHE_DIR": f"{HOME}/.cache/uopc",
                "PYTHONDONTWRITEBYTECODE": "1", **{k: os.environ[k] for k in PASS_ENV if k in os.environ}, **(env or {})}
@@ -118,7 +128,7 @@ def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limit
   if os.geteuid() == 0:   # drop to this process's own UID with no capabilities, inside the namespaces bwrap made
     cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid()}", f"--regid={uid()}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-  return cmd + argv
+  return cmd + [python()[0], "-s", "/outbox/outbox.py"] + argv
 
 
 def _limit(limits: Limits):
@@ -135,35 +145,82 @@ def _limit(limits: Limits):
 
 def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes = b"", limits: Limits = Limits(),
         env: dict[str, str] | None = None) -> Result:
-  """Run argv in a fresh sandbox; out (a host folder) is its /job/out. Returns when it has ended, or been killed at
-  limits.wall_s."""
+  """Run argv in a fresh sandbox; what it leaves in its /job/out is unpacked into out (a host folder). Returns when it
+  has ended, or been stopped at limits.wall_s (then it still sends /job/out back within limits.grace_s)."""
   if (why := available()) is not None: raise SandboxError(why)
   out.mkdir(parents=True, exist_ok=True)
-  if os.geteuid() == 0: os.chown(out, uid(), uid())
   log = out.parent / f"{out.name}.log"
   t0 = time.perf_counter()
   with open(log, "w+b") as logf:
-    p = subprocess.Popen(command(argv, ro, out, limits, env), stdin=subprocess.PIPE, stdout=logf,
-                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limit(limits))
+    p = subprocess.Popen(command(argv, ro, out, limits, env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=logf, start_new_session=True, preexec_fn=_limit(limits))
+    unpacked: list[str] = []
+    reader = threading.Thread(target=unpack, args=(p.stdout, out, limits.out_bytes, unpacked), daemon=True)
+    reader.start()
     timed_out = False
     try:
-      with_input(p, stdin)
+      with_input(p, f"{len(stdin)}\n".encode() + stdin, close=False)
       p.wait(timeout=limits.wall_s)
     except subprocess.TimeoutExpired:
       timed_out = True
+      try: p.stdin.close()   # outbox: stop everything, send /job/out
+      except OSError: pass
+      try: p.wait(timeout=limits.grace_s)
+      except subprocess.TimeoutExpired: pass
     finally:
-      if p.poll() is None or timed_out:
+      if p.poll() is None:
         try: os.killpg(p.pid, signal.SIGKILL)   # bwrap dies; its init in the sandbox dies with it, then all inside
         except ProcessLookupError: pass
       p.wait()
+      reader.join(timeout=limits.grace_s)
+      for f in (p.stdin, p.stdout):
+        try: f.close()
+        except OSError: pass
     logf.seek(max(0, logf.seek(0, 2) - 4000))
     text = logf.read().decode("utf-8", "replace")
   log.unlink()
   return Result(p.returncode, timed_out, time.perf_counter() - t0, text)
 
 
-def with_input(p: subprocess.Popen, data: bytes) -> None:
+SAFE_PART = re.compile(r"^[A-Za-z0-9_.+=-]{1,200}$")
+
+
+class _Capped:
+  """A stream that ends (an OSError) after `limit` bytes."""
+
+  def __init__(self, f, limit: int): self.f, self.left = f, limit
+  def read(self, n: int = -1) -> bytes:
+    if self.left <= 0: raise OSError("the sandbox sent more than its output folder can hold")
+    b = self.f.read(self.left if n < 0 else min(n, self.left))
+    self.left -= len(b)
+    return b
+
+
+def unpack(stream, out: Path, limit: int, names: list[str]) -> None:
+  """The regular files of a tar stream into out: safe relative names only, each written once, `limit` bytes in all;
+  links, devices, folders, names with `..` or odd characters are skipped. Never raises."""
+  try:
+    with tarfile.open(fileobj=_Capped(stream, limit + (4 << 20)), mode="r|") as tar:
+      for m in tar:
+        parts = m.name.split("/")
+        if not m.isreg() or m.size > limit or not all(SAFE_PART.match(x) and x not in (".", "..") for x in parts):
+          continue
+        dest = out.joinpath(*parts)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(m)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+          while chunk := src.read(1 << 20): f.write(chunk)
+        names.append(m.name)
+  except (OSError, tarfile.TarError, EOFError, ValueError): pass
+  try:
+    while stream.read(1 << 20): pass   # the rest (there should be none): so that the sandbox is not blocked on it
+  except (OSError, ValueError): pass
+
+
+def with_input(p: subprocess.Popen, data: bytes, close: bool = True) -> None:
   try:
     p.stdin.write(data)
-    p.stdin.close()
+    p.stdin.flush()
+    if close: p.stdin.close()
   except BrokenPipeError: pass

@@ -58,12 +58,15 @@ def binds() -> list[tuple[str, str]]:
 def flag_sets(cc: str) -> list[tuple[str, ...]]:
   """Every flag list a kernel may be cached with: uopc's CompileOpts variants for this machine (no UOPC_MARCH: the
   sandbox is not given one), each with and without OpenMP."""
+  from uopc.runtime.build import run_compiler
+  from uopc.runtime.compiler_bugs import workarounds
   from uopc.runtime.flags import CompileOpts
   from uopc.runtime.machine import resolve, target_for
   t = target_for(cc, "")
   out = []
   for width, unroll in itertools.product((None, 128, 256, 512), (False, True)):
     flags = resolve(CompileOpts(width, unroll).flags, t)
+    flags += workarounds(cc, flags, run_compiler)   # as uopc.runtime.build.locate adds them: the entry names must agree
     out += [flags, tuple(f for f in flags if f != "-fopenmp")]
   return list(dict.fromkeys(out))
 

@@ -4,6 +4,7 @@ function forms (add, sub, mul, div...), rounding, pow and clip. All are ALU node
 from __future__ import annotations
 import math
 import sys
+import numpy as np
 from typing import Sequence, TypeVar
 from uopc.dtype import DType, dtypes, least_upper_dtype, scalar_dtype
 from uopc.mixin.shapes import broadcast_shape
@@ -14,6 +15,15 @@ if sys.version_info >= (3, 11): from typing import Self   # the composing class 
 else: Self = TypeVar("Self", bound="ElementwiseMixin")       # Python 3.10 has no typing.Self: the root mixin stands in
 
 LOG2E, LN2 = 1 / math.log(2), math.log(2)
+
+
+def _pow_grad(out, s, g):
+  """PyTorch's pow_backward: d/db = e b^(e-1) (0 where e == 0); d/de = out ln b (0 at b == 0 with e >= 0, nan for a
+  negative base)."""
+  b, e = s
+  db = e.eq(0).where(0.0, g * e * b.pow(e - 1))
+  de = (b.eq(0) & (e >= 0)).where(0.0, g * out * b.log())
+  return db, de
 
 
 class ElementwiseMixin:
@@ -73,8 +83,12 @@ class ElementwiseMixin:
   def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
   def __lt__(self, x): return self._binary(Ops.CMPLT, x)
   def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
-  def __ge__(self, x): return (self < x).logical_not()
-  def __le__(self, x): return (self > x).logical_not()
+  def __ge__(self, x): return self._or_equal(x, self < x)
+  def __le__(self, x): return self._or_equal(x, self > x)
+  def _or_equal(self, x, strict) -> Self:
+    """a <= b as not(a > b), except for floats: a NaN on either side compares False, as in NumPy and C."""
+    a, b = self._pair(x)
+    return strict.logical_not() if not a.dtype.is_float else strict.logical_not() & a.eq(a) & b.eq(b)
   def __eq__(self, x): return self.eq(x)   # elementwise, as in NumPy, PyTorch and tinygrad
   def __ne__(self, x): return self.ne(x)
   __hash__ = object.__hash__   # == is elementwise, so a Tensor hashes by identity
@@ -133,8 +147,32 @@ class ElementwiseMixin:
     return neg.where(-t, t)
   def erf(self) -> Self:
     """The error function: a Taylor series below |x| = 0.5 (relative error < 1e-8 there), 1 - erfc(|x|) above, with
-    the sign of x (float32's accuracy, not float64's)."""
+    the sign of x; in float64, a series to 1.5 and a continued fraction above (relative error < 2e-15). Its gradient is
+    2/sqrt(pi) exp(-x^2), 0 at the infinities."""
     x = self if self.dtype.is_float else self.float()
+    if x.dtype is dtypes.f64: out = x._erf64()
+    else: out = x._erf32()
+    return out._custom_grad((x,), lambda out, s, g: (g * (2 / math.sqrt(math.pi)) * (-(s[0] * s[0])).exp(),))
+  def _erf64(self) -> Self:
+    z = self.abs()
+    big = 1 - z._erfc_cf()
+    return (z < 1.5).where(self._erf_series(), (self < 0).where(-big, big))
+  def _erf_series(self) -> Self:
+    """erf(x) = 2/sqrt(pi) e^-x^2 x sum_n (2x^2)^n / (1 3 ... (2n+1)): every term positive, no cancellation."""
+    x2, s = 2 * self * self, 1.0
+    for n in range(44, 0, -1): s = 1 + x2 * (1 / (2 * n + 1)) * s
+    return self._exp_neg_square() * self * s * (2 / math.sqrt(math.pi))
+  def _erfc_cf(self) -> Self:
+    """erfc(z) for z >= 1.5: e^-z^2 / sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...)))), 80 levels deep."""
+    k = self
+    for n in range(80, 0, -1): k = self + (n / 2) / k
+    return self._exp_neg_square() / k * (1 / math.sqrt(math.pi))
+  def _exp_neg_square(self) -> Self:
+    """e^(-x^2) with x^2's rounding kept out of the exponent: x = h + l, h a multiple of 1/16 (h^2 exact)."""
+    h = (self * 16).floor() * (1 / 16)
+    return (-(h * h)).exp() * (-((self - h) * (self + h))).exp()
+  def _erf32(self) -> Self:
+    x = self
     x2 = x * x
     series = x * (2 / math.sqrt(math.pi)) * (1 + x2 * (-1 / 3 + x2 * (1 / 10 + x2 * (-1 / 42 + x2 * (
       1 / 216 + x2 * (-1 / 1320 + x2 * (1 / 9360)))))))
@@ -142,13 +180,42 @@ class ElementwiseMixin:
     return (x2 < 0.25).where(series, (x < 0).where(-tail, tail))
   def erfc_abs(self) -> Self:
     """erfc(|x|) = 1 - erf(|x|), by Numerical Recipes' Chebyshev fit t exp(-z^2 + poly(t)), t = 1 / (1 + z/2), z = |x|
-    (relative error below 1.2e-7 for every z): no 1 - erf cancellation, so a GELU's negative tail keeps its digits."""
+    (relative error below 1.2e-7 for every z): no 1 - erf cancellation, so a GELU's negative tail keeps its digits.
+    float64: 1 - the series below 1.5, the continued fraction above (relative error < 2e-14)."""
     z = self.abs()
+    if z.dtype is dtypes.f64: return (z < 1.5).where(1 - z._erf_series(), z._erfc_cf())
     t = 1 / (1 + 0.5 * z)
     poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
       0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
     return t * (poly - z * z).exp()
   def abs(self) -> Self: return self.maximum(-self) if self.dtype.is_float else (self < 0).where(-self, self)
+  def _custom_grad(self, srcs: tuple, rule) -> Self:
+    """self, whose gradient is rule(out, srcs, g) -> one gradient per source, not the derivative of the formula
+    that computes it (the composing class records it for autograd)."""
+    return self
+
+  def isclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Self:
+    """|self - other| <= atol + rtol |other| (NumPy's and PyTorch's isclose); infinities close only to themselves."""
+    a, b = self._pair(other)
+    if not a.dtype.is_float: return a.eq(b)
+    close = a.eq(b) | (~a.isinf() & ~b.isinf() & ((a - b).abs() <= atol + rtol * b.abs()))
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+  def __lshift__(self, n): return self._shift(n, True)
+  def __rshift__(self, n): return self._shift(n, False)
+  def lshift(self, n) -> Self: return self._shift(n, True)
+  def rshift(self, n) -> Self: return self._shift(n, False)
+  def _shift(self, n, left: bool) -> Self:
+    """x << n is x * 2^n, x >> n is floor(x / 2^n) (an arithmetic shift for signed integers), as tinygrad."""
+    if not self.dtype.is_int: raise TypeError(f"<< and >> need an integer tensor, got {self.dtype}")
+    if isinstance(n, ElementwiseMixin):   # 2^n as a select over the bit positions (no product that overflows)
+      k = self.const_like(0)
+      for b in range(8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1)): k = n.eq(b).where(1 << b, k)
+    elif isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+      raise ValueError(f"shift count must be a non-negative integer, got {n!r}")
+    elif n >= 8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1):   # every bit shifted out
+      return self.const_like(0) if left or self.dtype.is_unsigned else (self < 0).where(-1, 0).cast(self.dtype)
+    else: k = type(self).full(self.shape, 1 << int(n), self.dtype)
+    return self * k if left else self // k
   def square(self) -> Self: return self * self
   def float(self) -> Self: return self.cast(dtypes.f32)
 
@@ -230,9 +297,18 @@ class ElementwiseMixin:
     tie = (f - self).eq(0.5) & (f % 2).ne(0)
     return tie.where(f - 1, f)
   def pow(self, x) -> Self:
-    """self ** x. A whole-number scalar exponent is repeated multiplication (exact, and its gradient is right at 0);
-    otherwise exp2(x log2|self|) with the sign of a negative base for whole exponents (nan for fractional ones)."""
-    if not isinstance(x, ElementwiseMixin) and float(x).is_integer() and abs(x) <= 16:
+    """self ** x with PyTorch's types and C's pow at the edges. An integer tensor to an integer power stays an integer
+    (square and multiply; a negative scalar power raises, as in PyTorch); a float power makes a float. A float base
+    to a whole scalar power up to 16 is repeated multiplication (exact); otherwise exp2(x log2|self|), signed for a
+    negative base and whole x (nan for a fractional one), and C's values at 0, 1, -1 and the infinities. Its gradient is
+    PyTorch's rule (its own, not the formula's): 0 for x at a zero base with x >= 0, nan for x at a negative base."""
+    scalar = not isinstance(x, ElementwiseMixin)
+    if scalar and isinstance(x, bool): x = int(x)
+    if scalar and not isinstance(x, (int, float, np.integer, np.floating)):
+      raise TypeError(f"pow: the exponent must be a number or a Tensor, got {type(x).__name__}")
+    int_exponent = isinstance(x, (int, np.integer)) if scalar else not x.dtype.is_float
+    if not self.dtype.is_float and int_exponent: return self._int_pow(x)
+    if scalar and float(x).is_integer() and abs(x) <= 16 and self.dtype.is_float:
       n, base, out = abs(int(x)), self, None
       while n:                                             # square and multiply
         if n & 1: out = base if out is None else out * base
@@ -240,14 +316,42 @@ class ElementwiseMixin:
         if n: base = base * base
       if out is None: return type(self).full(self.shape, 1, self.dtype)
       return out if x > 0 else 1 / out
-    if not isinstance(x, ElementwiseMixin) and x == 0.5: return self.sqrt()
-    b = self if self.dtype.is_float else self.float()
-    e = b._operand(x)
-    if not e.dtype.is_float: e = e.cast(b.dtype)
+    if scalar and x == 0.5: return self.sqrt() if self.dtype.is_float else self.float().sqrt()
+    b, e = self._pair(x)
+    if not b.dtype.is_float: b, e = b.float(), e.float()
+    out = b._float_pow(e)
+    return out._custom_grad((b, e), _pow_grad)
+
+  def _float_pow(self, e: Self) -> Self:
+    b = self
     mag = (e * b.abs().log2()).exp2()
     whole, odd = e.eq(e.floor()), (e % 2).abs().eq(1)
-    sign = (b < 0).where(whole.where(odd.where(-1.0, 1.0), math.nan), 1.0)
-    return e.eq(0).where(1.0, mag * sign)
+    neg_inf = b.eq(-math.inf)
+    sign = (b < 0).where(whole.where(odd.where(-1.0, 1.0), neg_inf.where(1.0, math.nan)), 1.0)
+    one = e.eq(0) | b.eq(1) | (b.eq(-1) & e.isinf())                     # C's pow: 1 even for a nan on the other side
+    return one.where(1.0, mag * sign)
+
+  def _int_pow(self, x) -> Self:
+    """Integer power by square and multiply over the exponent's bits: exact, and wrapping as C's and NumPy's."""
+    T = type(self)
+    if not isinstance(x, ElementwiseMixin):
+      if x < 0: raise ValueError(f"pow: integers to negative integer powers are not allowed ({x}), as in PyTorch; "
+                                 "make the base a float first")
+      n, base, out = int(x), (self if self.dtype is not dtypes.bool else self.int()), None
+      while n:
+        if n & 1: out = base if out is None else out * base
+        n >>= 1
+        if n: base = base * base
+      return out if out is not None else T.full(self.shape, 1, self.dtype if self.dtype is not dtypes.bool else
+                                                dtypes.int)
+    b, e = self._int_pair(x)
+    out, base, rest = b.const_like(1), b, (e < 0).where(0, e)
+    for _ in range(8 * b.dtype.itemsize):
+      out = (rest % 2).ne(0).where(out * base, out)
+      base, rest = base * base, rest // 2
+    # a negative exponent: 1 for a base of 1, +-1 for -1, else 0 (C's integer result of 1 / b^n)
+    return (e < 0).where(b.eq(1).where(1, b.eq(-1).where((e % 2).ne(0).where(-1, 1), 0)), out)
+
   def clip(self, min_=None, max_=None) -> Self:
     """min_ <= x <= max_ (either may be None); the gradient passes at the bounds, as PyTorch's clamp; nan stays nan."""
     if min_ is None and max_ is None: raise UsageError("clip: give min_, max_ or both")
@@ -257,6 +361,7 @@ class ElementwiseMixin:
     return out
   clamp = clip
   def double(self) -> Self: return self.cast(dtypes.f64)
+  def half(self) -> Self: return self.cast(dtypes.f16)
   def int(self) -> Self: return self.cast(dtypes.i32)
   def long(self) -> Self: return self.cast(dtypes.i64)
   def bool(self) -> Self: return self.cast(dtypes.bool) if self.dtype is dtypes.bool else self.ne(0)

@@ -22,6 +22,15 @@ def _np_rng(cls, seed):
   return cls._rng
 
 
+def _gelu_grad(out, s, g):
+  """d/dx x Phi(x) = Phi(x) + x phi(x): x phi(x) is 0 beyond |x| = 1e4 (where x^2 overflows, the formula's own
+  derivative is inf * 0 = nan; PyTorch gives 0 and 1 at -1e30 and 1e30)."""
+  x = s[0]
+  q = (x * (1 / math.sqrt(2))).erfc_abs()
+  phi = (x.abs() > 1e4).where(0.0, x * (x * x * -0.5).exp() * (1 / math.sqrt(2 * math.pi)))
+  return (g * ((x < 0).where(0.5 * q, 1 - 0.5 * q) + phi),)
+
+
 class NNMixin(IndexingMixin):
   _rng: np.random.Generator | None = None
 
@@ -81,7 +90,7 @@ class NNMixin(IndexingMixin):
       return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
     if approximate == "none":
       q = (self * (1 / math.sqrt(2))).erfc_abs()           # erfc(|x| / sqrt 2)
-      return (self < 0).where(0.5 * q, 1 - 0.5 * q) * self
+      return ((self < 0).where(0.5 * q, 1 - 0.5 * q) * self)._custom_grad((self,), _gelu_grad)
     raise UsageError(f"gelu: approximate must be 'none' or 'tanh' (PyTorch's), got {approximate!r}")
   def softplus(self, beta: float = 1.0) -> Self:
     """log(1 + e^(beta x)) / beta as relu(bx) + log(1 + e^-|bx|): nothing overflows."""

@@ -97,12 +97,20 @@ class IndexingMixin(ReduceMixin):
     T = type(self)
     key = list(key) if isinstance(key, tuple) else [key]
     # boolean masks: their positions are fixed by the data, so the mask must be known (it is realized here)
-    expanded = []
-    for k in key:
-      arr = _bool_mask(T, k)
-      if arr is None: expanded.append(k)
-      else: expanded.extend(T(np.asarray(ix, np.int64).astype(np.int32)) for ix in np.nonzero(arr))
-    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, (list, np.ndarray)) else k for k in expanded]
+    expanded, masks = [], [_bool_mask(T, k) for k in key]
+    uses = [0 if k is None or k is Ellipsis else 1 if m is None else m.ndim for k, m in zip(key, masks)]
+    axis = 0
+    for j, (k, arr) in enumerate(zip(key, masks)):
+      if k is Ellipsis: axis = self.ndim - sum(uses[j + 1:])
+      if arr is None: expanded.append(k); axis += uses[j]; continue
+      have = self.shape[axis:axis + arr.ndim]
+      if have != arr.shape:   # NumPy's and PyTorch's IndexError: a mask of another length selects nonsense
+        raise IndexError(f"boolean index of shape {arr.shape} does not match the indexed tensor's shape {have} at "
+                         f"axis {axis} (tensor shape {self.shape})")
+      expanded.extend(T(np.asarray(ix, np.int64).astype(np.int32)) for ix in np.nonzero(arr))
+      axis += arr.ndim
+    seqs = (list, tuple, np.ndarray)   # a list or tuple inside the key is an index array, as in NumPy
+    key = [int(k) if _is_scalar(k) else T(_int_array(k)) if isinstance(k, seqs) else k for k in expanded]
     for k in key:
       if isinstance(k, T) and (k.dtype.is_float or k.dtype is dtypes.bool and k.ndim == 0):
         raise TypeError(f"cannot index a Tensor with a {k.dtype} Tensor (indices are integers or boolean masks)")
@@ -173,7 +181,7 @@ def _bool_mask(T, k):
   """k as a NumPy bool array if it is a boolean mask (a bool array, list or Tensor), else None."""
   if isinstance(k, T):
     return k.numpy() if k.dtype is dtypes.bool and k.ndim else None
-  if isinstance(k, (list, np.ndarray)):
+  if isinstance(k, (list, tuple, np.ndarray)):
     a = np.asarray(k)
     return a if a.dtype == np.bool_ and a.ndim else None
   return None

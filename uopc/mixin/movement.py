@@ -150,7 +150,11 @@ class MovementMixin(ElementwiseMixin):
         raise TypeError(f"arange: start, stop and step must be numbers, got {v!r}")
     if step == 0: raise UsageError("arange: step must not be 0")
     whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
-    return cls(np.arange(start, stop, step), dtype or (dtypes.int if whole else dtypes.default_float))
+    if dtype is None and whole:   # int32, or int64 where a value needs it (as PyTorch's int64 would hold it)
+      wide = not all(dtypes.int.min <= int(v) <= dtypes.int.max for v in (start, stop - step if stop != start else
+                                                                               start))
+      dtype = dtypes.i64 if wide else dtypes.int
+    return cls(np.arange(start, stop, step), dtype or dtypes.default_float)
 
   @classmethod
   def eye(cls, n: int, m: int | None = None, dtype=dtypes.f32) -> Self:

@@ -28,16 +28,20 @@ class ReduceMixin(MovementMixin):
     if not axes or self.ndim == 0: return self
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
-      if op is Ops.MAX and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
+      empty_ok = op is not Ops.MAX or self.dtype is dtypes.bool     # any() of nothing is False, as NumPy's
+      if not empty_ok and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
         raise UsageError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
-      out = type(self).full(out_shape, 0 if op is Ops.ADD else 1, self.dtype)
+      out = type(self).full(out_shape, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: False}[op], self.dtype)
       return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
     keep = [k for k in range(self.ndim) if k not in axes]
     x = self.permute(keep + list(axes))                      # reduced axes last: REDUCE reduces the last n
     out = x._rop(op, len(axes))
     return out.reshape(out_shape) if keepdim else out
-  def sum(self, axis=None, keepdim: bool = False) -> Self:
-    """Integers and bools sum in int64 (NumPy's and PyTorch's result dtype), so a count never wraps."""
+  def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Self:
+    """Integers and bools sum in int64 (NumPy's and PyTorch's result dtype), so a count never wraps; float16 adds in
+    float32 and rounds once at the end (tinygrad's and PyTorch's accumulation). dtype: the result's (and the sum's)."""
+    if dtype is not None: return self.cast(dtype)._reduce(Ops.ADD, axis, keepdim)
+    if self.dtype is dtypes.f16: return self.cast(dtypes.f32)._reduce(Ops.ADD, axis, keepdim).cast(dtypes.f16)
     return self.cast(sum_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Self: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim: bool = False) -> Self:
@@ -57,9 +61,12 @@ class ReduceMixin(MovementMixin):
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1) -> Self:
+    """x - max - log(sum(exp(x - max))). The MAX with -inf changes no value; it keeps x - max apart from the log in
+    the output's C (kernels are built with -fassociative-math): x - (max + log) is 1e30 - 1e30 = 0 where the answer is
+    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes."""
     if not self.numel(): return self
     m = self - self.max(axis, keepdim=True)
-    return m - m.exp().sum(axis, keepdim=True).log()
+    return m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
 
   # ---- more reductions ----
   def prod(self, axis=None, keepdim: bool = False) -> Self:
@@ -122,10 +129,13 @@ class ReduceMixin(MovementMixin):
     # the nodes x.reshape(..., n, 1, k).expand(*batch, n, m, k) and y.transpose(-1, -2).reshape(..., 1, m, k).expand(
     # ...) build, built directly: the shapes are checked above, and every matmul would pay for the checks again
     ysh = y.shape[:-2]
+    half = x.dtype is dtypes.f16 and y.dtype is dtypes.f16   # products and sums in float (tensor cores under TC=1)
+    if half: x, y = x.cast(dtypes.f32), y.cast(dtypes.f32)
     xs = x._mv(Ops.RESHAPE, (*x.shape[:-1], 1, k))._broadcast((*batch, n, m, k))
     yt = y._mv(Ops.PERMUTE, (*range(len(ysh)), len(ysh) + 1, len(ysh)))
     ys = yt._mv(Ops.RESHAPE, (*ysh, 1, m, k))._broadcast((*batch, n, m, k))
     out = (xs * ys).sum(-1)
+    if half: out = out.cast(dtypes.f16)
     if self.ndim == 1: out = out.reshape(*out.shape[:-2], out.shape[-1])
     if w.ndim == 1: out = out.reshape(out.shape[:-1])
     return out

@@ -88,7 +88,29 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
   """softmax(q k^T * scale + mask) v; scale defaults to 1/sqrt(D). attn_mask: bool or integer (nonzero takes
   part) or additive float, broadcastable to (..., Nq, Nk). is_causal: query i attends keys j <= i. A query whose keys
   are all masked gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns
-  it off)."""
+  it off).
+
+  Differentiable: where q, k, v (or a float mask) are Tensors a gradient can reach, the result records the unfused
+  graph of the same attention (uopc.autograd.record), and backward() differentiates that graph, as FlashAttention's
+  backward recomputes the probabilities instead of keeping them; the forward stays the fused kernel."""
+  from uopc.autograd import record, tracks
+  from uopc.tensor import Tensor
+  given = [x for x in (q, k, v, attn_mask) if isinstance(x, Tensor)]
+  tracked = bool(given) and tracks([x.uop for x in given])   # asked before the inputs are realized below
+  out = _attention(q, k, v, attn_mask, is_causal, scale, splits)
+  if tracked:
+    T = lambda x: x if isinstance(x, Tensor) else Tensor(np.asarray(x, np.float32))
+    record(out.uop, attention_graph(T(q), T(k), T(v), attn_mask, is_causal, scale).uop)
+  return out
+
+
+def attention_graph(q, k, v, attn_mask=None, is_causal: bool = False, scale: float | None = None,
+                    dropout_p: float = 0.0):
+  """The same attention as Tensor operations, unfused (the graph backward() differentiates): Tensor's method."""
+  return q.scaled_dot_product_attention(k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+def _attention(q, k, v, attn_mask, is_causal: bool, scale: float | None, splits: int | None):
   from uopc.tensor import Tensor
   device = _device_of(q, k, v)
   q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")

@@ -1,7 +1,8 @@
 """Running the C compiler: source -> a shared object in the cache, whole or not at all.
 
   locate(src, name, cc, flags)          the flags a kernel gets (-march=native as the target says, uopc.runtime.machine;
-                                        without -fopenmp where cc has no OpenMP), its cache
+                                        without -fopenmp where cc has no OpenMP; the workarounds of the compiler's
+                                        known wrong code, uopc.runtime.compiler_bugs), its cache
                                         entry, and whether that entry is intact
   build(src, so_path, cc, flags)        compile into the entry: atomic rename, a checksum beside it, one retry with FMA
                                         contraction off when the compiler itself crashes (NOTES 32)
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import platform
 import re
 import resource
 import signal
@@ -26,8 +28,10 @@ import time
 import warnings
 from pathlib import Path
 from uopc.helpers import cache
+from uopc.runtime.compiler_bugs import workarounds
 from uopc.runtime.objfile import complete_object
 from uopc.runtime.machine import resolve, target
+from uopc.runtime.process import libomp_prefixes
 from uopc.runtime.toolchain import CompileError, cache_dir, cache_key, numbered
 
 _locks_lock = threading.Lock()
@@ -160,19 +164,37 @@ OPENMP_PROBE = "int uopc_probe(int n) {\n  int s = 0;\n#pragma omp parallel for 
                "  for (int i = 0; i < n; i++) s += i;\n  return s;\n}\n"
 
 
-@functools.cache
-def openmp_works(cc: str) -> bool:
-  """Whether `cc -fopenmp` builds and links a shared object (clang without libomp fails with `cannot find -lomp`);
-  a test compile, once per process and compiler, asked only when a kernel's OpenMP build is not in the cache."""
+def libomp_flags(prefix: str) -> tuple[str, ...]:
+  """OpenMP for Apple's clang, which has no -fopenmp of its own: its front end takes the pragmas through
+  -Xpreprocessor, and Homebrew's libomp (keg-only: on no default search path) gives omp.h and the runtime."""
+  return ("-Xpreprocessor", OPENMP_FLAG, f"-I{prefix}/include", f"-L{prefix}/lib", "-lomp")
+
+
+def _links(cc: str, flags: tuple[str, ...]) -> bool:
+  """Whether cc with flags builds and links a shared object with an OpenMP loop (a test compile)."""
   with tempfile.TemporaryDirectory(prefix="uopc-openmp-") as tmp:
     c_file = Path(tmp) / "probe.c"
     c_file.write_text(OPENMP_PROBE)
-    cmd = [cc, OPENMP_FLAG, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)]
+    cmd = [cc, *flags, "-shared", "-fPIC", "-o", str(c_file.with_suffix(".so")), str(c_file)]
     try: return run_compiler(cmd, COMPILE_TIMEOUT_S).returncode == 0
     except (OSError, subprocess.TimeoutExpired): return False
 
 
-cache("runtime.openmp_works", openmp_works)
+@functools.cache
+def openmp_flags(cc: str) -> tuple[str, ...] | None:
+  """The flags that give cc OpenMP: -fopenmp where it builds and links (gcc; clang with libomp), else on a Mac
+  Homebrew's libomp through -Xpreprocessor (libomp_flags); None where neither does (clang without libomp fails with
+  `cannot find -lomp`, Apple's with `unsupported option '-fopenmp'`). Test compiles, once per process and compiler,
+  asked only when a kernel's OpenMP build is not in the cache."""
+  candidates = [(OPENMP_FLAG,)]
+  if platform.system() == "Darwin": candidates += [libomp_flags(p) for p in libomp_prefixes()]
+  return next((f for f in candidates if _links(cc, f)), None)
+
+
+def openmp_works(cc: str) -> bool: return openmp_flags(cc) is not None
+
+
+cache("runtime.openmp_flags", openmp_flags)
 
 
 _warned_serial: set[str] = set()
@@ -183,19 +205,28 @@ def serial_flags(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
   if cc not in _warned_serial:
     _warned_serial.add(cc)
     warnings.warn(f"uopc: {cc} cannot build with {OPENMP_FLAG} (no OpenMP runtime: for clang install libomp, e.g. "
-                  f"`apt install libomp-dev` or `brew install libomp`); kernels are compiled without it and run on one "
-                  f"thread", RuntimeWarning, stacklevel=4)
+                  f"`apt install libomp-dev`, or on a Mac `brew install libomp`); kernels are compiled without it and "
+                  f"run on one thread", RuntimeWarning, stacklevel=4)
   return tuple(f for f in flags if f != OPENMP_FLAG)
+
+
+def with_openmp(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
+  """flags with -fopenmp replaced by what gives cc OpenMP (openmp_flags), or removed where nothing does."""
+  omp = openmp_flags(cc)
+  if omp is None: return serial_flags(flags, cc)
+  return tuple(g for f in flags for g in (omp if f == OPENMP_FLAG else (f,)))
 
 
 def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], Path, bool]:
   """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
-  reuses a path this process already loaded), and whether that entry is intact. A compiler without OpenMP gets the
-  flags without -fopenmp; a kernel whose OpenMP build is cached never asks."""
+  reuses a path this process already loaded), and whether that entry is intact. A compiler without -fopenmp gets
+  what gives it OpenMP (Apple's clang: Homebrew's libomp), or the flags without it; a kernel whose -fopenmp build is
+  cached never asks."""
   if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
+  flags = flags + workarounds(cc, flags, run_compiler)   # known wrong code of this compiler, checked by canaries
   path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
-  if ok or OPENMP_FLAG not in flags or openmp_works(cc): return flags, path, ok
-  flags = serial_flags(flags, cc)
+  if ok or OPENMP_FLAG not in flags or openmp_flags(cc) == (OPENMP_FLAG,): return flags, path, ok
+  flags = with_openmp(flags, cc)
   path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
   return flags, path, ok
 

@@ -3,21 +3,42 @@
 NVRTC is a library (pip: cuda-bindings + nvidia-cuda-nvrtc), so every kernel can be compiled and checked on a machine
 without a GPU; a launch there raises NoGPUError. Where the CUDA driver finds a GPU, the kernel is compiled for that
 GPU's architecture and launched through the driver API: host NumPy arrays are copied to device memory, and the ones
-the kernel writes are copied back.
+the kernel writes are copied back. Those packages have wheels for Linux and Windows only: on a Mac (or wherever they
+are missing) compiling raises NVRTCUnavailable, which names the machine and the packages.
 """
 from __future__ import annotations
 import functools
 import numpy as np
 from uopc.dtype import np_dtype
+from uopc.errors import DeviceUnavailable
 from uopc.signature import KernelSource
 from uopc.render_gpu import CUDA_PRELUDE
+from uopc.runtime.machine import platform_name
 from uopc.runtime.toolchain import CompileError, numbered
 
 DEFAULT_ARCH = "sm_80"   # what kernels compile for when there is no GPU to ask
+PACKAGES = "cuda-bindings nvidia-cuda-nvrtc"
 
 
-class NoGPUError(RuntimeError):
+class NoGPUError(DeviceUnavailable):
   """A CUDA kernel was launched on a machine where the CUDA driver finds no GPU."""
+
+
+class NVRTCUnavailable(DeviceUnavailable):
+  """Device CUDA cannot compile here: NVRTC (the pip packages cuda-bindings and nvidia-cuda-nvrtc) is missing."""
+
+
+@functools.cache
+def nvrtc_unavailable() -> str | None:
+  """Why NVRTC cannot compile here (the machine, the packages to install, the error), or None where it can."""
+  try:
+    from cuda.bindings import nvrtc
+    _check(nvrtc.nvrtcVersion(), "nvrtcVersion")   # loads the NVRTC library itself, not only the bindings
+    return None
+  except Exception as e:   # no bindings (ModuleNotFoundError), no library (the bindings' own error)
+    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+  return (f"device CUDA cannot compile here ({platform_name()}): NVRTC is missing ({why}). pip install {PACKAGES} "
+          f"(make setup installs them on Linux and Windows; they have no macOS wheels)")
 
 
 def _check(result, what: str):
@@ -51,7 +72,9 @@ def no_gpu_reason() -> str:
 
 
 def nvrtc_compile(src: str, name: str, arch: str = DEFAULT_ARCH) -> bytes:
-  """CUDA C -> a cubin for arch (sm_80, sm_90, ...), with NVRTC. Raises CompileError with NVRTC's log."""
+  """CUDA C -> a cubin for arch (sm_80, sm_90, ...), with NVRTC. Raises CompileError with NVRTC's log, and
+  NVRTCUnavailable where NVRTC is missing."""
+  if why := nvrtc_unavailable(): raise NVRTCUnavailable(why)
   from cuda.bindings import nvrtc
   prog = _check(nvrtc.nvrtcCreateProgram(src.encode(), f"{name}.cu".encode(), 0, [], []), "nvrtcCreateProgram")
   try:

@@ -69,6 +69,16 @@ class Arch:
 ARCHES = {"x86_64": Arch(("-march=native",), ("-mprefer-vector-width",)),
           "aarch64": Arch(("-mcpu=native",), ())}
 HOST_ARCH = {"AMD64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+# the names README's install table and scripts/platform_check.py give a student's machine
+SYSTEM_NAMES = {"Darwin": "macOS", "Linux": "Linux", "Windows": "Windows"}
+ARCH_NAMES = {("macOS", "aarch64"): "arm64", "x86_64": "x86-64", "aarch64": "ARM64"}
+
+
+def platform_name(system: str | None = None, arch: str = HOST_ARCH) -> str:
+  """This machine as the install table names it: "Linux x86-64", "Linux ARM64", "macOS arm64", "macOS x86-64"."""
+  name = SYSTEM_NAMES.get(system or platform.system(), system or platform.system())
+  return f"{name} {ARCH_NAMES.get((name, arch), ARCH_NAMES.get(arch, arch))}"
+
 
 # the predefined macro of each feature a level may use -> its name in /proc/cpuinfo: a level whose macros name a
 # feature this CPU lacks builds code that would stop on an illegal instruction
@@ -79,7 +89,9 @@ CPU_FEATURES = {
              "__AVX512BW__": "avx512bw", "__AVX512CD__": "avx512cd", "__AVX512DQ__": "avx512dq",
              "__AVX512VL__": "avx512vl", "__AVX512VNNI__": "avx512_vnni", "__AVX512BF16__": "avx512_bf16",
              "__AVX512FP16__": "avx512_fp16", "__AVX512IFMA__": "avx512ifma", "__AVX512VBMI__": "avx512vbmi",
-             "__AVXVNNI__": "avx_vnni", "__AMX_TILE__": "amx_tile"},
+             "__AVXVNNI__": "avx_vnni", "__AMX_TILE__": "amx_tile",
+             # Xeon Phi's AVX-512 (-march=knl, knm), which no other CPU has
+             "__AVX512ER__": "avx512er", "__AVX512PF__": "avx512pf", "__AVX5124FMAPS__": "avx512_4fmaps"},
   "aarch64": {"__ARM_FEATURE_SVE": "sve", "__ARM_FEATURE_SVE2": "sve2", "__ARM_FEATURE_DOTPROD": "asimddp",
               "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC": "asimdhp", "__ARM_FEATURE_ATOMICS": "atomics",
               "__ARM_FEATURE_BF16_VECTOR_ARITHMETIC": "bf16", "__ARM_FEATURE_MATMUL_INT8": "i8mm"},
@@ -119,6 +131,8 @@ def target_for(cc: str, march: str, arch: str = HOST_ARCH, check: bool = True) -
   spec = ARCHES.get(arch)
   flags = (spec.named(march) if march else spec.native) if spec else (() if not march else (f"-march={march}",))
   macros = _macros(cc, flags)
+  if macros is None and not march and flags:   # a compiler that rejects its native flag (an older Apple clang and
+    flags, macros = (), _macros(cc, ())         # -mcpu=native): its own default target (on a Mac's arm64, the M1)
   if macros is None:
     if march: raise MarchError(f"UOPC_MARCH={march!r}: {cc} rejects {' '.join(flags)} (not a level or CPU it knows)")
     macros = ""   # a compiler that cannot say: the narrowest vectors

@@ -11,6 +11,8 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import shutil
+import subprocess
 
 # libgomp's idle threads spin for a while after each parallel loop (GOMP_SPINCOUNT, 300,000 by default) before they
 # sleep. On a machine shared with other busy processes that spinning takes the cores the next loop needs, and small
@@ -57,15 +59,29 @@ def set_malloc_policy(environ=os.environ) -> bool:
 
 
 _pinned: list = []   # the OpenMP runtime, loaded once and never unloaded
+# Homebrew's libomp on a Mac (keg-only, so on no search path): `brew --prefix libomp` answers, or its usual places on
+# Apple Silicon and on Intel. Apple's clang builds with it through -Xpreprocessor (uopc.runtime.build.libomp_flags).
+LIBOMP_PREFIXES = ("/opt/homebrew/opt/libomp", "/usr/local/opt/libomp")
+
+
+def libomp_prefixes() -> list[str]:
+  """The Homebrew libomp installations here (their prefix holds include/omp.h), `brew --prefix libomp`'s first."""
+  found = []
+  if brew := shutil.which("brew"):
+    try: found.append(subprocess.run([brew, "--prefix", "libomp"], capture_output=True, text=True, timeout=30)
+                      .stdout.strip())
+    except (OSError, subprocess.SubprocessError): pass
+  return [p for p in dict.fromkeys(found + list(LIBOMP_PREFIXES)) if p and os.path.isfile(f"{p}/include/omp.h")]
 
 
 def pin_openmp_runtime() -> None:
-  """Load libgomp once and never unload it (ctypes never calls dlclose). Without this, the process can crash at exit:
-  cffi unloads each kernel's object when it is collected, the last unload takes libgomp with it, and libgomp's idle
-  worker threads are left running unmapped code (NOTES 1)."""
+  """Load libgomp (or libomp) once and never unload it (ctypes never calls dlclose). Without this, the process can
+  crash at exit: cffi unloads each kernel's object when it is collected, the last unload takes libgomp with it, and
+  libgomp's idle worker threads are left running unmapped code (NOTES 1)."""
   if _pinned: return
-  for name in ("gomp", "omp"):
-    path = ctypes.util.find_library(name)
+  paths = [ctypes.util.find_library(name) for name in ("gomp", "omp")]
+  if platform.system() == "Darwin": paths += [f"{p}/lib/libomp.dylib" for p in libomp_prefixes()]
+  for path in paths:
     if path:
       try: _pinned.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)); return
       except OSError: pass

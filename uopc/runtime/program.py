@@ -22,7 +22,8 @@ from uopc.runtime.toolchain import CompileError, cache_dir, compiler, numbered
 # C parameter types a kernel may take, and what a caller must pass for each
 C_TO_NP = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64, "long long": np.int64,
            "int32_t": np.int32, "int64_t": np.int64, "_Float16": np.float16, "unsigned char": np.uint8,
-           "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32}
+           "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned int": np.uint32,
+           "unsigned long long": np.uint64}
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Program:
     full = src if src.lstrip().startswith("#") else PRELUDE + src
     signature = getattr(src, "signature", None)
     self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
+    self.param_names = tuple(p.name for p in signature.params) if signature is not None else ()   # data{slot}
     self.scalar_slots = tuple(k for k, a in enumerate(self.params) if not a.pointer)
     cc = compiler()
     t0 = time.perf_counter()
@@ -139,10 +141,25 @@ class Program:
       return int(arg)
     return float(arg)
 
+  def _count_error(self, got: int) -> TypeError:
+    """The wrong number of arguments, and why a rendered kernel has fewer parameters than its graph's slots: a buffer
+    its graph never loads or stores is not a parameter of its C function."""
+    if not self.params: return TypeError(f"{self.name} takes 0 arguments (it reads and writes no buffer: does its SINK "
+                                         f"store anything?), got {got}")
+    names = f" ({', '.join(self.param_names)})" if self.param_names else ""
+    slots = [int(n[4:]) for n in self.param_names if re.fullmatch(r"data\d+", n)]
+    gaps = sorted(set(range(max(slots, default=-1) + 1)) - set(slots))
+    why = ""
+    if gaps and got > len(self.params):
+      one = len(gaps) == 1
+      which, it = " and ".join(f"buffer {s}" for s in gaps), "it" if one else "them"
+      why = (f": {which} {'is' if one else 'are'} not read by this kernel, nor written (its graph has no load or store "
+             f"of {', '.join(f'data{s}' for s in gaps)}), so the C function has no parameter for {it}. "
+             f"Pass only the buffers it has, or find the load or store the graph lost")
+    return TypeError(f"{self.name} takes {len(self.params)} arguments{names}, got {got}{why}")
+
   def __call__(self, *args):
-    if len(args) != len(self.params):
-      none = " (it reads and writes no buffer: does its SINK store anything?)" if not self.params else ""
-      raise TypeError(f"{self.name} takes {len(self.params)} arguments{none}, got {len(args)}")
+    if len(args) != len(self.params): raise self._count_error(len(args))
     calls.call_kernel(self, [self._convert(k, a, p) for k, (a, p) in enumerate(zip(args, self.params))])
 
 

@@ -17,7 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 from uopc.helpers import cache
-from uopc.runtime.machine import compiler, target  # noqa: F401  (compiler: uopc.runtime exports it from here)
+from uopc.runtime.machine import ARCHES, HOST_ARCH, compiler, target  # noqa: F401  (compiler: uopc.runtime exports it)
 
 
 class CompileError(RuntimeError):
@@ -50,7 +50,9 @@ def compiler_version(cc: str) -> str:
 # Features; every distinct line counts (a big.LITTLE chip lists two kinds of core)
 CPUINFO_KEYS = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part",
                 "CPU revision", "cpu model", "isa", "uarch")
-SYSCTL_CPU = ("sysctl", "machdep.cpu", "hw.cpufamily", "hw.cpusubtype")   # macOS: no /proc/cpuinfo
+# macOS has no /proc/cpuinfo: sysctl names the CPU (machdep.cpu.brand_string: "Apple M2") and its features
+# (hw.optional.*: Intel's AVX levels, arm64's FEAT_* extensions)
+SYSCTL_CPU = ("sysctl", "machdep.cpu", "hw.cpufamily", "hw.cpusubtype", "hw.optional")
 
 
 def cpu_identity(cpuinfo: str) -> str:
@@ -63,21 +65,39 @@ def _run_quietly(cmd: list[str]) -> subprocess.CompletedProcess | None:
   except (OSError, subprocess.SubprocessError): return None
 
 
+def sysctl_cpu() -> str:
+  """The CPU as macOS's sysctl describes it, without counts of cores (those are not the CPU); '' without sysctl."""
+  r = _run_quietly(list(SYSCTL_CPU))
+  return "\n".join(line for line in r.stdout.splitlines() if "count" not in line) if r else ""
+
+
+def cpu_brand() -> str:
+  """The CPU's name: macOS's machdep.cpu.brand_string ("Apple M2"), elsewhere /proc/cpuinfo's model name; else ''."""
+  if platform.system() == "Darwin": m = re.search(r"^machdep\.cpu\.brand_string:\s*(.*)$", sysctl_cpu(), re.M)
+  else:
+    try: m = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError: m = None
+  return m.group(1).strip() if m else ""
+
+
 @functools.cache
 def machine_id() -> str:
-  """-march=native makes the object depend on the CPU, so the CPU is part of the cache key."""
-  try: cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
-  except OSError: cpu = ""
-  if not cpu and platform.system() == "Darwin" and (r := _run_quietly(list(SYSCTL_CPU))):
-    cpu = "\n".join(line for line in r.stdout.splitlines() if "count" not in line)   # core counts are not the CPU
+  """-march=native makes the object depend on the CPU, so the CPU is part of the cache key: /proc/cpuinfo's lines,
+  or on a Mac sysctl's."""
+  if platform.system() == "Darwin": cpu = sysctl_cpu()
+  else:
+    try: cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
+    except OSError: cpu = ""
   return f"{platform.machine()}|{platform.system()}|{cpu}"
 
 
 @functools.cache
 def native_target(cc: str) -> str:
-  """What -march=native means to this compiler on this CPU (the options its driver passes on: gcc's -m flags,
-  clang's -target-cpu/-target-feature), so that a CPU /proc/cpuinfo does not describe still gets its own entry."""
-  r = _run_quietly([cc, "-march=native", "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
+  """What the native flag (-march=native; -mcpu=native on ARM) means to this compiler on this CPU (the options its
+  driver passes on: gcc's -m flags, clang's -target-cpu/-target-feature), so that a CPU /proc/cpuinfo does not
+  describe still gets its own entry."""
+  native = ARCHES[HOST_ARCH].native if HOST_ARCH in ARCHES else ("-march=native",)
+  r = _run_quietly([cc, *native, "-###", "-x", "c", "-S", os.devnull, "-o", os.devnull])
   words = r.stderr.replace('"', " ").split() if r else []
   named = ("-target-cpu", "-target-feature", "--param")
   return " ".join(w for i, w in enumerate(words) if w.startswith("-m") or w in named or (i and words[i - 1] in named))

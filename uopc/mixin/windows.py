@@ -1,0 +1,231 @@
+"""Tensor methods over sliding windows: convolution (1-D, 2-D, 3-D, groups, stride, dilation, padding), transposed
+convolution, max and average pooling, and interpolation, as tinygrad builds them.
+
+No new kernel kind: a window is a view. `_pool` turns (..., i) into (..., o, k), element [o, k] being x[o*s + k*d],
+with movement ops only: the axis repeated (an EXPAND and a RESHAPE), cut to k rows of i + d elements each (row k then
+starts d further along the repeated axis), then every s-th column kept (a RESHAPE and a SHRINK). The index algebra
+(uopc.symbolic) folds the repeat's `% i` away, so the kernel reads x[o*s + k*d] directly. A convolution is that view
+times the weights, summed over (channels, window): one REDUCE, which the optimizer fuses and vectorizes like a matmul.
+"""
+from __future__ import annotations
+import math
+from typing import Sequence
+import numpy as np
+from uopc.dtype import dtypes
+from uopc.mixin.elementwise import Self
+from uopc.mixin.indexing import IndexingMixin
+from uopc.errors import UsageError
+
+
+def _tuple(v, n: int, what: str) -> tuple[int, ...]:
+  """An int (the same for every spatial axis) or one per axis."""
+  t = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
+  if len(t) != n or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in t):
+    raise UsageError(f"{what} must be an int or {n} ints, got {v!r}")
+  return tuple(int(a) for a in t)
+
+
+def _ceil(a: int, b: int) -> int: return -(-a // b)
+
+
+class WindowMixin(IndexingMixin):
+  def _pool(self, k_: Sequence[int], stride=1, dilation=1) -> Self:
+    """(..., *i) -> (..., *o, *k): the windows of the last len(k_) axes, [*o, *k] = x[o*s + k*d] per axis."""
+    n = len(k_)
+    if self.ndim < n: raise UsageError(f"a window of {n} axes over a tensor of shape {self.shape}")
+    s_, d_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise UsageError(f"stride {s_} and dilation {d_} must be >= 1")
+    noop, i_ = [None] * (self.ndim - n), self.shape[-n:]
+    if any(d * (k - 1) + 1 > i for k, d, i in zip(k_, d_, i_)):
+      raise UsageError(f"a window of {tuple(k_)} (dilation {d_}) is larger than the input's {i_}")
+    o_ = [_ceil(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
+    if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):   # overlapping windows: the repeat
+      f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, k_)]   # room to cut the stride
+      x = self.repeat([1] * len(noop) + [_ceil(k * (i * f + d), i) for k, i, d, f in zip(k_, i_, d_, f_)])
+      x = x.shrink(noop + [(0, k * (i * f + d)) for k, i, d, f in zip(k_, i_, d_, f_)])
+      x = x.reshape(*[s for s in self.shape[:-n]], *[a for k, i, d, f in zip(k_, i_, d_, f_) for a in (k, i * f + d)])
+      x = x.shrink(noop + [p for k, o, s in zip(k_, o_, s_) for p in ((0, k), (0, o * s))])
+      x = x.reshape(*self.shape[:-n], *[a for k, o, s in zip(k_, o_, s_) for a in (k, o, s)])
+      x = x.shrink(noop + [p for k, o in zip(k_, o_) for p in ((0, k), (0, o), (0, 1))])
+      x = x.reshape(*self.shape[:-n], *[a for k, o in zip(k_, o_) for a in (k, o)])
+      m = len(noop)
+      return x.permute(*range(m), *[m + 2 * j + 1 for j in range(n)], *[m + 2 * j for j in range(n)])
+    # windows that do not overlap (k <= s): a pad to whole strides and a reshape, no repeat
+    x = self.pad(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)])
+    x = x.shrink(noop + [(0, o * s) for o, s in zip(o_, s_)])
+    x = x.reshape(*self.shape[:-n], *[a for o, s in zip(o_, s_) for a in (o, s)])
+    x = x.shrink(noop + [p for o, k in zip(o_, k_) for p in ((0, o), (0, k))])
+    m = len(noop)
+    return x.permute(*range(m), *[m + 2 * j for j in range(n)], *[m + 2 * j + 1 for j in range(n)])
+
+  def _spatial_pads(self, padding, k_: Sequence[int], dilation, stride, what: str) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis: PyTorch's int, one int per axis, pairs per axis, "valid" or "same"."""
+    n = len(k_)
+    if padding == "valid": return [(0, 0)] * n
+    if padding == "same":
+      if any(s != 1 for s in _tuple(stride, n, "stride")):
+        raise UsageError(f"{what}: padding='same' needs stride 1, as in PyTorch")
+      total = [d * (k - 1) for d, k in zip(_tuple(dilation, n, "dilation"), k_)]
+      return [(t // 2, t - t // 2) for t in total]
+    if isinstance(padding, str): raise UsageError(f"{what}: padding must be an int, a tuple, 'valid' or 'same'")
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 2 * n and n > 1 or \
+       not isinstance(padding, (int, np.integer)) and all(isinstance(p, (tuple, list)) for p in padding):
+      pairs = [tuple(p) for p in padding] if all(isinstance(p, (tuple, list)) for p in padding) else \
+        [tuple(padding[k:k + 2]) for k in range(0, 2 * n, 2)][::-1]   # tinygrad's flat form: last axis first
+      return [(int(a), int(b)) for a, b in pairs]
+    return [(p, p) for p in _tuple(padding, n, f"{what}: padding")]
+
+  # ---- convolution ----
+  def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride=1, dilation=1, padding=0,
+             dtype=None) -> Self:
+    """PyTorch's convolution over the last len(weight.shape) - 2 axes (conv1d, conv2d and conv3d are this one):
+    self (N, C_in, *spatial), weight (C_out, C_in / groups, *kernel), bias (C_out,). Cross-correlation, as PyTorch's
+    (the kernel is not flipped). (N, C_out, *out) with out = (i + pads - dilation (k - 1) - 1) // stride + 1."""
+    if self.ndim != weight.ndim or self.ndim < 3:
+      raise UsageError(f"conv: input {self.shape} and weight {weight.shape} need the same number of axes, at least 3 "
+                       "((N, C, *spatial) and (C_out, C_in / groups, *kernel))")
+    (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    if groups < 1 or cout % groups or groups * cin != cin_:
+      raise UsageError(f"conv: input {self.shape} has {cin_} channels, weight {weight.shape} takes {cin} per group "
+                       f"with groups={groups} (need C_in == groups * weight.shape[1], C_out divisible by groups)")
+    pads = self._spatial_pads(padding, HW, dilation, stride, "conv")
+    x = self.pad([None, None, *pads])._pool(HW, stride, dilation)              # (bs, groups*cin, *o, *HW)
+    rcout, oyx = cout // groups, x.shape[2:-len(HW)]
+    n = len(oyx)
+    x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
+    x = x.permute(0, 1, 3, *[4 + i for i in range(n)], 2, *[4 + n + i for i in range(len(HW))])
+    # (bs, cout, *o, cin, *HW) times the weights, summed over (cin, *HW): the REDUCE is (bs, cout, *o) itself (a
+    # RESHAPE after it would be a copy kernel of its own)
+    x = x.reshape(bs, cout, *oyx, cin, *HW)
+    w = weight.reshape(1, cout, *[1] * n, cin, *HW)
+    out = (x * w).sum(tuple(-1 - i for i in range(1 + len(HW))), dtype=dtype)
+    return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
+  conv1d = conv3d = conv2d
+
+  def conv_transpose2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride=1, dilation=1,
+                       padding=0, output_padding=0) -> Self:
+    """PyTorch's transposed convolution (conv_transpose1d/2d/3d): weight (C_in, C_out / groups, *kernel). The input
+    spread out by the stride (zeros between), then a convolution with the flipped, transposed kernel."""
+    HW = weight.shape[2:]
+    n = len(HW)
+    if self.ndim != n + 2: raise UsageError(f"conv_transpose: input {self.shape} for weight {weight.shape}")
+    if weight.shape[0] != self.shape[1] or weight.shape[0] % groups:
+      raise UsageError(f"conv_transpose: input {self.shape} has {self.shape[1]} channels, weight {weight.shape} "
+                       f"takes {weight.shape[0]} (groups={groups})")
+    w = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:]).transpose(1, 2)
+    w = w.flip(tuple(range(3, w.ndim)))
+    d_, s_, op_ = _tuple(dilation, n, "dilation"), _tuple(stride, n, "stride"), _tuple(output_padding, n,
+                                                                                         "output_padding")
+    pads = self._spatial_pads(padding, HW, dilation, 1, "conv_transpose")
+    x = self
+    if any(s > 1 for s in s_):   # (k) -> (k, 1) -> pad to (k, s) -> (k*s) -> cut the last s - 1
+      x = x.reshape(*x.shape[:2], *[a for k in x.shape[2:] for a in (k, 1)])
+      x = x.pad([None, None, *[p for s in s_ for p in (None, (0, s - 1))]])
+      x = x.reshape(*x.shape[:2], *[k * s for k, s in zip(x.shape[2::2], s_)])
+      x = x.shrink([None, None, *[(0, k - (s - 1)) for k, s in zip(x.shape[2:], s_)]])
+    conv_pads = [((k - 1) * d - pb, (k - 1) * d - pa + op) for k, d, (pb, pa), op in zip(HW, d_, pads, op_)]
+    x = x.pad([None, None, *conv_pads])   # a negative size cuts
+    return x.conv2d(w.reshape(-1, *w.shape[2:]), bias=bias, groups=groups, dilation=dilation)
+  conv_transpose1d = conv_transpose3d = conv_transpose2d
+
+  # ---- pooling ----
+  def _pool_pads(self, k_, stride, padding, dilation, ceil_mode: bool) -> tuple[list, tuple]:
+    n = len(k_)
+    s_ = k_ if stride is None else _tuple(stride, n, "stride")
+    d_ = _tuple(dilation, n, "dilation")
+    pads = self._spatial_pads(padding, k_, d_, s_, "pool")
+    if any(max(p) > k // 2 for p, k in zip(pads, k_)):
+      raise UsageError(f"pool: padding {pads} should be at most half the kernel {tuple(k_)}, as in PyTorch")
+    if ceil_mode:   # one more window where the input leaves a partial one (it must start inside input or left pad)
+      i_ = self.shape[-n:]
+      for j, (i, k, s, d, (pb, pa)) in enumerate(zip(i_, k_, s_, d_, pads)):
+        span = i + pb + pa - d * (k - 1) - 1
+        o = _ceil(span, s) + 1
+        if (o - 1) * s >= i + pb: o -= 1
+        pads[j] = (pb, max(pa, (o - 1) * s + d * (k - 1) + 1 - i - pb))
+    return pads, s_
+
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
+                 return_indices: bool = False):
+    """PyTorch's max pooling over the last len(kernel_size) axes (an int kernel_size: two axes, as max_pool2d);
+    stride defaults to the kernel. return_indices: also the flat index of each max in its input plane."""
+    k_ = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, (int, np.integer)) else tuple(kernel_size)
+    pads, s_ = self._pool_pads(k_, stride, padding, dilation, ceil_mode)
+    lowest = -math.inf if self.dtype.is_float else self.dtype.min
+    x = self.pad([None] * (self.ndim - len(k_)) + pads, value=lowest)
+    win = x._pool(k_, s_, dilation)
+    out = win.max(tuple(range(-len(k_), 0)))
+    if not return_indices: return out
+    # each window's first maximum, as an index into the unpadded plane
+    T, n = type(self), len(k_)
+    plane = T(np.arange(math.prod(self.shape[-n:]), dtype=np.int32).reshape(self.shape[-n:]))
+    idx = plane.pad(pads, value=-1)._pool(k_, s_, dilation)
+    flat_win = win.reshape(*win.shape[:-n], -1)
+    first = flat_win.argmax(-1)
+    idx = idx.reshape(*idx.shape[:-n], -1).expand(*flat_win.shape)
+    return out, idx.gather(-1, first.unsqueeze(-1)).squeeze(-1).cast(dtypes.i64)
+  def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    return self.max_pool2d((kernel_size,) if isinstance(kernel_size, (int, np.integer)) else kernel_size, stride,
+                           dilation, padding, ceil_mode, return_indices)
+  def max_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    return self.max_pool2d(_tuple(kernel_size, 3, "kernel_size"), stride, dilation, padding, ceil_mode,
+                           return_indices)
+
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> Self:
+    """PyTorch's average pooling: the mean of each window, padding counted as zeros (count_include_pad) or not; a
+    window that ceil_mode adds past the padding counts only what it covers."""
+    k_ = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, (int, np.integer)) else tuple(kernel_size)
+    n = len(k_)
+    pads, s_ = self._pool_pads(k_, stride, padding, dilation, ceil_mode)
+    plain, _ = self._pool_pads(k_, stride, padding, dilation, False)
+    axes = tuple(range(-n, 0))
+    x = self if self.dtype.is_float else self.float()
+    total = x.pad([None] * (self.ndim - n) + pads)._pool(k_, s_, dilation).sum(axes)
+    T = type(self)
+    if count_include_pad:   # the padded plane counts, the part ceil_mode adds beyond it does not
+      padded = tuple(i + a + b for i, (a, b) in zip(self.shape[-n:], plain))
+      counted = T.full(padded, 1.0, x.dtype).pad([(pb - qb, pa - qa) for (pb, pa), (qb, qa) in zip(pads, plain)])
+    else: counted = T.full(self.shape[-n:], 1.0, x.dtype).pad(pads)
+    return total / counted._pool(k_, s_, dilation).sum(axes)
+  def avg_pool1d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Self:
+    return self.avg_pool2d((kernel_size,) if isinstance(kernel_size, (int, np.integer)) else kernel_size, stride, 1,
+                           padding, ceil_mode, count_include_pad)
+  def avg_pool3d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Self:
+    return self.avg_pool2d(_tuple(kernel_size, 3, "kernel_size"), stride, 1, padding, ceil_mode, count_include_pad)
+
+  # ---- interpolation ----
+  def interpolate(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None) -> Self:
+    """PyTorch's F.interpolate over the axes after (N, C): "nearest", "nearest-exact", or "linear" / "bilinear" /
+    "trilinear" (the same rule on each axis in turn), with align_corners. The source positions and weights are
+    computed here in NumPy (they depend on the sizes only); each axis is then a select and a blend."""
+    n = self.ndim - 2
+    if n < 1: raise UsageError(f"interpolate: needs (N, C, *spatial), got shape {self.shape}")
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic", "area"):
+      raise UsageError(f"interpolate: unknown mode {mode!r}")
+    if mode in ("bicubic", "area"): raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented")
+    linear = mode in ("linear", "bilinear", "trilinear")
+    if align_corners is not None and not linear:
+      raise UsageError("interpolate: align_corners goes with the linear modes only, as in PyTorch")
+    ins = self.shape[2:]
+    if (size is None) == (scale_factor is None): raise UsageError("interpolate: give size or scale_factor, one of them")
+    if size is not None: outs, scales = _tuple(size, n, "size"), [i / o for i, o in zip(ins, _tuple(size, n, "size"))]
+    else:
+      f = (scale_factor,) * n if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+      outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, f)), [1 / s for s in f]
+    x = self if self.dtype.is_float else self.float()
+    T = type(self)
+    f = np.float64 if x.dtype is dtypes.f64 else np.float32   # positions in the input's precision, as PyTorch's
+    for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):
+      axis, dst = 2 + j, np.arange(o, dtype=f)
+      if not linear:
+        src = np.floor((dst + 0.5) * f(sc)) if mode == "nearest-exact" else np.floor(dst * f(sc))
+        x = x._take(axis, T(np.minimum(src, i - 1).astype(np.int32)))
+        continue
+      if align_corners: src = dst * f((i - 1) / (o - 1) if o > 1 else 0)
+      else: src = np.maximum((dst + 0.5) * f(sc) - 0.5, 0)
+      lo = np.minimum(np.floor(src), i - 1).astype(np.int32)
+      hi = np.minimum(lo + 1, i - 1).astype(np.int32)
+      w = T((src - lo).astype(f)).cast(x.dtype).reshape(o, *[1] * (n - 1 - j))
+      x = x._take(axis, T(lo)) * (1 - w) + x._take(axis, T(hi)) * w
+    return x

@@ -1,0 +1,137 @@
+"""Chapters that use a device run to the end on a machine without it: a cell that needs one says so on its first line.
+
+  %%needs CL          the cell runs where device CL can (uopc.runtime.cl); elsewhere it prints why, then the output
+                      the cell stored in its notebook (made on a machine that has the device), and the notebook goes on
+  %%needs CUDA        NVRTC compiles CUDA C (uopc.runtime.cuda: cuda-bindings and nvidia-cuda-nvrtc)
+  %%needs GPU         a CUDA GPU to launch on
+  %%needs Oclgrind    the race checker of chapter 13
+  %%needs CL CUDA     all of those named
+
+A cell that defines what later cells use (a function, a variable) must not need a device: where the device is missing
+the cell does not run, and a later cell would find the name missing. uopc registers the magic when it is imported
+inside IPython (uopc/__init__.py); `%load_ext uopc.notebook` does it by hand.
+"""
+from __future__ import annotations
+import ast
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("chapters", "solutions", "assignments")   # where a cell's stored output is looked up, after the cwd
+
+
+def _cl() -> str | None:
+  from uopc.runtime.cl import cl_unavailable
+  return cl_unavailable()
+
+
+def _cuda() -> str | None:
+  from uopc.runtime.cuda import nvrtc_unavailable
+  return nvrtc_unavailable()
+
+
+def _gpu() -> str | None:
+  from uopc.runtime.cuda import no_gpu_reason
+  return no_gpu_reason() or None
+
+
+def _oclgrind() -> str | None:
+  from uopc.runtime.cl import oclgrind_unavailable
+  return oclgrind_unavailable()
+
+
+# what a cell may need -> why this machine lacks it (None: it has it)
+NEEDS: dict[str, Callable[[], str | None]] = {"CL": _cl, "CUDA": _cuda, "GPU": _gpu, "Oclgrind": _oclgrind}
+
+
+def missing(names: list[str]) -> list[tuple[str, str]]:
+  """(name, why) for each of names this machine lacks."""
+  unknown = [n for n in names if n not in NEEDS]
+  if unknown or not names:
+    raise ValueError(f"%%needs takes one or more of {', '.join(NEEDS)}; got {' '.join(names) or 'nothing'}")
+  return [(n, why) for n in names if (why := NEEDS[n]())]
+
+
+# ---- the output a cell stored ----
+_parsed: dict[Path, tuple[float, dict[str, list]]] = {}   # notebook -> (mtime, {code cell source: its outputs})
+
+
+def _cells(path: Path) -> dict[str, list]:
+  mtime = path.stat().st_mtime
+  if path not in _parsed or _parsed[path][0] != mtime:
+    nb = json.loads(path.read_text())
+    text = lambda s: "".join(s) if isinstance(s, list) else s
+    _parsed[path] = (mtime, {text(c["source"]).strip(): c.get("outputs", []) for c in nb.get("cells", [])
+                             if c.get("cell_type") == "code"})
+  return _parsed[path][1]
+
+
+def stored_outputs(source: str, folders: list[Path] | None = None) -> tuple[Path, list] | None:
+  """(notebook, outputs) of the first code cell with this source that has stored outputs: in the notebooks of the
+  working folder, then of the book's chapters/, solutions/ and assignments/."""
+  folders = folders if folders is not None else [Path.cwd(), *(ROOT / f for f in FOLDERS)]
+  for folder in folders:
+    for path in sorted(folder.glob("*.ipynb")):
+      try: outputs = _cells(path).get(source.strip())
+      except (OSError, ValueError): continue   # unreadable, or not a notebook: look further
+      if outputs: return path, outputs
+  return None
+
+
+def show(outputs: list) -> None:
+  """Outputs as a notebook stored them: streams printed, displays (text, images) displayed."""
+  from IPython.display import display
+  for o in outputs:
+    kind = o.get("output_type")
+    if kind == "stream":
+      text = o.get("text", "")
+      print("".join(text) if isinstance(text, list) else text, end="", file=sys.stderr if o.get("name") == "stderr"
+            else sys.stdout)
+    elif kind in ("display_data", "execute_result"):   # a notebook file splits text into lines: join them again
+      data = {k: "".join(v) if isinstance(v, list) else v for k, v in o.get("data", {}).items()}
+      display(data, raw=True, metadata=o.get("metadata", {}))
+
+
+# ---- the magic ----
+def run_cell_body(cell: str, shell=None):
+  """Run the cell's code in the notebook's namespace as IPython would: the value of a last expression is returned
+  (and so displayed) unless a semicolon ends it."""
+  from IPython import get_ipython
+  shell = shell or get_ipython()
+  code = shell.transform_cell(cell)
+  tree = ast.parse(code)
+  last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+  quiet = code.rstrip().endswith(";")
+  try: filename = shell.compile.cache(code)   # tracebacks then show the cell's lines
+  except Exception: filename = "<cell>"
+  exec(compile(tree, filename, "exec"), shell.user_ns)
+  if last is not None:
+    value = eval(compile(ast.Expression(last.value), filename, "eval"), shell.user_ns)
+    return None if quiet else value
+
+
+def needs(line: str, cell: str):
+  """%%needs NAME...: run the cell where this machine has every device named; else say why and show what it stored."""
+  names = line.split()
+  absent = missing(names)
+  if not absent: return run_cell_body(cell)
+  for name, why in absent: print(f"[{name} is not available here: {why}]")
+  found = stored_outputs(f"%%needs {line}\n{cell}")
+  if found is None: print("[so this cell did not run; no output of it is stored to show instead]"); return None
+  print(f"[so this cell did not run; the output stored in {found[0].name} follows]")
+  show(found[1])
+
+
+def load_ipython_extension(shell) -> None:
+  shell.register_magic_function(needs, "cell", "needs")
+
+
+def register() -> None:
+  """Make %%needs available in the running IPython (uopc/__init__.py calls this when IPython is loaded)."""
+  try:
+    from IPython import get_ipython
+    shell = get_ipython()
+  except ImportError: return
+  if shell is not None and "needs" not in shell.magics_manager.magics["cell"]: load_ipython_extension(shell)
