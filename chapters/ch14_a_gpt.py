@@ -599,10 +599,11 @@ print(f"kernel time per step (CPU, best of 5 per kernel): staged {s * 1e3:.1f} m
 #
 # ## 14.7 Against PyTorch
 #
-# `python -m uopc.bench gpt` runs this chapter's step in uopc and, when it is importable, in PyTorch eager on the
-# CPU with the same weights, batches and thread count, and prints the ratio and uopc's split into graph building,
-# scheduling and kernels, with and without the captured step. It runs uopc with `VectorOpt` (chapter 10's vector
-# matmuls; `--opt default` gives this chapter's optimizer). PyTorch is not a dependency of this repository.
+# `python -m uopc.bench gpt` runs this chapter's step in uopc and, when it is importable, in PyTorch eager (and
+# `torch.compile`, section 14.9) on the CPU with the same weights, batches and thread count, and prints the ratios
+# and uopc's split into graph building, scheduling and kernels, with and without the captured step. It runs uopc
+# with `VectorOpt` (chapter 10's vector matmuls; `--opt default` gives this chapter's optimizer). PyTorch is not a
+# dependency of this repository.
 # NOTES 15 records three earlier runs, in which PyTorch's step was 8 to 9 times faster than uopc's step built every
 # time and, in the two runs made once a step could be captured, 3 to 4 times faster than the replayed step: what
 # was left after replay was uopc's kernels, many small ones where PyTorch calls a tuned GEMM. NOTES 26
@@ -670,6 +671,89 @@ else:
 # fixed batches) and, with the twin, the largest difference between the two training losses over the first 10
 # steps, where both compute the same float32 arithmetic on the same data; later the curves drift apart by
 # rounding, and their validation losses are then compared, not their steps.
+#
+# ## 14.9 The step as one program
+#
+# A replayed step still makes one call from Python per kernel, and on the CPU each kernel's `#pragma omp parallel
+# for` is a parallel region of its own: OpenMP wakes its sleeping workers at the start and puts them back to sleep
+# at the end (they sleep because uopc asks for the passive wait policy, NOTES 20). A kernel of a few microseconds
+# pays that every time. A **graph executor** takes the captured list of kernels and runs it as one unit: tinygrad's
+# TinyJit hands it to a device "graph", CUDA Graphs launch a recorded list of kernels with one call. uopc's CPU form
+# is a **step program** (`uopc.render_step`): one C function that runs every kernel of the step inside *one*
+# parallel region. Each kernel's parallel loop becomes an orphaned `#pragma omp for nowait` (every thread takes its
+# part of the loop), a kernel too small to share runs whole on one thread inside `#pragma omp single nowait`, and a
+# barrier stands only where a kernel reads or overwrites what an earlier one since the last barrier wrote: the
+# kernels are put in *levels* of mutually independent calls. TinyJit builds it when it captures (one compile,
+# cached like any kernel) and a replay is one call. The kernels themselves are rendered again from their loop
+# programs with three words changed, and compute bit for bit what the kernels compute one by one.
+#
+# The training step of 14.5 was captured that way. What its program holds, and the first lines of its step function:
+
+# %%
+prog = train_step.graph.program.step
+print(f"{train_step.graph.kernels} kernels in one call: {prog.functions} distinct functions, {prog.shared} kernels "
+      f"shared among the threads, {prog.serial} run whole by one thread, {prog.copies} write-backs, "
+      f"{prog.barriers} barriers")
+print("\n".join(prog.outline[:8]))
+
+# %% [markdown]
+# Where the kernels could be fewer, they are: an optimizer step's new parameters and moments are elementwise
+# outputs that no other kernel of the step reads, so the kernelizer computes all of them in **one kernel**
+# (`uopc.codegen.siblings`; PyTorch's "fused" AdamW is the same idea): the parameters of one shape share one loop,
+# which reads each gradient once and computes $m$ and $v$ once for both their own store and the parameter's update.
+# `Options(siblings=False)` gives back a kernel per output (a fresh model and optimizer here: section 14.6 replaced
+# `model`):
+
+# %%
+from uopc.kernelize import make_plan
+
+model9 = GPT(cfg, seed=0)
+opt9 = configure_optimizer(model9, tc)
+roots = step_roots(model9, opt9, xb, yb, tc.grad_clip)
+for siblings in (False, True):
+  p = make_plan(roots, options=Tensor.options().replace(siblings=siblings))
+  print(f"siblings={siblings}: {len(p.kernels)} kernels")
+print([ln for ln in p.explain().splitlines() if "elementwise outputs" in ln][0])
+
+# %% [markdown]
+# What one program buys depends on the threads and on the machine: with one thread there is no worker to wake, and
+# what is saved is the Python of the calls; with two, the wake-ups. The cell below replays the same step both ways,
+# in turns (`JIT_GRAPH=0` keeps the kernel-by-kernel replay), and counts the times a thread of this process went to
+# sleep in a step (voluntary context switches: each one a wake-up later).
+
+# %% tags=["nbval-ignore-output"]
+import resource
+from uopc.helpers import Context, omp_threads
+
+
+def plain_step(xb: Tensor, yb: Tensor) -> Tensor:
+  _, loss = model9(xb, yb)
+  opt9.zero_grad(); loss.backward()
+  clip_grad_norm_(opt9.params, tc.grad_clip)
+  opt9.step(loss)
+  return loss
+
+
+replays = {0: TinyJit(plain_step), 1: TinyJit(plain_step)}   # JIT_GRAPH=0: kernel by kernel; 1: one program
+best, sleeps = {0: 1e9, 1: 1e9}, {0: [], 1: []}
+for k in range(15):
+  xb, yb = get_batch(train_ids, 16, cfg.block_size, batch_rng)
+  for graph, step_fn in replays.items():
+    with Context(JIT_GRAPH=graph):
+      r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+      step_fn(Tensor(xb), Tensor(yb)).item()
+      dt, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    if k >= 3: best[graph], _ = min(best[graph], dt), sleeps[graph].append(r1.ru_nvcsw - r0.ru_nvcsw)
+print(f"{omp_threads()} threads; the replayed step, best of 12: kernel by kernel {best[0] * 1e3:.2f} ms, "
+      f"one program {best[1] * 1e3:.2f} ms ({best[0] / best[1]:.2f}x); sleeps per step (median) "
+      f"{np.median(sleeps[0]):.0f} and {np.median(sleeps[1]):.0f}")
+
+# %% [markdown]
+# `python -m uopc.bench gpt --preset baby --threads 1 2` measures the same on nanoGPT's baby GPT against PyTorch
+# eager and `torch.compile` (PyTorch's compiler: its inductor fuses the model into a few large C++ kernels, and its
+# compile time, tens of seconds, is printed apart), with the step's kernel count, GFLOP/s, fraction of the FMA peak
+# and the scaling from one thread to two. NOTES 45 records where the baby step's time went before and after
+# (`notes/notes45_step_program.py`): per-kernel time, the calls' overhead, the regions', and the scaling.
 #
 # ## Pitfalls
 # - **Anything that changes every step must be a buffer.** A learning rate or a bias correction written as a Python

@@ -306,11 +306,19 @@ def test_gpu_dialects_refuse_vectors_by_name(renderer, axis):
   with pytest.raises(NotImplementedError, match=dialect): renderer.render(prog, "k")
 
 
-@pytest.mark.parametrize("fn, op", [(lambda a: a.log2(), "LOG2"), (lambda a: a.sqrt(), "SQRT"),
+@pytest.mark.parametrize("fn, op", [(lambda a: a.log2(), "LOG2"), (lambda a: a.cast(dtypes.f64.vec(W)).sqrt(), "SQRT"),
                                     (lambda a: a.cast(dtypes.f64.vec(W)).exp2(), "EXP2")])
 def test_c_renderer_refuses_vector_math_it_has_no_form_for(fn, op):
   with pytest.raises(NotImplementedError, match=rf"CRenderer: Ops.{op} on dtypes.f.*vec\(16\) has no vector form"):
     render_c(lanewise_ir(fn, [F32], 64, out_dtype=F32), "k")
+
+
+def test_a_vector_square_root_is_every_lane_s_square_root():
+  x = np.abs(rand(64, seed=3)) * 100
+  x[:4] = [0.0, np.inf, np.nan, -1.0]   # IEEE's: 0, inf, and NaN for NaN and below 0, as sqrtf
+  with np.errstate(invalid="ignore"): want = np.sqrt(x)
+  np.testing.assert_array_equal(run_lanewise(lambda a: a.sqrt(), x), want)   # correctly rounded: exactly NumPy's
+  assert "uopc_sqrt_f32x16" in render_c(lanewise_ir(lambda a: a.sqrt(), [F32], 64), "k")
 
 
 # ---- 6. the vector FlashAttention kernel ----

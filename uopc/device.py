@@ -8,6 +8,7 @@
 The kernelizer asks the options for the device's name and this registry for the device; it never imports a
 renderer or a runtime. A new backend is one more entry: DEVICES["CL"] = a function returning its Device. "CL"
 (OpenCL on PoCL, uopc.runtime.cl) and "CUDA" (NVRTC, launched where a GPU is: uopc.runtime.cuda) are two such entries.
+A device may also have a graph: a captured step's kernels as one program, replayed with one call (uopc.jit).
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -27,13 +28,21 @@ class Device:
   alloc: Callable[[DType, int], Any]
   copyin: Callable[[np.ndarray], Any]           # a flat, C-contiguous host array -> a buffer holding it
   copyout: Callable[[Any], np.ndarray]          # a buffer -> a flat host array
+  graph: Callable | None = None                 # (calls, buffers, renderer) -> a step program (uopc.jit), or None
 
 
 def _cpu() -> Device:
   from uopc.render_c import C
   from uopc.runtime import Program
   return Device("CPU", C, lambda src: Program(src, src.name), lambda dtype, n: np.empty(n, np_dtype(dtype)),
-                lambda a: a, lambda b: b)
+                lambda a: a, lambda b: b, _cpu_graph)
+
+
+def _cpu_graph(calls: list, nbufs: int, renderer):
+  """A captured step's kernels as one C function in one OpenMP region (uopc.render_step, uopc.runtime.graph)."""
+  from uopc.render_step import render_step
+  from uopc.runtime.graph import StepProgram
+  return StepProgram(render_step(calls, renderer), nbufs)
 
 
 def _host_alloc(dtype: DType, n: int) -> np.ndarray: return np.empty(n, np_dtype(dtype))
@@ -43,7 +52,9 @@ def _cl() -> Device:
   """OpenCL C on PoCL (uopc.runtime.cl); buffers stay host arrays, each program maps them for its launch."""
   from uopc.render_gpu import CL
   from uopc.runtime.cl import CLProgram
-  return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b)
+  from uopc.runtime.graph import CLGraph
+  graph = lambda calls, nbufs, renderer: CLGraph(calls, nbufs)   # the kernels' own programs, enqueued in one go
+  return Device("CL", CL, CLProgram, _host_alloc, lambda a: a, lambda b: b, graph)
 
 
 def _cuda() -> Device:

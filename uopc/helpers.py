@@ -59,6 +59,7 @@ DEBUG = ContextVar("DEBUG", 0)
 DEVICE = ContextVar("DEVICE", "CPU")   # where Tensors are realized unless they say otherwise (uopc.device)
 TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.codegen.tc): 1 f16 inputs, 2 f32 as tf32
 MARCH = ContextVar("UOPC_MARCH", "")   # the x86 level or CPU that CPU kernels are built for (uopc.runtime.machine)
+JIT_GRAPH = ContextVar("JIT_GRAPH", 1)   # a captured step replayed as one program (uopc.jit); 0: kernel by kernel
 
 
 @contextlib.contextmanager

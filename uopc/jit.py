@@ -24,14 +24,23 @@ new value cannot be replayed: pass it as a Tensor). A function that reads a valu
 another's capture runs its function plainly, so the outer capture records its realizes.
 A random seed made by uopc.rng.draw_seed (dropout's) is the one value built afresh: the capture notes it, and
 every replay first writes its generator's next draw into it, so each replay draws fresh random numbers.
+
+One program: where the device has a graph (Device.graph; the CPU's is uopc.render_step's step program), the capture
+becomes one program that runs every kernel of every realize in order, and the write-backs, and a replay is one call
+(JIT_GRAPH=0: kernel by kernel, as before). DEBUG=2 prints the step program's outline when it is made, and a line
+per replay.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
+import contextlib, time
 import numpy as np
 from uopc.capture import capturing, recording
+from uopc.device import get_device
 from uopc.dtype import np_dtype
+from uopc.helpers import JIT_GRAPH
 from uopc.kernelize import replay
+from uopc.render_step import Call, Copy
 from uopc.rng import refill_of
 from uopc.runtime.calls import call_kernel
 from uopc.tensor import Tensor
@@ -74,6 +83,81 @@ class Step:
     return outs
 
 
+class Graph:
+  """The captured steps as one program on their device: every buffer of every step numbered once (an argument, an
+  array the capture keeps, a plan's temporary, an output), the kernels and the write-backs in order. An output the
+  function returns is a fresh array at every replay; every other output is the graph's own, reused."""
+
+  def __init__(self, steps: list[Step], args: list[np.ndarray], returned: set[tuple[int, int]]):
+    options = steps[0].options
+    device = get_device(options.device)
+    self.ids: dict[int, int] = {}            # id(array) -> buffer, for the arrays that stay (keep, temporaries)
+    self.fixed: list[tuple[int, np.ndarray]] = []   # (buffer, array) bound once
+    self.arg_bufs: list[tuple[int, int]] = []       # (buffer, argument k) bound at every replay
+    self.fresh: list[tuple[int, int, int, np.dtype, int]] = []   # (buffer, step, output, dtype, size): every replay
+    self.results: list[list] = []            # per step, per output: its array (None: fresh at every replay)
+    self.plans = list({id(st.plan): st.plan for st in steps}.values())
+    self.n, calls = 0, []
+    arg_buf = {}
+    def buffer_of(a: np.ndarray) -> int:
+      for k, x in enumerate(args):
+        if a is x:
+          if k not in arg_buf: arg_buf[k] = self._new(); self.arg_bufs.append((arg_buf[k], k))
+          return arg_buf[k]
+      if id(a) not in self.ids: self.ids[id(a)] = self._new(); self.fixed.append((self.ids[id(a)], a))
+      return self.ids[id(a)]
+    out_bufs: list[list[int]] = []
+    for s, st in enumerate(steps):
+      plan = st.plan
+      ins = [buffer_of(args[x[1]]) if x[0] == "arg" else out_bufs[x[1]][x[2]] if x[0] == "out" else buffer_of(x[1])
+             for x in st.inputs]
+      temps = [buffer_of(a) for a in plan.temp_arrays]
+      outs, arrays = [], []
+      for i, o in enumerate(plan.outs):
+        if o[0] == "in": outs.append(ins[o[1]]); arrays.append(None)
+        elif o[0] == "out": outs.append(outs[o[1]]); arrays.append(arrays[o[1]])
+        elif (s, i) in returned:
+          outs.append(self._new()); arrays.append(None)
+          self.fresh.append((outs[-1], s, i, np_dtype(o[0]), o[1]))
+        else:
+          outs.append(buffer_of(np.empty(o[1], np_dtype(o[0])))); arrays.append(self.fixed[-1][1])
+      pick = {"in": ins, "temp": temps, "out": outs}
+      for k in plan.kernels:
+        writes = tuple(p.writes for p in k.src.signature.params)
+        # a small kernel (Kernel.threads = 1, NOTES 27) runs whole on one thread, by its own text: shared out, such a
+        # kernel summed in another order than its own build in one case found (NOTES 45)
+        calls.append(Call(k.ast, k.name, tuple(pick[kind][n] for kind, n in k.args), writes, k.threads == 1, k.prg))
+      for i, target in st.writes: calls.append(Copy(buffer_of(target), outs[i], target.nbytes))
+      out_bufs.append(outs)
+      self.results.append(arrays)
+    self.kernels = sum(isinstance(c, Call) for c in calls)
+    self.program = device.graph(calls, self.n, device.renderer.for_options(options))
+    for k, a in self.fixed: self.program.bind(k, a)
+    self.debug = options.debug
+    if self.debug >= 2:
+      print(f"step program: {self.program}\n  " + "\n  ".join(getattr(self.program.step, "outline", [])))
+
+  def _new(self) -> int:
+    self.n += 1
+    return self.n - 1
+
+  def run(self, args: list[np.ndarray]) -> list[list]:
+    """One replay: bind this call's arguments and fresh outputs, one call; the outputs of every step."""
+    prg = self.program
+    for k, a in self.arg_bufs: prg.bind(k, args[a])
+    results = [list(r) for r in self.results] if self.fresh else self.results
+    for k, s, i, dtype, n in self.fresh:
+      results[s][i] = np.empty(n, dtype)
+      prg.bind(k, results[s][i])
+    t = time.perf_counter()
+    with contextlib.ExitStack() as locks:   # the plans' temporaries are shared with every realize of those plans
+      for plan in self.plans: locks.enter_context(plan.lock)
+      prg()
+    if self.debug >= 2:
+      print(f"step program: {self.kernels} kernels in one call, {(time.perf_counter() - t) * 1e3:.3f} ms")
+    return results
+
+
 class JitError(RuntimeError):
   """A captured function was called in a way its capture cannot replay."""
 
@@ -85,10 +169,12 @@ class TinyJit:
     self.spec: list[tuple] | None = None     # (shape, dtype, device, first alias) of each Tensor argument, as captured
     self.consts: list[tuple] | None = None   # (position, value) of each other argument, as captured
     self.returns: Any = None                 # how to rebuild the result: ("out", step, i, shape, dtype) leaves
+    self.graph: Graph | None = None          # the capture as one program, where the device has a graph
 
   def reset(self) -> None:
     """Forget the capture: the next two calls run the function again."""
     self.calls, self.steps, self.spec, self.consts, self.returns, self.refills = 0, None, None, None, None, []
+    self.graph = None
 
   def __call__(self, *args):
     if recording() is not None: return self.fn(*args)   # inside another capture: that one records these realizes
@@ -116,7 +202,18 @@ class TinyJit:
     self.steps, self.spec, self.consts = self._resolve(rec, arrays), spec, consts
     self.returns = _structure(out, self._origin)
     del self._args
+    self.graph = self._graph(arrays)
     return out
+
+  def _graph(self, arrays: list[np.ndarray]) -> Graph | None:
+    """The capture as one program: where JIT_GRAPH is on, every realize ran on one device that has a graph, and each
+    kernel came from a loop program (Kernel.ast)."""
+    steps = self.steps
+    if not JIT_GRAPH or not steps or len({st.options.device for st in steps}) != 1: return None
+    if get_device(steps[0].options.device).graph is None: return None
+    if any(st.plan.temp_arrays is None or any(k.ast is None for k in st.plan.kernels) for st in steps): return None
+    returned = {(leaf[1], leaf[2]) for leaf in _leaves(self.returns) if leaf[0] == "out"}
+    return Graph(steps, arrays, returned)
 
   def _check(self, spec: list[tuple], consts: list[tuple]) -> None:
     """A JitError naming the first argument that differs from the capture."""
@@ -165,6 +262,7 @@ class TinyJit:
   def _replay(self, arg_arrays: list[np.ndarray]):
     results: list[list[np.ndarray]] = []
     for refill in self.refills: refill()     # each random seed once per replay, before any kernel reads it
+    if self.graph is not None: return _rebuild(self.returns, self.graph.run(arg_arrays), arg_arrays)
     for st in self.steps:
       arrays = [arg_arrays[s[1]] if s[0] == "arg" else results[s[1]][s[2]] if s[0] == "out" else s[1]
                 for s in st.inputs]
@@ -185,6 +283,13 @@ def _structure(out, origin) -> Any:
   if isinstance(out, Tensor): return origin(out)
   if isinstance(out, (tuple, list)): return type(out)(_structure(o, origin) for o in out)
   return None
+
+
+def _leaves(spec) -> list:
+  if spec is None: return []
+  if isinstance(spec, (tuple, list)) and (not spec or not isinstance(spec[0], str)):
+    return [x for s in spec for x in _leaves(s)]
+  return [spec]
 
 
 def _same(a, b) -> bool:

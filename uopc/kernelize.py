@@ -10,13 +10,13 @@ The pipeline, as make_plan runs it (each step is a function below with a docstri
   _materialize_points       where kernels are cut: roots, STAGEs, REDUCEs (unless fuse_reduce)
   online_fusion             softmax groups are not cut when online softmax is on (uopc.codegen.online)
   _homes                    each point's buffer: an output or a temporary
-  _make_kernel              per point: lower (opt.lower), render and compile on the options' device
+  _make_kernel              per point (or group of sibling outputs): lower, render and compile on the device
 """
 from __future__ import annotations
 import os, threading, time
 from dataclasses import dataclass, field
 import numpy as np
-from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, base_alloc, MOVEMENT
+from uopc.uop import UOp, Ops, ParamArg, Pat, graph_rewrite, substitute, MOVEMENT
 from uopc.dtype import DType, np_dtype
 from uopc.device import Device, get_device
 from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache, prod
@@ -128,9 +128,9 @@ def _make_plan(roots: list[UOp], options: Options) -> Plan:
   home, temps, outs = _homes(roots, points)
   device = get_device(options.device)
   points = [p for p in points if prod(p.shape)]   # an empty tensor is written by no kernel (its output has no data)
-  kernels = [_make_kernel(_kernel_body(p, points, home), home[p], opt, options, device) for p in points]
+  groups, kernels = _kernels(roots, points, home, opt, options, device)   # a kernel per point or sibling group
   _compile_all(kernels, device)   # the kernels' compiles run side by side
-  notes = _explain(roots, points, kernels, temps, asked, fuse_reduce, online.notes if online is not None else [])
+  notes = _explain(roots, groups, kernels, temps, asked, fuse_reduce, online.notes if online is not None else [])
   return Plan(kernels, temps, outs, notes=notes)
 
 
@@ -313,88 +313,59 @@ def _compile_all(kernels: list[Kernel], device: Device) -> list[Kernel]:
   return kernels
 
 
-def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp]) -> UOp:
-  """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape."""
+def _kernels(roots, points, home, opt, options: Options, device: Device) -> tuple[list[tuple[UOp, ...]], list[Kernel]]:
+  """The points as groups (uopc.codegen.siblings: elementwise outputs that no other kernel reads share one kernel;
+  Options.siblings), and each group's kernel."""
+  from uopc.codegen.siblings import sibling_groups
+  groups = sibling_groups(roots, points) if options.siblings else [(p,) for p in points]
+  return groups, [_make_kernel([_kernel_body(p, points, home, g) for p in g], [home[p] for p in g], opt, options,
+                               device) for g in groups]
+
+
+def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[UOp, ...] = ()) -> UOp:
+  """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape
+  (but the other points of its group, which its kernel computes at the same element: those are computed inline)."""
   body = p.src[0] if p.op is Ops.STAGE else p
-  return substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p})
+  return substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p and q not in group})
 
 
-def _make_kernel(body: UOp, out_buf: UOp, opt, options: Options, device: Device) -> Kernel:
-  """Number the kernel's buffers data0, data1, ... in order of first use, the output last; lower, render, compile."""
+def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, device: Device) -> Kernel:
+  """Number the kernel's buffers data0, data1, ... in order of first use, the outputs last; lower, render, compile.
+  Several bodies (sibling outputs, uopc.codegen.siblings): each lowered on its own, the loop programs merged."""
+  from uopc.codegen.siblings import merge
+  from uopc.explain import evaluations
   args, mapping = [], {}
-  for u in body.toposort():
+  for u in (x for body in bodies for x in body.toposort()):
     if u.op is Ops.BUFFER and u not in mapping:
       mapping[u] = UOp(Ops.BUFFER, (), ParamArg(len(args), u.dtype, u.arg.shape))
       args.append((u.arg.kind, u.arg.n))
-  local = substitute(body, mapping)
-  out = UOp(Ops.BUFFER, (), ParamArg(len(args), out_buf.dtype, out_buf.arg.shape))
-  args.append((out_buf.arg.kind, out_buf.arg.n))
-  ast = opt.lower(local, out) if opt is not None else lower(local, out, Ctx(options=options))
+  locals_, outs = [substitute(body, mapping) for body in bodies], []
+  for ob in out_bufs:
+    outs.append(UOp(Ops.BUFFER, (), ParamArg(len(args), ob.dtype, ob.arg.shape)))
+    args.append((ob.arg.kind, ob.arg.n))
+  asts = [opt.lower(lc, o) if opt is not None else lower(lc, o, Ctx(options=options)) for lc, o in zip(locals_, outs)]
+  ast, local = (asts[0], locals_[0]) if len(asts) == 1 else (merge(asts), None)
   # an input the simplified program never reads (a slice of padding) is not a parameter of the kernel
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
   args = [a for k, a in enumerate(args) if k in used]
-  r = device.renderer.for_options(options).render(ast, kernel_name(body))
-  kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, body)   # compiled by _compile_all
+  name = kernel_name(bodies[0]) + (f"_x{len(bodies)}" if len(bodies) > 1 else "")
+  r = device.renderer.for_options(options).render(ast, name)
+  kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, bodies[0])   # compiled by _compile_all
   if r.accesses + r.flops < options.one_thread_below: kernel.threads = 1
   accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
-  if accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
-    kernel.recompute = _evaluations(accs, r.acc_trips, local)
+  if local is not None and accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
+    kernel.recompute = evaluations(accs, r.acc_trips, local)
   return kernel
 
 
-# ---- explain() ----
+# ---- explain() (uopc.explain) ----
 def _stages(roots: list[UOp]) -> set[UOp]:
   return {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
 
 
-def _explain(roots, points, kernels, temps, asked, fuse_reduce: bool, online: list[str]) -> list[str]:
-  """One note per kernel (the rule that cut it, the reductions fused in it), online softmax's groups, the total."""
-  notes = [f"{k.name:<16s} {_why(p, roots, asked)}{_recompute_note(k)}" for p, k in zip(points, kernels)] + online
-  notes.append(f"{len(kernels)} kernels, temporaries {[n for _, n in temps]}")
-  if fuse_reduce: notes[-1] += " (fuse_reduce: REDUCEs are not cut)"
-  return notes
+def _explain(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: list[str]) -> list[str]:
+  from uopc.explain import explain_plan
+  return explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online, _fused_work)
 
-
-def _why(p: UOp, roots: list[UOp], asked: set[UOp]) -> str:
-  """The rule that made p a materialization point."""
-  if p in roots: return "root: an output of the graph"
-  if p.op is Ops.REDUCE: return f"REDUCE: {p.arg[0].name.lower()} over the last {p.arg[1]} axis(es), shape {p.shape}"
-  if p in asked: return "STAGE: asked for (contiguous())"
-  if p.arg == "panels": return "STAGE by the layout pass: repacked (a matmul's B as panels, uopc.codegen.gemm_vec)"
-  base = p.src[0]
-  while base.op in MOVEMENT: base = base.src[0]
-  if base.op is Ops.BUFFER:
-    from uopc.opt import last_axis_stride   # only this note needs the optimizer's measure
-    return f"STAGE by the layout pass: a reduce read it with stride {last_axis_stride(p.src[0])}, now 1"
-  factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
-  return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {_fused_work(p.src[0])} >= 4096"
-
-
-def _users(roots: list[UOp], p: UOp) -> list[UOp]:
-  """The EXPANDs whose source is p, through movement ops."""
-  out = []
-  for u in UOp(Ops.SINK, tuple(roots)).toposort():
-    if u.op is not Ops.EXPAND: continue
-    b = u.src[0]
-    while b.op in MOVEMENT and b is not p: b = b.src[0]
-    if b is p: out.append(u)
-  return out
-
-
-def _recompute_note(k: Kernel) -> str:
-  if not k.recompute: return ""
-  parts = [f"{u.arg[0].name.lower()}{list(u.shape)} x{n:g}" for u, n in k.recompute.items()]
-  return "\n" + " " * 17 + "fused reductions, evaluations per element: " + ", ".join(parts)
-
-
-def _evaluations(accs: tuple[tuple[UOp, UOp], ...], acc_trips: dict[int, int], local: UOp) -> dict[UOp, float]:
-  """For every REDUCE fused inside the kernel (not the one it computes, local): how many times each of its values is
-  computed (1 is no recompute). accs: (REDUCE, load of its accumulator) as lowered (rangeify.reduce_accumulators)."""
-  total: dict[UOp, int] = {}
-  for u, val in accs:
-    if u is local: continue
-    a = base_alloc(val.src[0].src[0])
-    if a is not None: total[u] = total.get(u, 0) + acc_trips.get(a.arg.slot, 0)
-  return {u: n / prod(u.shape) for u, n in total.items()}
 
 Plan._repr_html_ = Kernel._repr_html_ = viz_plan.html_of   # Jupyter draws a Plan's kernels, a Kernel's loops

@@ -160,15 +160,23 @@ class AdamW(Optimizer):
   def _updates(self):
     b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2                  # this step's b1^t and b2^t
     out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
+    scalars: dict = {}   # each step scalar computed once, by a kernel of its own (a 0-d STAGE): the update's kernel
+    def scalar(key, make):   # only loads them (uopc.codegen.siblings computes every parameter's update in one kernel)
+      if key not in scalars: scalars[key] = make().contiguous()
+      return scalars[key]
     for k, p in enumerate(self.params):
       if p.grad is None: continue
       g = p.grad.detach()
       m = self.m[k] * self.b1 + g * (1 - self.b1)
       v = self.v[k] * self.b2 + g * g * (1 - self.b2)
-      lr, c1, c2 = self._scalar(self._lr, p), self._scalar(1 - b1_t, p), self._scalar(1 - b2_t, p)
+      lr = self._scalar(self._lr, p)
+      # x / c is x * (1/c): the reciprocals are the step scalars, the same numbers as inside the division
+      r1 = scalar(("1/c1", p.dtype), lambda: self._scalar(1 - b1_t, p).recip())
+      r2 = scalar(("1/c2", p.dtype), lambda: self._scalar(1 - b2_t, p).recip())
       wd = self._setting(k, "weight_decay")
-      decayed = p.detach() * (1 - lr * wd) if wd else p.detach()                  # a group may not decay (wd 0)
-      new = decayed - lr * (m / c1) / ((v / c2).sqrt() + self.eps)
+      decay = scalar(("decay", p.dtype, wd), lambda: 1 - lr * wd) if wd else None
+      decayed = p.detach() * decay if wd else p.detach()                         # a group may not decay (wd 0)
+      new = decayed - lr * (m * r1) / ((v * r2).sqrt() + self.eps)
       out += [(self.m[k], m), (self.v[k], v), (p, new)]
     return out
 
@@ -180,7 +188,8 @@ def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) ->
   grads = [p for p in params if p.grad is not None]
   if not grads: raise RuntimeError("clip_grad_norm_: no parameter has a .grad; call backward()")
   total = sum((p.grad.detach() * p.grad.detach()).sum() for p in grads).sqrt()                  # ()
-  scale = (max_norm / (total + eps)).minimum(1.0)
+  # one kernel computes the scale (a 0-d STAGE), instead of every update kernel summing the norms again before its loop
+  scale = (max_norm / (total + eps)).minimum(1.0).contiguous()
   for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
   pending.add(total)   # realized with the step that overwrites the parameters it reads, as the .grads are
   return total

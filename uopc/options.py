@@ -29,6 +29,9 @@ class Options:
   # the level CPU kernels are built for (UOPC_MARCH, uopc.runtime.machine): realize fills it in, so a plan made for
   # x86-64-v3 is not reused for x86-64-v4; "" this CPU, None whatever UOPC_MARCH says when it is read
   march: str | None = None
+  # elementwise outputs of one realize that no other kernel reads are computed by one kernel (uopc.codegen.siblings:
+  # an optimizer step's new parameters and moments, PyTorch's fused AdamW); False: a kernel per output
+  siblings: bool = True
 
   def __post_init__(self):
     if self.lanes is not None and self.lanes not in (4, 8, 16):

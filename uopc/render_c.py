@@ -23,8 +23,13 @@ class CRenderer(CStyleRenderer):
 
   # vectors: GCC's vector extensions (uopc.codegen.vector); an op missing here is written as on scalars
   def vector_type(self, dtype: DType) -> str: return c_vector_name(dtype)
-  def vector_preamble(self, used: set[DType]) -> list[str]:
-    return c_typedefs(used, self.type, self.book_max) if used else []
+  def render(self, sink: UOp, name: str) -> Rendered:
+    # a vector square root needs its helper in the preamble, which is written before the walk sees the op
+    self.vector_sqrt = any(u.op is Ops.SQRT and u.dtype.count > 1 for u in sink.toposort())
+    return super().render(sink, name)
+  def vector_preamble(self, used: set[DType], sqrt: bool | None = None) -> list[str]:
+    sqrt = getattr(self, "vector_sqrt", False) if sqrt is None else sqrt
+    return c_typedefs(used, self.type, self.book_max, sqrt) if used else []
   def vectorize(self, u: UOp, srcs: list[str]) -> str:
     """Lanes of one vector in another order are a shuffle (gcc 12 and clang both have __builtin_shufflevector)."""
     v = u.src[0].src[0] if u.src[0].op is Ops.GEP else None
@@ -42,6 +47,7 @@ class CRenderer(CStyleRenderer):
     if op is Ops.MAX: return f"uopc_max_{t}({srcs[0]}, {srcs[1]})"
     if op is Ops.WHERE: return f"uopc_where_{t}({srcs[0]}, {srcs[1]}, {srcs[2]})"
     if op is Ops.EXP2 and dtype.scalar.itemsize == 4: return f"uopc_exp2_{t}({srcs[0]})"
+    if op is Ops.SQRT and dtype.scalar.itemsize == 4 and dtype.kind == "f": return f"uopc_sqrt_{t}({srcs[0]})"
     if op is Ops.CAST and dtype.kind == "b": return f"({srcs[0]} != 0)"   # to a mask: -1 where nonzero
     if op is Ops.CAST and u.src[0].dtype.scalar is dtypes.u8 and dtype.itemsize == 4:   # a bool mask's bytes
       return f"uopc_widen_u8x{dtype.count}({srcs[0]})"

@@ -3,7 +3,7 @@
   python -m uopc.bench gemm                 # uopc vs NumPy matmul, 256 ... 2048
   python -m uopc.bench peak                 # the roofline's two lines: FP32 FMA peak and memory bandwidth
   python -m uopc.bench attention            # unfused, fused, online (book) and NumPy (and PyTorch, if importable)
-  python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager (if importable)
+  python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager and torch.compile
   python -m uopc.bench gpt --preset baby    # nanoGPT's baby GPT: the step timed, then 2000 steps trained by both
   python -m uopc.bench conv                 # a small CNN's conv2d against PyTorch's, at 1 and 2 threads
 
@@ -250,14 +250,28 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--out", help="gpt --preset: write the loss curves (CSV, PNG) and a sample to this folder")
   ap.add_argument("--opt", choices=["vector", "default"], default="vector",
                   help="gpt: uopc's optimizer, VectorOpt (the default here) or DefaultOpt (the book's kernels)")
+  ap.add_argument("--threads", type=positive_int, nargs="+",
+                  help="gpt: run once per thread count (each its own process) and print each peer's scaling")
+  ap.add_argument("--no-torch-compile", action="store_true", help="gpt: leave torch.compile out (its compile is long)")
   args = ap.parse_args(argv)
   print(header(args.method, args.reps, args.rounds) if args.what in ("gemm", "attention") else header())
+  if args.what == "gpt" and args.threads:
+    import sys
+    from uopc.bench.gpt import scaling
+    rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "gpt"]
+    k = rest.index("--threads")
+    while k + 1 < len(rest) and rest[k + 1].isdigit(): rest.pop(k + 1)
+    rest.pop(k)
+    print("\n".join(scaling(args.threads, rest)))
+    return
   if args.what == "gpt":
     from uopc.bench.gpt import gpt
     from uopc.opt import DefaultOpt, VectorOpt
     opt = VectorOpt if args.opt == "vector" else DefaultOpt
-    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt, preset_name=args.preset or "chapter")),
-          flush=True)
+    peers = ("eager",) if args.no_torch_compile else ("eager", "compile")
+    fma = None if args.no_peak else (lambda: peak(3)["fma_gflops"])
+    print("\n".join(gpt(reps=max(args.reps, 10), layers=args.layers, opt=opt, preset_name=args.preset or "chapter",
+                         torch_peers=peers, fma_peak=fma)), flush=True)
     if args.preset and args.steps != 0:
       from uopc.bench.gpt_twin import twin
       from uopc.tensor import Tensor

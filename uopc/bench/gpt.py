@@ -1,8 +1,11 @@
-"""`python -m uopc.bench gpt [--preset chapter|baby]`: one training step of a preset's GPT (forward, backward,
-gradient clipping, AdamW on two parameter groups: uopc.nn.train's recipe) in uopc and, when importable, in PyTorch
-eager on the CPU with the same weights, batch and thread count; time per step, tokens/s and the ratio. Times are
-wall-clock best-of-k after warm-up steps, with the load average printed beside them. With --preset, the two also
-train side by side (uopc.bench.gpt_twin)."""
+"""`python -m uopc.bench gpt [--preset chapter|baby] [--threads 1 2]`: one training step of a preset's GPT (forward,
+backward, gradient clipping, AdamW on two parameter groups: uopc.nn.train's recipe) in uopc (built every step, and
+captured and replayed as one program) and, where torch imports, in PyTorch eager and torch.compile on the CPU (a
+process of their own: uopc.bench.gpt_torch) with the same weights, batches and thread count: time per step,
+tokens/s, GFLOP/s and the fraction of the FMA peak, the ratios the acceptance asks for, the step's kernel count.
+Times are wall-clock best-of-k after warm-up steps, peers in turns, with the load average printed beside them;
+torch.compile's first step (its compile) is timed apart. --threads runs it once per thread count and prints each
+peer's scaling. With --preset, uopc and PyTorch eager also train side by side (uopc.bench.gpt_twin)."""
 from __future__ import annotations
 import contextlib, math, os, time
 import numpy as np
@@ -10,6 +13,10 @@ import uopc.kernelize
 from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.nn import GPT, GPTConfig, LayerNorm
 from uopc.nn.train import TrainConfig, configure_optimizer, freeze_collector, preset
+from uopc.bench import gpt_torch
+from uopc.bench.gpt_torch import TorchPeers
+from uopc.helpers import omp_threads
+from uopc.runtime.process import set_by_uopc
 from uopc.jit import TinyJit
 from uopc.optim import AdamW, clip_grad_norm_
 from uopc.tensor import Tensor
@@ -32,101 +39,151 @@ def uopc_step(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray, clip: float 
   return _loss_step(model, opt, x, y, clip).item()
 
 
-def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int, tc: TrainConfig | None = None):
-  """The same GPT written with torch ops on a dict of leaf tensors (nanoGPT's forward), and its training step
-  with tc's recipe (uopc.nn.train): AdamW on the 2-D weights with decay and the rest without, gradient clipping.
-  step(x, y, lr=None) -> loss; forward(idx, targets) -> loss tensor."""
-  import torch
-  import torch.nn.functional as F
-  tc = tc or preset("chapter")[1]
-  torch.set_num_threads(threads)
-  P = {k: torch.tensor(v, requires_grad=True) for k, v in state.items()}
-  groups = [{"params": [p for p in P.values() if p.dim() >= 2], "weight_decay": tc.weight_decay},
-            {"params": [p for p in P.values() if p.dim() < 2], "weight_decay": 0.0}]
-  opt = torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas)
-  C, H = cfg.n_embd, cfg.n_head
-  def lin(x, p): return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
-  def ln(x, p): return F.layer_norm(x, (C,), P[p + ".weight"], P.get(p + ".bias"))
-  def forward(idx, targets):
-    B, T = idx.shape
-    x = P["wte.weight"][idx] + P["wpe.weight"][:T]
-    for i in range(cfg.n_layer):
-      p = f"blocks.{i}"
-      q, k, v = lin(ln(x, p + ".ln1"), p + ".attn.qkv").split(C, dim=-1)
-      q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-      y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-      x = x + lin(y, p + ".attn.proj")
-      x = x + lin(F.gelu(lin(ln(x, p + ".ln2"), p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
-    logits = ln(x, "ln_f") @ P["wte.weight"].T
-    return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
-  def step(x: np.ndarray, y: np.ndarray, lr: float | None = None) -> float:
-    if lr is not None:
-      for g in opt.param_groups: g["lr"] = lr
-    loss = forward(torch.from_numpy(x).long(), torch.from_numpy(y).long())
-    opt.zero_grad(); loss.backward()
-    if tc.grad_clip: torch.nn.utils.clip_grad_norm_(list(P.values()), tc.grad_clip)
-    opt.step()
-    return loss.item()
-  return step, forward
+def torch_peer(state: dict[str, np.ndarray], cfg: GPTConfig, threads: int, tc: TrainConfig | None = None,
+               compile_model: bool = False):
+  """uopc.bench.gpt_torch.torch_peer, with the chapter preset's recipe by default: (step, forward)."""
+  return gpt_torch.torch_peer(state, cfg, threads, tc or preset("chapter")[1], compile_model)
 
 
-def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None,
-        preset_name: str = "chapter") -> list[str]:
-  """Rows: uopc and torch (if importable) step time, tokens/s, and torch/uopc, for the preset's model and recipe.
-  `opt`: uopc's optimizer for the run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives
-  the kernels the book prints)."""
+def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None, preset_name: str = "chapter",
+        torch_peers: tuple[str, ...] = ("eager", "compile"), fma_peak=None) -> list[str]:
+  """Rows: each peer's step time, tokens/s, GFLOP/s and fraction of the FMA peak, for the preset's model and recipe:
+  uopc with the graph built every step, uopc captured and replayed (one program, uopc.jit), and where torch imports,
+  PyTorch eager and torch.compile (in a process of their own, uopc.bench.gpt_torch). `opt`: uopc's optimizer for the
+  run (default: VectorOpt, whose float32 matmuls are vector code; DefaultOpt gives the kernels the book prints).
+  fma_peak: a function measuring the FMA peak in GFLOP/s (uopc.bench's; None: no fraction-of-peak column)."""
   from uopc.opt import VectorOpt
   old, Tensor.opt = Tensor.opt, opt or VectorOpt
-  try: return _gpt(reps, warmup, layers, preset_name)
+  try: return _gpt(reps, warmup, layers, preset_name, torch_peers, fma_peak)
   finally: Tensor.opt = old
 
 
-def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str) -> list[str]:
+SETTLE_S = 0.05   # before each timed step: another peer's OpenMP workers (PyTorch's spin after each region) settle
+
+
+def _torch(state, batches, cfg, tc, threads: int, peers: tuple[str, ...]):
+  """The PyTorch worker started, or (None, {peer: why not}) where torch does not import."""
+  import importlib.util
+  if not peers: return None, {}
+  if importlib.util.find_spec("torch") is None:
+    return None, {p: "torch is not importable (optional peer: pip install torch)" for p in peers}
+  worker = TorchPeers(user_environment())
+  ready = worker.start(state, batches, cfg.to_dict(), tc.to_dict(), threads, list(peers))
+  return worker, ready
+
+
+def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_peers: tuple[str, ...],
+         fma_peak) -> list[str]:
   text = load_text()
   tok = CharTokenizer(text)
   train_ids, _ = split(tok.encode(text))
   cfg, tc = preset(preset_name, tok.vocab_size, **({"n_layer": layers} if layers else {}))
   batch = tc.batch
-  threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+  threads = omp_threads()
   model, jmodel = GPT(cfg, seed=0), GPT(cfg, seed=0)
   state = model.state_dict()
   opt, jopt = configure_optimizer(model, tc), configure_optimizer(jmodel, tc)
   rng = np.random.default_rng(0)
   batches = [get_batch(train_ids, batch, cfg.block_size, rng) for _ in range(warmup + reps)]
   jstep = TinyJit(lambda x, y: _loss_step(jmodel, jopt, x, y, tc.grad_clip))
-  peers = {"uopc": lambda x, y: uopc_step(model, opt, x, y, tc.grad_clip),
-           "uopc jit": lambda x, y: jstep(Tensor(x), Tensor(y)).item()}
+  peers = {"uopc": lambda n: uopc_step(model, opt, *batches[n], tc.grad_clip),
+           "uopc jit": lambda n: jstep(Tensor(batches[n][0]), Tensor(batches[n][1])).item()}
+  worker, why_not = _torch(state, batches, cfg, tc, threads, torch_peers)
+  env = user_environment()
+  notes, compile_s = [], {}
   try:
-    peers["torch"] = torch_peer(state, cfg, threads, tc)[0]
-  except ImportError: pass
-  t0 = time.perf_counter()
-  uopc_step(model, opt, *batches[0], tc.grad_clip)   # the cold plan: compiles
-  compile_s = time.perf_counter() - t0
-  freeze_collector()   # as Trainer does: the model, optimizer and plan leave the collector's generations (NOTES 37)
-  best = {k: math.inf for k in peers}
-  for n, (x, y) in enumerate(batches):   # peers in turn, on the same batches
-    for k, step in peers.items():
-      t = time.perf_counter(); step(x, y); dt = time.perf_counter() - t
-      if n >= warmup: best[k] = min(best[k], dt)
-  tokens = batch * cfg.block_size
-  rows = ["# peers            uopc: graph built every step; uopc jit: the step captured and replayed (uopc.jit)",
+    for p, why in why_not.items():
+      name = TORCH_NAMES[p]
+      if why is not None: notes.append(f"# {name:<16s} skipped: {why}"); continue
+      if p == "compile":   # its first step compiles: timed apart
+        try: compile_s[p] = worker.step(p, 0)[0]
+        except RuntimeError as e: notes.append(f"# {name:<16s} skipped: {e}"); continue
+      peers[name] = (lambda p: lambda n: worker.step(p, n)[0])(p)
+    t0 = time.perf_counter()
+    uopc_step(model, opt, *batches[0], tc.grad_clip)   # the cold plan: compiles
+    cold = time.perf_counter() - t0
+    freeze_collector()   # as Trainer does: the model, optimizer and plan leave the collector's generations (NOTES 37)
+    best = {k: math.inf for k in peers}
+    for n in range(len(batches)):   # peers in turns, on the same batches
+      for k, step in peers.items():
+        time.sleep(SETTLE_S)
+        t = time.perf_counter(); dt = step(n); dt = time.perf_counter() - t if k.startswith("uopc") else dt
+        if n >= warmup: best[k] = min(best[k], dt)
+  finally:
+    if worker is not None: worker.close()
+  fma = fma_peak() if fma_peak is not None else None
+  x, y = batches[-1]   # where uopc's step goes: building the graph in Python, normalize + plan lookup, the kernels
+  t = time.process_time(); roots = step_roots(model, opt, x, y, tc.grad_clip); build = time.process_time() - t
+  kt = kernel_times(roots)
+  flops, tokens, g = kt["flops"], batch * cfg.block_size, jstep.graph
+  rows = ["# peers            uopc: graph built every step; uopc jit: the step captured and replayed as one program "
+          "(uopc.jit); torch: PyTorch eager; torch.compile: its model compiled (inductor), the optimizer eager",
           f"# preset           {preset_name}: {tc}",
           f"# uopc optimizer   {Tensor.opt.__name__}",
           f"# model            {cfg}, batch {batch}, {model.num_parameters()} parameters, {threads} threads",
+          "# torch's ISA      " + (", ".join(f"{k}={v}" for k, v in env.items() if k in TORCH_ISA["x86-64-v3"])
+                                    or "its own choice (the machine's best)"),
           f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())} (1, 5, 15 min) after the run",
-          f"# uopc cold plan   {compile_s:.1f} s (compiles, or disk-cache hits); then gc.freeze(), as Trainer does",
-          f"{'impl':<8s} {'step':>10s} {'tokens/s':>10s}"]
-  for k, s in best.items(): rows.append(f"{k:<9s} {s * 1e3:7.1f} ms {tokens / s:10.0f}")
-  # where uopc's step goes: building the graph in Python, normalize + plan lookup, the kernels (CPU seconds)
-  x, y = batches[-1]
-  t = time.process_time(); roots = step_roots(model, opt, x, y, tc.grad_clip); build = time.process_time() - t
-  kt = kernel_times(roots)
+          f"# uopc cold plan   {cold:.1f} s (compiles, or disk-cache hits); then gc.freeze(), as Trainer does",
+          *[f"# {TORCH_NAMES[p]:<16s} first step {s:.1f} s (compiles; not in its step time)"
+            for p, s in compile_s.items()],
+          *notes,
+          "# FMA peak         " + (f"{fma:.1f} GFLOP/s ({threads} thread{'s' * (threads > 1)}, measured now)" if fma
+                                    else "not measured") + f"; GFLOP/s below: the step's {flops / 1e6:.0f} MFLOP "
+          "(uopc's kernels' count) / step time",
+          f"{'impl':<13s} {'step':>10s} {'tokens/s':>10s} {'GFLOP/s':>9s} {'of peak':>8s}"]
+  for k, s in best.items():
+    frac = f"{flops / s / 1e9 / fma:8.1%}" if fma else f"{'-':>8s}"
+    rows.append(f"{k:<13s} {s * 1e3:7.1f} ms {tokens / s:10.0f} {flops / s / 1e9:9.1f} {frac}")
+  if g is not None:
+    st = g.program.step
+    rows.append(f"# uopc jit         one program, one call a step: {g.kernels} kernels ({st.functions} distinct "
+                f"functions; {st.shared} shared out, {st.serial} whole on one thread), {st.copies} write-backs, "
+                f"{st.barriers} barriers")
   rows.append(f"# uopc step, CPU:  graph building {build * 1e3:.1f} ms, schedule {kt['schedule_s'] * 1e3:.1f} ms, "
-              f"{len(kt['plan'].kernels)} kernels {kt['total_s'] * 1e3:.1f} ms ({kt['flops'] / 1e6:.0f} MFLOP)")
-  if "torch" in best:
-    rows.append(f"uopc step / torch step = {best['uopc'] / best['torch']:.2f}, uopc jit step / torch step = "
-                f"{best['uopc jit'] / best['torch']:.2f} (below 1: uopc is faster)")
-  else: rows.append("torch: not importable (optional peer: pip install torch)")
+              f"{len(kt['plan'].kernels)} kernels {kt['total_s'] * 1e3:.1f} ms ({flops / 1e6:.0f} MFLOP)")
+  ratio = lambda a, b: f"{best[a] / best[b]:.2f}" if a in best and b in best else "-"
+  rows.append(f"ratios: uopc jit / torch.compile = {ratio('uopc jit', 'torch.compile')}, uopc / torch = "
+              f"{ratio('uopc', 'torch')}, uopc jit / torch = {ratio('uopc jit', 'torch')} (below 1: uopc is faster)")
+  rows.append(f"# summary          threads={threads} " + " ".join(f"{k.replace(' ', '_')}_ms={s * 1e3:.2f}"
+                                                               for k, s in best.items()))
+  return rows
+
+
+TORCH_NAMES = {"eager": "torch", "compile": "torch.compile"}
+
+
+# the ISA PyTorch's kernels use when uopc's are built for a lower x86 level (UOPC_MARCH): ATen's and inductor's
+# vector code (ATEN_CPU_CAPABILITY), MKL's GEMM (MKL_ENABLE_INSTRUCTIONS); the user's own settings win
+TORCH_ISA = {"x86-64-v3": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+             "x86-64-v2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
+
+
+def user_environment() -> dict[str, str]:
+  """The environment as the user gave it, for PyTorch's process: without the OpenMP wait policy uopc sets for its own
+  kernels (NOTES 20), and with PyTorch held to the x86 level uopc's kernels are built for (TORCH_ISA)."""
+  env = dict(os.environ)
+  for k in set_by_uopc(): env.pop(k, None)
+  for k, v in TORCH_ISA.get(os.environ.get("UOPC_MARCH", ""), {}).items(): env.setdefault(k, v)
+  return env
+
+
+def scaling(threads: list[int], argv: list[str]) -> list[str]:
+  """`python -m uopc.bench gpt ... --threads 1 2`: the bench once per thread count, each in a process of its own
+  (OpenMP reads OMP_NUM_THREADS when it loads), then each peer's step time from one count to the next."""
+  import subprocess, sys
+  runs = {}
+  for n in threads:
+    env = {**os.environ, "OMP_NUM_THREADS": str(n)}
+    r = subprocess.run([sys.executable, "-m", "uopc.bench", "gpt", *argv], env=env, capture_output=True, text=True)
+    print(r.stdout, end="", flush=True)
+    if r.returncode != 0: raise RuntimeError(f"the bench at {n} threads failed:\n{r.stderr}")
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("# summary"))
+    runs[n] = {k: float(v) for k, v in (w.split("=") for w in line.split()[2:] if not w.startswith("threads="))}
+  rows = [f"scaling from {threads[0]} thread(s) (step time at {threads[0]} / step time at n):"]
+  for n in threads[1:]:
+    rows.append(f"  {n} threads: " + ", ".join(f"{k[:-3].replace('_', ' ')} {runs[threads[0]][k] / v:.2f}x"
+                                               for k, v in runs[n].items() if k in runs[threads[0]]))
   return rows
 
 

@@ -231,7 +231,7 @@ def pack_b(body: UOp, opts: GemmOpts) -> UOp | None:
   return UOp(Ops.REDUCE, (mul,), (Ops.ADD, 1))
 
 
-VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP} & ALU
+VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.EXP2, Ops.RECIP, Ops.SQRT} & ALU
 
 
 def expand_lanes(e: UOp, lane: UOp, memo: dict | None = None) -> UOp:

@@ -22,9 +22,10 @@ def c_vector_name(d: DType) -> str:
   return f"{d.name}x{d.count}"
 
 
-def c_typedefs(used: set[DType], scalar_type, book_max: bool = False) -> list[str]:
+def c_typedefs(used: set[DType], scalar_type, book_max: bool = False, sqrt: bool = False) -> list[str]:
   """The typedef of every vector dtype the kernel uses, the select and max of its 32-bit vectors, the exp2 of its
-  float ones. book_max (Options.book_max): a float max as the book's ((a>b)?a:b), lane by lane."""
+  float ones (and their square root, where the kernel takes one). book_max (Options.book_max): a float max as the
+  book's ((a>b)?a:b), lane by lane."""
   out: list[str] = []
   lanes = sorted({d.count for d in used})
   masks = {n: f"m32x{n}" for n in lanes}
@@ -46,6 +47,7 @@ def c_typedefs(used: set[DType], scalar_type, book_max: bool = False) -> list[st
     if d.kind in "fi" and d.itemsize == 4:
       out += _select_helpers(c_vector_name(d), masks[d.count], nan=d.kind == "f" and not book_max)
     if d.kind == "f" and d.itemsize == 4: out += _exp2_helpers(c_vector_name(d), masks[d.count])
+    if d.kind == "f" and d.itemsize == 4 and sqrt: out += _sqrt_helper(c_vector_name(d), d.count)
     if d.scalar is dtypes.u8: out += _widen_helper(d.count)
   return out
 
@@ -85,6 +87,12 @@ def _exp2_poly(t: str) -> list[str]:
     "  p = p * f + 1.5403530393381609e-04f; p = p * f + 1.3333558146428443e-03f; p = p * f + 9.6181291076284772e-03f;",
     "  p = p * f + 5.5504108664821580e-02f; p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;",
     "  p = p * f + 1.0f;"]
+
+
+def _sqrt_helper(t: str, n: int) -> list[str]:
+  """uopc_sqrt_T: the square root of each lane, which gcc and clang write as one vsqrtps (IEEE-rounded, as sqrtf)."""
+  return [f"{INLINE} {t} uopc_sqrt_{t}({t} x) {{",
+          f"  {t} r; for (int k = 0; k < {n}; k++) r[k] = __builtin_sqrtf(x[k]); return r;", "}"]
 
 
 def _exp2_helpers(t: str, m: str) -> list[str]:

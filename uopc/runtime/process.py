@@ -21,8 +21,18 @@ WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 WAIT_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")   # any of these: the user chose a policy
 
 
+_set_here: set[str] = set()   # the variables set_wait_policy put into this process's environment
+
+
 def set_wait_policy(environ=os.environ) -> None:
-  if not any(k in environ for k in WAIT_KEYS): environ.update(WAIT_POLICY)
+  if not any(k in environ for k in WAIT_KEYS):
+    environ.update(WAIT_POLICY)
+    if environ is os.environ: _set_here.update(WAIT_POLICY)
+
+
+def set_by_uopc() -> set[str]:
+  """The environment variables uopc set in this process (a child that should run as the user asked drops them)."""
+  return set(_set_here)
 
 
 def passive_wait(environ=os.environ) -> bool:

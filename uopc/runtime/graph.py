@@ -1,0 +1,97 @@
+"""A captured step as one program on its device (uopc.jit runs it; each device's table names its graph).
+
+  prg = StepProgram(step_source, nbufs)   # CPU: compiles, or loads the cached object for this source and compiler
+  prg = CLGraph(calls, nbufs)             # CL: the kernels' own programs, enqueued in one go
+  prg.bind(k, array)                      # buffer k of the step is this array (kept until bound again)
+  prg()                                   # one call: every kernel
+
+On the CPU the kernels read their buffers through one table of pointers, `void* b[nbufs]`: what never changes between
+steps (a plan's temporaries, parameters, optimizer state) is bound once; only a step's new arguments and fresh
+outputs are bound again before each call. On CL each array is wrapped once as a buffer over its own memory; a call
+enqueues every kernel (and every write-back copy) on the in-order queue, then maps what the step wrote and waits once,
+instead of waiting after each kernel.
+"""
+from __future__ import annotations
+import time
+import cffi
+import numpy as np
+from uopc.runtime import build, calls
+from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.toolchain import compiler
+
+
+class StepProgram:
+  """The step's C function, void uopc_step(void** b), compiled and loaded, with its table of buffer pointers."""
+
+  def __init__(self, step, nbufs: int):
+    self.step, self.name, self.nbufs = step, step.name, nbufs
+    self.threads, self._quick, self.scalar_slots = None, None, ()   # what uopc.runtime.calls asks of a program
+    cc, full = compiler(), PRELUDE + step.src
+    t0 = time.perf_counter()
+    self.flags, self.path, self.cached = build.locate(full, self.name, cc, FLAGS)
+    if not self.cached:
+      with build.build_lock(self.path):
+        if not build.intact(self.path): build.build(full, self.path, cc, self.flags)
+    self.compile_s = time.perf_counter() - t0
+    self.ffi = cffi.FFI()
+    self.ffi.cdef(f"void {self.name}(void** b);")
+    self.lib = self.ffi.dlopen(str(self.path))
+    self.fn = getattr(self.lib, self.name)
+    self.table = self.ffi.new("void*[]", max(nbufs, 1))
+    self.arrays: list[np.ndarray | None] = [None] * nbufs   # what each pointer points into: kept alive here
+    self._char = self.ffi.typeof("char[]")
+    backend = getattr(self.ffi, "_backend", None)
+    self._from_buffer = backend.from_buffer if hasattr(backend, "from_buffer") else \
+      lambda ctype, arg, writes: self.ffi.from_buffer(ctype, arg, require_writable=writes)
+
+  def __repr__(self):
+    s = self.step
+    return (f"StepProgram({s.functions} functions; {s.shared} kernels shared out, {s.serial} serial, {s.copies} "
+            f"copies; {s.barriers} barriers; cached={self.cached})")
+
+  def bind(self, k: int, array: np.ndarray) -> None:
+    """Buffer k is array from now on (C-contiguous: the step's kernels index it flat)."""
+    if not array.flags.c_contiguous: raise ValueError(f"step buffer {k}: the array is not C-contiguous")
+    self.arrays[k] = array
+    self.table[k] = self._from_buffer(self._char, array, False) if array.nbytes else self.ffi.NULL
+
+  def __call__(self) -> None:
+    missing = [k for k, a in enumerate(self.arrays) if a is None]
+    if missing: raise RuntimeError(f"{self.name}: step buffers {missing[:8]} were never bound")
+    calls.call_kernel(self, [self.table])
+
+
+class CLGraph:
+  """A captured step on device CL: every kernel enqueued in one go, one wait at the end (module docstring)."""
+
+  def __init__(self, calls: list, nbufs: int):
+    from uopc.render_step import Copy
+    self.calls, self.nbufs, self.name = calls, nbufs, "cl_step"
+    self.arrays: list[np.ndarray | None] = [None] * nbufs
+    self.buffers: list = [None] * nbufs
+    self.written = sorted({c.dst for c in calls if isinstance(c, Copy)} |
+                          {b for c in calls if not isinstance(c, Copy) for b, w in zip(c.bufs, c.writes) if w})
+    self.queue = next(c.prg.queue for c in calls if not isinstance(c, Copy))
+    self.step = None
+
+  def __repr__(self): return f"CLGraph({sum(not hasattr(c, 'dst') for c in self.calls)} kernels, one wait)"
+
+  def bind(self, k: int, array: np.ndarray) -> None:
+    import pyopencl as cl
+    if self.arrays[k] is array: return
+    mf, ctx = cl.mem_flags, self.queue.context
+    self.arrays[k] = array
+    self.buffers[k] = cl.Buffer(ctx, mf.USE_HOST_PTR | mf.READ_WRITE, hostbuf=array) if array.nbytes else \
+      cl.Buffer(ctx, mf.READ_WRITE, 8)
+
+  def __call__(self) -> None:
+    import pyopencl as cl
+    for c in self.calls:
+      if hasattr(c, "dst"): cl.enqueue_copy(self.queue, self.buffers[c.dst], self.buffers[c.src], byte_count=c.nbytes)
+      else: c.prg.kernel(self.queue, c.prg.launch.global_size, c.prg.launch.block, *[self.buffers[b] for b in c.bufs])
+    for k in self.written:   # what the OpenCL standard asks before the host reads a USE_HOST_PTR array
+      a = self.arrays[k]
+      if a.nbytes:
+        mapped, _ = cl.enqueue_map_buffer(self.queue, self.buffers[k], cl.map_flags.READ, 0, a.shape, a.dtype)
+        mapped.base.release()
+    self.queue.finish()
