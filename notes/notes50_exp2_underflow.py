@@ -11,7 +11,8 @@ from uopc.codegen.vector import _exp2_avx512, _exp2_poly
 
 T = "f32x16"
 BEFORE = ["static inline __attribute__((always_inline)) f32x16 before(f32x16 x) {",
-          "  f32x16 xc = (f32x16)_mm512_min_ps(_mm512_set1_ps(150.0f), _mm512_max_ps(_mm512_set1_ps(-150.0f), (__m512)x));",
+          "  f32x16 xc = (f32x16)_mm512_min_ps(_mm512_set1_ps(150.0f),",
+          "                                    _mm512_max_ps(_mm512_set1_ps(-150.0f), (__m512)x));",
           "  f32x16 n = (f32x16)_mm512_roundscale_ps((__m512)xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);",
           "  f32x16 f = xc - n;", *_exp2_poly(T),
           "  return (f32x16)_mm512_scalef_ps((__m512)p, (__m512)n);", "}"]

@@ -33,6 +33,7 @@ import numpy as np
 from uopc import bench
 from uopc.book import load_example
 from uopc.kernelize import make_plan
+from uopc.runtime.process import user_environ
 from uopc.tensor import Tensor
 from uopc.uop import Ops
 
@@ -77,7 +78,7 @@ def machine_title() -> str:
 # ---- the example's output ----
 def flash_run(n: int) -> str:
   cmd = [sys.executable, "examples/flash_attention.py", str(n), str(D)]
-  r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+  r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=user_environ())
   if r.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr}")
   return f"{header()}\n# command           python examples/flash_attention.py {n} {D}\n{r.stdout}"
 
@@ -169,7 +170,9 @@ def traffic_table(traffic: dict[str, list[tuple[int, int, int]]], sizes: list[in
 # ---- chapter 14: the baby GPT and its PyTorch twin ----
 def gpt_run(out: Path, steps: int) -> None:
   cmd = [sys.executable, "-m", "uopc.bench", "gpt", "--preset", "baby", "--steps", str(steps), "--out", str(out)]
-  r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)   # progress bars stay on stderr
+  # the user's environment: not the wait policy this process's uopc set for itself, which the bench would take for
+  # the user's and hand to PyTorch (NOTES 45)
+  r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=user_environ())   # bars on stderr
   if r.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed")
   command = f"# command           python -m uopc.bench gpt --preset baby --steps {steps}\n"
   (out / "gpt_baby_bench.txt").write_text(command + r.stdout)

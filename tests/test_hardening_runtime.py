@@ -444,6 +444,19 @@ def test_wait_policy_is_passive_unless_the_user_chose_one(user, expect):
   assert env == expect
 
 
+@pytest.mark.parametrize("users", [None, "ACTIVE"])
+def test_a_child_gets_the_users_environment_not_uopcs_policy(monkeypatch, users):
+  """A bench started from a process that imported uopc took uopc's PASSIVE policy for the user's and handed it to
+  PyTorch, whose threads then slept between its small ops (NOTES 45): user_environ gives a child what the user set."""
+  for k in process.WAIT_KEYS: monkeypatch.delenv(k, raising=False)
+  if users: monkeypatch.setenv("OMP_WAIT_POLICY", users)
+  monkeypatch.setattr(process, "_set_here", set())
+  process.set_wait_policy()
+  assert os.environ["OMP_WAIT_POLICY"] == (users or "PASSIVE")   # this process: uopc's policy, or the user's
+  child = process.user_environ(OMP_NUM_THREADS="3")
+  assert child.get("OMP_WAIT_POLICY") == users and child["OMP_NUM_THREADS"] == "3"
+
+
 def test_configure_process_twice_changes_nothing_and_keeps_the_users_policy():
   pinned = list(process._pinned)
   for user, expect in [({}, {"OMP_WAIT_POLICY": "PASSIVE"}),

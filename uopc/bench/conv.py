@@ -5,6 +5,7 @@ start). Times are best-of-reps wall clock of a whole call (uopc: graph, plan loo
 two in turns; the ratio uopc / torch (below 1: uopc is faster)."""
 from __future__ import annotations
 import json, os, subprocess, sys, time
+from uopc.runtime.process import user_environ
 
 SHAPE, FILTERS = (64, 1, 28, 28), (32, 1, 3, 3)
 
@@ -39,7 +40,7 @@ def conv(reps: int = 20, threads: tuple[int, ...] = (1, 2)) -> list[str]:
           f"best of {reps} calls, uopc (VectorOpt) and torch in turns, each thread count in its own process",
           f"{'threads':>7s} {'uopc':>10s} {'torch':>10s} {'uopc / torch':>13s}"]
   for n in threads:
-    env = {**os.environ, "OMP_NUM_THREADS": str(n)}
+    env = user_environ(OMP_NUM_THREADS=str(n))   # torch as the user runs it: not uopc's wait policy
     code = f"import json; from uopc.bench.conv import _worker; print(json.dumps(_worker({reps})))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     best = json.loads(out.stdout.strip().splitlines()[-1])

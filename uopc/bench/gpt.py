@@ -16,7 +16,7 @@ from uopc.nn.train import TrainConfig, configure_optimizer, freeze_collector, pr
 from uopc.bench import gpt_torch
 from uopc.bench.gpt_torch import TorchPeers
 from uopc.helpers import omp_threads
-from uopc.runtime.process import set_by_uopc
+from uopc.runtime.process import user_environ
 from uopc.jit import TinyJit
 from uopc.optim import AdamW, clip_grad_norm_
 from uopc.tensor import Tensor
@@ -162,8 +162,7 @@ TORCH_ISA = {"x86-64-v3": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIO
 def user_environment() -> dict[str, str]:
   """The environment as the user gave it, for PyTorch's process: without the OpenMP wait policy uopc sets for its own
   kernels (NOTES 20), and with PyTorch held to the x86 level uopc's kernels are built for (TORCH_ISA)."""
-  env = dict(os.environ)
-  for k in set_by_uopc(): env.pop(k, None)
+  env = user_environ()
   for k, v in TORCH_ISA.get(os.environ.get("UOPC_MARCH", ""), {}).items(): env.setdefault(k, v)
   return env
 
@@ -174,7 +173,7 @@ def scaling(threads: list[int], argv: list[str]) -> list[str]:
   import subprocess, sys
   runs = {}
   for n in threads:
-    env = {**os.environ, "OMP_NUM_THREADS": str(n)}
+    env = user_environ(OMP_NUM_THREADS=str(n))
     r = subprocess.run([sys.executable, "-m", "uopc.bench", "gpt", *argv], env=env, capture_output=True, text=True)
     print(r.stdout, end="", flush=True)
     if r.returncode != 0: raise RuntimeError(f"the bench at {n} threads failed:\n{r.stderr}")

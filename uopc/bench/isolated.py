@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 from uopc.bench.cases import Case, PeerError, check, inputs, peer_names, reference
+from uopc.runtime.process import user_environ
 
 DEFAULT_BUILD = "uopc.bench.cases:case_peers"   # "module:function" with case_peers' signature (case, arrays, only)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]   # on the worker's path first: it runs this same uopc
@@ -87,7 +88,7 @@ def measure(case: Case, peer: str, reps: int, warmup: int = 1, build: str = DEFA
   path = os.pathsep.join([str(PACKAGE_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
   # -c, not -m: uopc.bench imports this module, so `-m uopc.bench.isolated` would run it twice (runpy warns)
   r = subprocess.run([sys.executable, "-c", WORKER], input=request, capture_output=True, text=True,
-                     env=dict(os.environ, PYTHONPATH=path), timeout=timeout)
+                     env=user_environ(PYTHONPATH=path), timeout=timeout)
   sys.stderr.write(r.stderr)   # the worker's warnings, if any, are the caller's to see
   lines = r.stdout.strip().splitlines()
   try: reply = json.loads(lines[-1]) if lines else None

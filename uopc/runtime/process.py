@@ -30,9 +30,11 @@ def set_wait_policy(environ=os.environ) -> None:
     if environ is os.environ: _set_here.update(WAIT_POLICY)
 
 
-def set_by_uopc() -> set[str]:
-  """The environment variables uopc set in this process (a child that should run as the user asked drops them)."""
-  return set(_set_here)
+def user_environ(**extra: str) -> dict[str, str]:
+  """This process's environment as the user gave it, plus extra: for a child that runs a peer (PyTorch, NumPy) or
+  another uopc process, which must not take uopc's own settings for the user's (a PASSIVE wait policy slowed
+  PyTorch's threads twofold in a bench started from a process that had imported uopc, NOTES 45)."""
+  return {**{k: v for k, v in os.environ.items() if k not in _set_here}, **extra}
 
 
 def passive_wait(environ=os.environ) -> bool:
