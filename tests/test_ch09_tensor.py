@@ -320,6 +320,17 @@ def test_random_graphs_match_numpy(fuse, prog):
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max(initial=0))))
 
 
+def test_a_matmul_of_a_view_that_reads_only_padding():
+  """Found by test_random_graphs_match_numpy in CI: the layout pass asked the memory stride of a view that is all
+  padding (a constant after rangeify, no load) and raised IndexError."""
+  a, b = np.array([[[0.12573022]]], np.float32), np.array([[-0.13210486, 0.64042264]], np.float32)
+  padded = np.pad(a, ((0, 0), (0, 0), (1, 0)))
+  x = Tensor(a).pad(((0, 0), (0, 0), (1, 0)))
+  for got, ref in [(x[0, 0, 0:1] @ Tensor(b), padded[0, 0, 0:1] @ b),   # only padding
+                   (x[0, 0] @ Tensor(b).reshape(2, 1), padded[0, 0] @ b.reshape(2, 1))]:   # padding and a value
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-6)
+
+
 # ---- gradients ----
 
 

@@ -38,7 +38,10 @@ def last_axis_stride(view: UOp) -> int | None:
   while base.op in MOVEMENT: base = base.src[0]
   if base.op is not Ops.BUFFER or not view.shape: return None
   idx = tuple(range_(s, 100 + k) for k, s in enumerate(view.shape))   # scratch loop variables, never rendered
-  addr = rangeify(view, idx, Ctx()).src[0].src[1]                       # LOAD(INDEX(buf, addr)) -> addr
+  load = rangeify(view, idx, Ctx())
+  # a view that reads only padding is a constant, and one that reads some is a select: no single stride
+  if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) < 2: return None
+  addr = load.src[0].src[1]                                             # LOAD(INDEX(buf, addr)) -> addr
   terms, _ = linear_form(simplify(addr))
   if view.shape[-1] == 1: return 1
   return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None
