@@ -208,6 +208,7 @@ print("total matches NumPy:   ", np.isclose(partial.sum(), x.sum(), atol=1e-3))
 # device, checked against NumPy:
 
 # %%
+# %%needs CL
 def render_group_sum_without(name: str, block: int, which: str) -> str:
   """render_group_sum with one of its barriers removed: "tree" (the one in the loop) or "first"."""
   src = render_group_sum(name, block).splitlines()

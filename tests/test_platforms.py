@@ -238,6 +238,32 @@ def test_a_cell_that_needs_a_missing_device_prints_why_and_its_stored_output(tmp
   assert "no output of it is stored" in texts(nothing.cells[2])
 
 
+def test_a_name_defined_only_where_a_device_is_present_is_found():
+  from uopc.notebook import device_only_reads
+  cells = ["%%needs CL\ndef build(src): return src\nsrc = 'k'",
+           "def twice(src): return build(src) * 2",             # reads build; src is its own parameter
+           "%%needs CL\nbuild(src)",                            # fine: it needs what defined them
+           "%%needs CUDA\nbuild('x')",                          # CL's name in a cell that needs only CUDA
+           "%%time\nprint(len(src))",                          # under a cell magic: the same rule
+           "for src in 'ab': print(src)"]                        # binds src itself
+  assert device_only_reads(cells) == [(1, "build", frozenset({"CL"})), (3, "build", frozenset({"CL"})),
+                                      (4, "src", frozenset({"CL"}))]
+
+
+NOTEBOOKS = sorted(p.relative_to(ROOT) for f in ("chapters", "solutions", "assignments")
+                   for p in (ROOT / f).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=str)
+def test_every_notebook_runs_to_the_end_without_its_devices(path):
+  """Statically: no cell reads a name that only a %%needs cell defines (stop 45's CI met one in chapter 12)."""
+  from uopc.notebook import device_only_reads
+  nb = nbformat.read(ROOT / path, as_version=4)
+  cells = [c.source for c in nb.cells if c.cell_type == "code"]
+  assert [f"code cell {k}: {name} is defined only where {' '.join(sorted(d))} is present"
+          for k, name, d in device_only_reads(cells)] == []
+
+
 # ---- the workflow for forks on GitHub (it cannot run here: it is checked to parse and to name what exists) ----
 KNOWN_ACTIONS = {"actions/checkout@v4", "actions/setup-python@v5"}
 

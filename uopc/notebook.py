@@ -135,3 +135,47 @@ def register() -> None:
     shell = get_ipython()
   except ImportError: return
   if shell is not None and "needs" not in shell.magics_manager.magics["cell"]: load_ipython_extension(shell)
+
+
+# ---- a static check: no cell reads a name that only a cell needing more devices defines ----
+def _needs_of(source: str) -> tuple[frozenset[str], str]:
+  """(devices the cell needs, its code without a cell magic's line: %%needs, %%time and the like run the body as
+  Python; a body that is not Python, as under %%bash, fails to parse and the cell is left out)."""
+  first, _, rest = source.partition("\n")
+  if first.startswith("%%needs"): return frozenset(first.split()[1:]), rest
+  return frozenset(), rest if first.startswith("%%") else source
+
+
+def _names(code: str) -> tuple[set[str], set[str]]:
+  """(names the code binds at the notebook's top level, names it reads from there), found by Python's symbol tables
+  after IPython's own rewriting of magics (so a function's parameters and locals are not reads)."""
+  import symtable
+  from IPython.core.inputtransformer2 import TransformerManager
+  table = symtable.symtable(TransformerManager().transform_cell(code), "<cell>", "exec")
+  binds = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+  reads: set[str] = set()
+  stack = [table]
+  while stack:
+    t = stack.pop()
+    top = t.get_type() == "module"
+    reads |= {s.get_name() for s in t.get_symbols() if s.is_referenced() and (top or s.is_global())}
+    stack += t.get_children()
+  return binds, reads
+
+
+def device_only_reads(cells: list[str]) -> list[tuple[int, str, frozenset[str]]]:
+  """(cell index, name, devices) for each read of a name that only earlier cells needing devices the reading cell
+  does not need have defined: where those devices are missing the name is missing too (a NameError a machine with
+  every device never shows). A name the reading cell binds itself counts as its own; cells that do not parse as Python
+  are left out."""
+  defined: dict[str, list[frozenset[str]]] = {}   # name -> the needs of each earlier cell that bound it
+  found = []
+  for k, source in enumerate(cells):
+    needs, code = _needs_of(source)
+    try: binds, reads = _names(code)
+    except SyntaxError: continue
+    for name in sorted(reads - binds):
+      if name in defined and not any(d <= needs for d in defined[name]):
+        found.append((k, name, min(defined[name], key=len)))
+    for name in binds: defined.setdefault(name, []).append(needs)
+  return found
