@@ -10,7 +10,7 @@
 #   make grade-all DIR=submissions [JOBS=2]   grade every notebook in DIR: DIR/grades/gradebook.csv and feedback/
 #                     (both grade in a bubblewrap sandbox: `sudo apt-get install bubblewrap` on the grading machine)
 #   make check WEEK=3 [NB=mine.ipynb]   run the visible checks of week 3's assignment (or of a copy of it), task by task,
-#                     as the grader runs the notebook (tests/test_student_checks.py)
+#                     as the grader runs the notebook (tests/course/test_student_checks.py)
 #   make release DIR=/tmp/course   write the student's tree: no solutions, no hidden tests (scripts/release.py)
 #   make clean        remove the virtual environment, caches and build folders (never a committed file)
 
@@ -91,7 +91,7 @@ grade-all: setup bwrap
 check: setup
 	@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of that week's notebook>]"; exit 2; fi
 	$(if $(NB),UOPC_CHECK_NB="$(NB)" UOPC_CHECK_WEEK="$(WEEK)" )$(PY) -m pytest -p no:cacheprovider -v -rs \
-	  tests/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
+	  tests/course/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
 
 release: setup
 	@if [ -z "$(DIR)" ]; then echo "usage: make release DIR=<folder for the student tree>"; exit 2; fi

@@ -102,7 +102,7 @@ print(evaluations(fused))
 # %% [markdown]
 # Q K^T (`add[256, 256]`) is computed six times per element: once by the max pass, once by the sum pass, and
 # once per 16-wide block of the 64 output columns, as section 11.4 counts. The row max and the row sum once each.
-# A structural test asserts exactly that, as `tests/test_ch06_rangeify.py` does:
+# A structural test asserts exactly that, as `tests/spine/test_ch06_rangeify.py` does:
 
 # %%
 ev = evaluations(fused)
@@ -147,7 +147,7 @@ for on in (True, False):
 # The simplifier's rules (chapter 3) must never change a value. A property test states that once and lets a
 # generator search for a counterexample: random index expressions over loop variables with known bounds,
 # evaluated before and after `simplify` at random points. uopc's tests do this with hypothesis
-# (`tests/test_ch03_uop.py`); here, the same idea with a seeded generator, first on uopc's rules:
+# (`tests/spine/test_ch03_uop.py`); here, the same idea with a seeded generator, first on uopc's rules:
 
 # %%
 from uopc.symbolic import evaluate, simplify
@@ -248,7 +248,7 @@ print(f"{n_tests.group(1)} tests collected, in {len(files)} files of tests/" if 
 
 # %%
 r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-m", "ch05",
-                    "tests/test_ch05_render.py"], cwd=ROOT, capture_output=True, text=True)
+                    "tests/spine/test_ch05_render.py"], cwd=ROOT, capture_output=True, text=True)
 print("chapter 5's tests:", "all passed" if r.returncode == 0 else "FAILED\n" + r.stdout[-3000:])
 
 # %% [markdown]

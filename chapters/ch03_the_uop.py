@@ -387,7 +387,7 @@ print(f"row == i and col == j at {len(grid)} points:",
 #
 # ## 3.6 Checking simplify on random expressions
 #
-# The tests of this chapter (`tests/test_ch03_uop.py`) check every rule on a targeted example and check
+# The tests of this chapter (`tests/spine/test_ch03_uop.py`) check every rule on a targeted example and check
 # the whole simplifier with property tests (the `hypothesis` library generates the expressions). Here is
 # the same check in a few lines: random integer expressions over up to three loops with random ends, built
 # from `+`, `*`, `//` and `%` by positive constants; `simplify` must give the same value at every point.

@@ -615,7 +615,7 @@ Tensor.fuse_reduce, Tensor.opt = False, DefaultOpt
 #   spelling. uopc simplifies the indices a RESHAPE produces immediately, before anything asks which loops
 #   they use; the memo, keyed on `(node, index)`, also needs one spelling per value.
 # - **A value test cannot catch misplaced accumulators.** The recomputed reduction gives the same answer.
-#   Assert the loop structure (tests/test_ch06_rangeify.py reads the generated C), or count work, as 6.5
+#   Assert the loop structure (tests/spine/test_ch06_rangeify.py reads the generated C), or count work, as 6.5
 #   did with `exp`, or time it.
 # - **Initialise where you declare.** An accumulator initialised outside the loop that owns it would keep
 #   summing across iterations (wrong answers); one initialised too deep recomputes (slow answers). The

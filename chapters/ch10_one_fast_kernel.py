@@ -455,7 +455,7 @@ print("with -ffast-math: exp2f of", special[:6], "=", y_fast[:6])
 # %% [markdown]
 # With gcc 12 on this machine, `-ffast-math` turns `exp2f(nan)` into 0 in the vectorised loop: the compiler was
 # told NaNs do not exist, so it dropped the code that keeps them. A NaN that silently becomes a probability of
-# zero is a bug nobody finds. uopc's flags keep infinities and NaNs meaningful; `tests/test_ch10_opts.py` checks
+# zero is a bug nobody finds. uopc's flags keep infinities and NaNs meaningful; `tests/codegen/test_ch10_opts.py` checks
 # `exp2f(-inf) = 0`, `exp2f(inf) = inf`, `exp2f(nan) = nan` on both the scalar and the vector path.
 #
 # ## 10.6 The layout pass
@@ -837,7 +837,7 @@ for r in bench_gemm([1024], reps=3): print(r.line())
 #    Explain the optimum with cache lines (64 bytes) and the number of rows of B^T each trip writes to.
 # 5. ★★ Remainders. Make `lower` tile axes that a factor does not divide: the tiled loop over the multiple of the
 #    factor, then a remainder loop over the rest. Test against NumPy at 33 x 65 and check the structure with the
-#    helpers of `tests/test_ch10_opts.py`.
+#    helpers of `tests/codegen/test_ch10_opts.py`.
 # 6. ★★★ Cache blocking. For N = 2048, B^T (16 MB) does not fit in any cache, and every row tile streams all of
 #    it. Write, in the loop IR of Chapter 4, a GEMM that splits the reduce axis into blocks of 256 and the
 #    column axis into blocks of 64 around the 4x4 tile, and measure it against the default at N = 1024 and 2048.

@@ -698,7 +698,7 @@ print(f"without the RESHAPE simplify: {times[False] / times[True]:.0f} times slo
 # does this depend on" question must be asked of a simplified expression, or it is answered about the spelling
 # instead of the value. Second, this bug produced correct output. No test comparing values against NumPy could catch
 # it. Only a performance test (or reading the generated C) could. That is why the course grades performance, and why
-# it pays to assert loop structure in tests, as `tests/test_ch11_flash.py` does: it checks where the row max and
+# it pays to assert loop structure in tests, as `tests/codegen/test_ch11_flash.py` does: it checks where the row max and
 # sum accumulators are initialised, with the patch and without (see Appendix B on testing).
 #
 # ## 11.6 Online softmax

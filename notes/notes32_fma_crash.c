@@ -1,4 +1,4 @@
-/* NOTES 32: the kernel of a random graph (tests/test_ch09_tensor.py, fuse_reduce=True) on which gcc 12.2 stops with
+/* NOTES 32: the kernel of a random graph (tests/semantics/test_ch09_tensor.py, fuse_reduce=True) on which gcc 12.2 stops with
    an internal compiler error in convert_mult_to_fma under uopc's flags: the softmax of (x[0:4] + s) concatenated
    with (x[0:2] + s) * 3. uopc's PRELUDE (exp2f, INFINITY) goes before it, as uopc.runtime.Program puts it. */
 void r_6(float* restrict data0, float* restrict data1, float* restrict data2) {

@@ -5,7 +5,7 @@
 Renders `((x < 0) ^ True).where(y < 0, False)` (x >= 0 and y < 0: the shape of the select in the GPT's training plan)
 on vectors of `lanes` floats, prints the C line that computes it, runs it and checks it against NumPy. Before the fix
 the renderer raised NotImplementedError ("vector selects are written for 32-bit lanes only") for a WHERE whose lanes
-are bools; with 8 or 4 lanes the GPT of tests/test_ch14_gpt.py (block 8) reached it, with 16 it did not.
+are bools; with 8 or 4 lanes the GPT of tests/nn/test_ch14_gpt.py (block 8) reached it, with 16 it did not.
 """
 from __future__ import annotations
 import argparse

@@ -2,7 +2,7 @@
 # Linux ARM64 end to end, from an x86-64 Debian 12 machine, as root, with Debian packages and PyPI only: what a student
 # with an ARM laptop or a cloud ARM machine does (README, "Install on your machine"), in an arm64 Debian root that
 # qemu-user runs (emulated: correctness only, no speed; NOTES 42):
-#   cross  - tests/test_arm.py: uopc's kernels, tiled for NEON, compiled by aarch64-linux-gnu-gcc with the flags
+#   cross  - tests/platforms/test_arm.py: uopc's kernels, tiled for NEON, compiled by aarch64-linux-gnu-gcc with the flags
 #            uopc uses on ARM (uopc.runtime.machine's table)                                               ~3 min
 #   root   - an arm64 Debian 12 root (debootstrap) run through qemu-user-static + binfmt, with python3, gcc, make,
 #            git and Debian's PoCL (the OpenCL platform there: pip's PoCL has no ARM64 wheel)           ~10 min
@@ -11,7 +11,7 @@
 #   demo   - `make demo` there
 #   test   - pytest on $TESTS (vector kernels and GEMMs, attention, the GPT's step) under emulation
 # Usage:  bash arm_check.sh [cross] [root] [setup] [demo] [test]     (no argument: root setup demo test)
-#   REPO=<checkout>  WORK=<scratch folder>  TESTS="tests/test_ch05_render.py"  PYTEST_ARGS="-n 2 --dist loadfile"
+#   REPO=<checkout>  WORK=<scratch folder>  TESTS="tests/spine/test_ch05_render.py"  PYTEST_ARGS="-n 2 --dist loadfile"
 # Every stage is skipped where its result is already there; mounts are undone on exit. The root's clone follows the
 # checkout's committed HEAD. The whole suite would take hours under emulation: run a subset. Times: NOTES 42.
 set -euo pipefail
@@ -23,9 +23,9 @@ ROOT=$WORK/root
 MIRROR=${MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
   2>/dev/null | grep -oE '^(deb|URIs:)\s+\S+' | awk '{print $2}' | grep -E '/debian/?$' | head -n 1 || true)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-GPT_STEP="tests/test_ch14_gpt.py::test_gpt_forward_matches_numpy_float64
-          tests/test_ch14_gpt.py::test_step_reuses_one_plan_and_loss_falls"
-TESTS=${TESTS:-tests/test_vector_kernels.py tests/test_nn_attention.py $GPT_STEP}
+GPT_STEP="tests/nn/test_ch14_gpt.py::test_gpt_forward_matches_numpy_float64
+          tests/nn/test_ch14_gpt.py::test_step_reuses_one_plan_and_loss_falls"
+TESTS=${TESTS:-tests/codegen/test_vector_kernels.py tests/nn/test_nn_attention.py $GPT_STEP}
 PYTEST_ARGS=${PYTEST_ARGS:--n 2 --dist loadfile}
 STAGES=${*:-root setup demo test}
 mkdir -p "$WORK/logs"
@@ -67,11 +67,11 @@ in_root() {   # in_root 'shell command' : runs in /srv/repo inside the arm64 roo
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180 bash -c "cd /srv/repo 2>/dev/null; $1"
 }
 
-# ---- stage cross: tests/test_arm.py renders the kernels with NEON's tiles here and compiles each for aarch64 ----
+# ---- stage cross: tests/platforms/test_arm.py renders the kernels with NEON's tiles here and compiles each for aarch64 ----
 cross() {
-  stage "cross: uopc's kernels through aarch64-linux-gnu-gcc (tests/test_arm.py)"
+  stage "cross: uopc's kernels through aarch64-linux-gnu-gcc (tests/platforms/test_arm.py)"
   [ -x "$REPO/.venv/bin/python" ] || timed make -C "$REPO" setup > "$WORK/logs/x86_setup.log" 2>&1
-  (cd "$REPO" && timed env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider -rs tests/test_arm.py)
+  (cd "$REPO" && timed env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider -rs tests/platforms/test_arm.py)
 }
 
 # ---- stage root: debootstrap an arm64 Debian 12 and install the toolchain in it ----

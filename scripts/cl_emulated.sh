@@ -55,9 +55,9 @@ case "${1:-tests}" in
   *)
     [ "${1:-}" = tests ] && shift
     if [ $# -eq 0 ]; then
-      set -- tests/test_ch12_gpu.py tests/test_ch13_tc.py tests/test_ch13_local_tile.py tests/test_ch13_fa2.py \
-        tests/test_semantics_nan.py tests/test_semantics_integers.py tests/test_semantics_argmax.py \
-        tests/test_nn_attention.py -k "ch12 or ch13 or CL"
+      set -- tests/codegen/test_ch12_gpu.py tests/codegen/test_ch13_tc.py tests/codegen/test_ch13_local_tile.py tests/codegen/test_ch13_fa2.py \
+        tests/semantics/test_semantics_nan.py tests/semantics/test_semantics_integers.py tests/semantics/test_semantics_argmax.py \
+        tests/nn/test_nn_attention.py -k "ch12 or ch13 or CL"
     fi
     emulated -m pytest -q -p no:cacheprovider -rs "$@" ;;
 esac

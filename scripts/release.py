@@ -13,7 +13,8 @@ notebooks, outputs, clean), because the instructor's
 `make test` also checks assignments/ against solutions/, which a student does not have, and its own README.md (from
 scripts/student_readme.md, with the tree's assignments listed), which names only what the tree has: no grader, no
 solutions, no instructor's targets. In the student's tree `make test` passes
-before any work is done: the checks of a task that is not attempted yet are skipped (tests/test_student_checks.py).
+before any work is done: the checks of a task that is not attempted yet are skipped
+(tests/course/test_student_checks.py).
 After writing, the tree is checked: no solution region, no hidden-test, hidden-setup or answer cell anywhere.
 """
 from __future__ import annotations
@@ -25,15 +26,13 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/")
+EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/", "tests/grader/")   # the grading tests: they read solutions/
 EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the tree gets its own
                  "scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/release.py",
-                 "tests/assignment_grading.py", "tests/test_assignments_tool.py", "tests/test_release.py",
-                 "tests/test_grader.py", "tests/test_nbgrader_metadata.py",
-                 "tests/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
-                 "tests/test_visible_checks_catch.py",   # plants the solutions' wrong answers
+                 "tests/assignment_grading.py", "tests/course/test_assignments_tool.py", "tests/course/test_release.py",
+                 "tests/course/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
+                 "tests/course/test_visible_checks_catch.py",   # plants the solutions' wrong answers
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
-EXCLUDE_PREFIXES = ("tests/test_week", "tests/test_grader")   # the grading tests: they read solutions/
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
 
@@ -90,7 +89,7 @@ check: setup
 \t@if [ -z "$(WEEK)$(NB)" ]; then echo "usage: make check WEEK=<1-7> [NB=<your copy of the week's notebook>]"; \\
 \t  exit 2; fi
 \t$(if $(NB),UOPC_CHECK_NB="$(NB)" UOPC_CHECK_WEEK="$(WEEK)" )$(PY) -m pytest -p no:cacheprovider -v -rs \\
-\t  tests/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
+\t  tests/course/test_student_checks.py$(if $(NB),, -k "week$(WEEK)_")
 
 # the points come from the grader's hidden tests, which are not in this tree: here, the visible checks of NB
 grade: setup
@@ -120,7 +119,7 @@ def tracked(root: Path) -> list[str]:
 
 
 def wanted(path: str) -> bool:
-  return not (path.startswith(EXCLUDE_DIRS) or path in EXCLUDE_FILES or path.startswith(EXCLUDE_PREFIXES))
+  return not (path.startswith(EXCLUDE_DIRS) or path in EXCLUDE_FILES)
 
 
 def leaks(tree: Path) -> list[str]:

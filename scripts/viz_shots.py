@@ -1,4 +1,4 @@
-"""Pictures of uopc.viz, taken by a real browser (headless Chromium), and the helper tests/test_viz_browser.py uses.
+"""Pictures of uopc.viz, taken by a real browser (headless Chromium), and the helper tests/viz/test_viz_browser.py uses.
 
   python scripts/viz_shots.py [--out outputs]
 

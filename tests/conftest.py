@@ -8,7 +8,7 @@ from uopc.tensor import Tensor
 
 # The property tests (hypothesis) draw the same examples on every run, so `make test` and CI pass or fail alike on
 # every machine; HYPOTHESIS_PROFILE=explore draws new examples each run, to hunt for bugs (a fresh clone's CI found
-# a padding view the layout pass could not measure that way: tests/test_ch09_tensor.py)
+# a padding view the layout pass could not measure that way: tests/semantics/test_ch09_tensor.py)
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))

@@ -38,7 +38,8 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if p.name !=
 def uopc_imports(path: Path) -> set[str]:
   """The uopc modules a file imports: at the top, inside functions and under `if TYPE_CHECKING:` alike (a circle
   that only the type checker walks is still a circle a reader walks). `from uopc.nn import layers` names the module
-  uopc.nn.layers; `from uopc.nn import Linear` names uopc.nn."""
+  uopc.nn.layers; `from uopc.nn import Linear` names uopc.nn. Importing a module of another package runs that
+  package's __init__ first, so `import uopc.runtime.flags` from outside uopc.runtime names uopc.runtime too."""
   out = set()
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.Import):
@@ -48,7 +49,64 @@ def uopc_imports(path: Path) -> set[str]:
       for a in node.names:
         sub = f"{base}.{a.name}" if base else a.name
         out.add(sub if sub in MODULES else base)
-  return out - {module_name(path) if path.is_relative_to(PACKAGE) else "", ""}
+  me = module_name(path) if path.is_relative_to(PACKAGE) else ""
+  mine = me if path.name == "__init__.py" else me.rpartition(".")[0]   # the package this file is inside
+  for m in list(out):   # the package __init__s an import runs on its way in
+    parts = m.split(".")
+    for k in range(1, len(parts)):
+      pkg = ".".join(parts[:k])
+      if pkg in MODULES and not (mine + ".").startswith(pkg + "."): out.add(pkg)
+  return out - {me, ""}
+
+
+# The floors of the package, bottom up, written down once: a module imports only modules of its own floor or below
+# (at the top of the file or inside a function), and no import closes a cycle. A name stands for the module and, if
+# it is a package, everything inside it. Observers sit below what they observe: the compiler calls uopc.trace, the
+# viewer (a tool) listens to it.
+FLOORS = [
+  ("ground", "errors helpers ops dtype options trace capture checks plancache"),   # imports nothing of the compiler
+  ("ir", "uop symbolic signature linearize"),            # the UOp graph, index algebra, ordered lines
+  ("lowering", "rangeify codegen"),                       # tensor-level bodies -> loop programs
+  ("rendering", "renderer render_c render_gpu render_step"),   # loop programs -> source text and its signature
+  ("runtime", "runtime device"),                          # compile, load, call; a device is a row of tables
+  ("kernels", "kernels"),                                 # hand-written loop programs that need the machine's ISA
+  ("planning", "explain kernelize"),                      # cut a graph into kernels; realize a plan
+  ("optimizer", "opt"),                                   # handed to make_plan: layouts, opts, the tuner
+  ("tensor", "mixin autograd tensor rng jit"),            # the user's Tensor, its gradients, capture and replay
+  ("training", "optim"),                                  # optimizers over Tensors
+  ("library", "nn"),                                      # modules, attention, the GPT, its training
+  ("tools", "bench viz notebook book"),                   # benchmarks, the viewer, notebook magics, the book's loader
+]
+
+
+def floor_of(module: str) -> int:
+  found = [n for n, (_, names) in enumerate(FLOORS) for name in names.split()
+           if module == name or module.startswith(name + ".")]
+  assert len(found) == 1, f"uopc.{module} is on {len(found)} floors: give it one in FLOORS"
+  return found[0]
+
+
+def test_every_module_has_one_floor():
+  for m in MODULES: floor_of(m)
+
+
+def test_no_import_runs_up_a_floor():
+  up = [f"uopc.{m} ({FLOORS[floor_of(m)][0]}) imports uopc.{n} ({FLOORS[floor_of(n)][0]})"
+        for m, p in MODULES.items() for n in sorted(uopc_imports(p)) if floor_of(n) > floor_of(m)]
+  assert not up, "imports that run up a floor:\n" + "\n".join(up)
+
+
+def test_an_import_inside_a_function_and_a_package_init_count(tmp_path):
+  f = tmp_path / "m.py"
+  f.write_text("def draw():\n  from uopc.viz.dag import uop_svg\n  import uopc.runtime.flags\n")
+  assert uopc_imports(f) == {"viz", "viz.dag", "runtime", "runtime.flags"}
+  assert {"runtime.machine"} <= uopc_imports(PACKAGE / "runtime" / "build.py") and \
+    "runtime" not in uopc_imports(PACKAGE / "runtime" / "build.py")   # its own package is already being imported
+
+
+def test_the_spine_never_imports_the_viewer():
+  spine = [m for m in MODULES if floor_of(m) < floor_of("viz")]
+  assert not [m for m in spine if any(n == "viz" or n.startswith("viz.") for n in uopc_imports(MODULES[m]))]
 
 
 def test_no_import_cycles_among_uopc_modules():

@@ -40,6 +40,13 @@ class Leaves:
 
 
 requires_grad_leaves = Leaves()
+
+
+def requires_grad_ids() -> set[int]:
+  """ids of the Tensors with requires_grad (the optimizers' and the modules' question). Asking `t.requires_grad` looks
+  t up in a WeakSet, whose weakrefs compare their Tensors with ==, which is elementwise: it raises for a Tensor in the
+  set. Identity is what is meant."""
+  return {id(t) for t in list(requires_grad_leaves)}
 pending = Leaves()   # lazy values that must keep the value they have now: .grads, clip_grad_norm_'s total
 
 

@@ -1,7 +1,7 @@
 """The visible checks of the weekly assignments (assignments/week*.ipynb): one call per fact a task must get right.
 
 A check that holds prints one `ok: <what>` line; one that does not raises AssertionError naming what was checked
-and showing expected against got, which `make check WEEK=n` (tests/test_student_checks.py) reports as the task's
+and showing expected against got, which `make check WEEK=n` (tests/course/test_student_checks.py) reports as the task's
 failure. A task that still raises NotImplementedError never reaches its checks: it is reported as not attempted.
 
   check("cost(1024)", cost(1024), {"flops": 268435456, ...})     # numbers, strings, tuples, dicts: equal

@@ -8,6 +8,7 @@ the broadcast rule), the reductions fused into it with how often each value is c
 from __future__ import annotations
 from uopc.uop import UOp, Ops, MOVEMENT, base_alloc
 from uopc.helpers import prod
+from uopc.rangeify import last_axis_stride
 
 
 def explain_plan(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: list[str], fused_work) -> list[str]:
@@ -35,7 +36,6 @@ def _why(p: UOp, roots: list[UOp], asked: set[UOp], fused_work) -> str:
   base = p.src[0]
   while base.op in MOVEMENT: base = base.src[0]
   if base.op is Ops.BUFFER:
-    from uopc.opt import last_axis_stride   # only this note needs the optimizer's measure
     return f"STAGE by the layout pass: a reduce read it with stride {last_axis_stride(p.src[0])}, now 1"
   factor = max((prod(u.shape) // prod(u.src[0].shape) for u in _users(roots, p)), default=0)
   return f"STAGE by the broadcast rule: expanded x{factor}, recompute work {fused_work(p.src[0])} >= 4096"

@@ -24,7 +24,7 @@ from uopc.codegen.online import online_fusion
 from uopc.plancache import PlanCache
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
-from uopc.viz import plan as viz_plan, trace as viz_trace   # drawings, and the hook VIZ=1 records realizes by
+from uopc import trace   # the ground floor's hooks: uopc.viz, when imported, records realizes (VIZ=1) through them
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,7 +208,7 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
     print(f"realize{_on(device, ' on ')}: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, "
           f"run {(t2 - t1) * 1e3:.1f} ms")
   if observe is not None: observe(plan, arrays, outs)   # a capture (uopc.jit) records what ran
-  if viz_trace.RECORDERS: viz_trace.realized(roots, norm, plan, options)   # VIZ=1 or uopc.viz.recording()
+  if trace.RECORDERS: trace.realized(roots, norm, plan, options)   # VIZ=1 or uopc.viz.recording()
   return outs
 
 
@@ -367,5 +367,3 @@ def _explain(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: li
   from uopc.explain import explain_plan
   return explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online, _fused_work)
 
-
-Plan._repr_html_ = Kernel._repr_html_ = viz_plan.html_of   # Jupyter draws a Plan's kernels, a Kernel's loops

@@ -18,33 +18,16 @@ from typing import Callable
 import numpy as np
 from uopc.dtype import np_dtype
 from uopc.device import get_device
-from uopc.uop import UOp, Ops, MOVEMENT, ALU, range_
-from uopc.rangeify import lower, rangeify, Ctx, Opts
+from uopc.uop import UOp, Ops, ALU
+from uopc.rangeify import last_axis_stride, lower, Ctx, Opts
 from uopc.codegen.online import OnlineSoftmax, find_groups
 from uopc.options import Options
 from uopc.codegen.tc import GPU_DEVICES, lower_tc
-from uopc.symbolic import simplify
-from uopc.symbolic import linear_form
 from uopc.codegen import gemm_vec
 from uopc.codegen.vector_loops import lower_vector
 from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.runtime import tune
 from uopc.runtime.machine import ISA, isa_of, target
-
-
-def last_axis_stride(view: UOp) -> int | None:
-  """The memory stride of view's last axis, if view is movement ops over one BUFFER (None otherwise)."""
-  base = view
-  while base.op in MOVEMENT: base = base.src[0]
-  if base.op is not Ops.BUFFER or not view.shape: return None
-  idx = tuple(range_(s, 100 + k) for k, s in enumerate(view.shape))   # scratch loop variables, never rendered
-  load = rangeify(view, idx, Ctx())
-  # a view that reads only padding is a constant, and one that reads some is a select: no single stride
-  if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) < 2: return None
-  addr = load.src[0].src[1]                                             # LOAD(INDEX(buf, addr)) -> addr
-  terms, _ = linear_form(simplify(addr))
-  if view.shape[-1] == 1: return 1
-  return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None
 
 
 def layout_pass(roots: list[UOp], options: Options | None = None,

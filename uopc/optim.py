@@ -15,9 +15,8 @@ same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capt
 """
 from __future__ import annotations
 import numpy as np
-from uopc.autograd import pending
 from uopc.dtype import np_dtype
-from uopc.nn.layers import requires_grad_ids
+from uopc.autograd import pending, requires_grad_ids
 from uopc.tensor import Tensor
 
 

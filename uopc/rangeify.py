@@ -9,7 +9,7 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass, field
-from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, substitute
+from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, MOVEMENT, range_, sink, substitute
 from uopc.dtype import DType
 from uopc.options import Options
 from uopc.helpers import cache
@@ -17,7 +17,7 @@ from uopc.helpers import cache
 # symbolic.simplify): patching uopc.rangeify.simplify switches off exactly the rule of section 11.5
 from uopc.symbolic import simplify, ranges_in
 from uopc import symbolic
-from uopc.viz import trace as viz_trace
+from uopc import trace
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Tensor-level kernel body -> loop program (a SINK) that stores body, row-major, into the BUFFER out."""
   ctx = ctx or Ctx()
-  if viz_trace.RECORDERS: viz_trace.lowering()   # uopc.viz keeps the rewrites of this lowering apart
+  if trace.RECORDERS: trace.lowering()   # uopc.viz keeps the rewrites of this lowering apart
   shape = body.shape
   kinds = [AxisType.THREAD if k == ctx.opts.thread else AxisType.LOOP for k in range(len(shape))]
   parts = [_axis_parts(ctx, s, ctx.opts.upcast.get(k, 1), kinds[k]) for k, s in enumerate(shape)]
@@ -213,7 +213,7 @@ def lower(body: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   # merge_ends: all the stores of a register tile close the output loops together
   raw = sink(UOp(Ops.SINK, tuple(stores)).end(*ranges)) if ranges else sink(*stores)
   prog = symbolic.simplify(raw)   # the final cleanup of every index expression in the program
-  if viz_trace.RECORDERS: viz_trace.lowered(raw, prog)   # uopc.viz draws both, and simplify's rewrites between
+  if trace.RECORDERS: trace.lowered(raw, prog)   # uopc.viz draws both, and simplify's rewrites between
   _accumulators[prog] = tuple((k[0], v) for k, v in ctx.memo.items() if k[0].op is Ops.REDUCE and v.op is Ops.LOAD)
   return prog
 
@@ -230,3 +230,19 @@ def reduce_accumulators(prog: UOp) -> tuple[tuple[UOp, UOp], ...] | None:
 
 # other lowerings build on these (the book prints the underscored names in _reduce)
 axis_parts, combos = _axis_parts, _combos
+
+
+def last_axis_stride(view: UOp) -> int | None:
+  """The memory stride of view's last axis, if view is movement ops over one BUFFER (None otherwise): the layout
+  pass asks it of a reduce's operands (uopc.opt), and a plan's explain() says it."""
+  base = view
+  while base.op in MOVEMENT: base = base.src[0]
+  if base.op is not Ops.BUFFER or not view.shape: return None
+  idx = tuple(range_(s, 100 + k) for k, s in enumerate(view.shape))   # scratch loop variables, never rendered
+  load = rangeify(view, idx, Ctx())
+  # a view that reads only padding is a constant, and one that reads some is a select: no single stride
+  if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) < 2: return None
+  addr = load.src[0].src[1]                                             # LOAD(INDEX(buf, addr)) -> addr
+  terms, _ = symbolic.linear_form(symbolic.simplify(addr))
+  if view.shape[-1] == 1: return 1
+  return terms.get(idx[-1], 0) if all(t.op is Ops.RANGE or t is idx[-1] for t in terms) else None

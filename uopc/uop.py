@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 from uopc.dtype import DType, dtypes
 from uopc.helpers import prod
-from uopc.viz import trace as viz_trace
+from uopc import trace
 # the op enum, its named sets and the axis types live in uopc.ops (one short file); every uopc.uop name stays here
 from uopc.ops import Ops, UNARY, BINARY, ALU, MOVEMENT, COMMUTATIVE, COMPARISON, AxisType   # noqa: F401
 
@@ -233,18 +233,11 @@ class UOp(metaclass=_UOpMeta):
   # ---- printing ----
   def __repr__(self) -> str: return pretty(self)
 
-  def _repr_svg_(self) -> str | None:
-    """Jupyter draws a UOp as its graph (uopc.viz); past DRAW_LIMIT nodes it shows the text instead."""
-    if len(self.toposort()) > DRAW_LIMIT: return None
-    from uopc.viz.dag import uop_svg
-    return uop_svg(self)
-
   def render(self, names: dict[UOp, str] | None = None) -> str:
     """An infix form of an index or scalar expression, e.g. ((i*512)+j)."""
     return render_expr(self, names or {})
 
 
-DRAW_LIMIT = 1500   # nodes a notebook draws by itself (a layout of more takes seconds; uopc.viz.show draws any)
 _DONE = object()   # toposort's marker on its stack: the node below it has had its sources visited
 _new_node = object.__new__
 _set_op, _set_src, _set_arg, _set_dtype = UOp.op.__set__, UOp.src.__set__, UOp.arg.__set__, UOp.dtype.__set__
@@ -373,7 +366,7 @@ def graph_rewrite(root: UOp, rules: list[Rule], memo: dict[UOp, UOp] | None = No
     new = u.replace(src=tuple(memo[s] for s in u.src)) if u.src else u
     # a rule's result may hold new nodes: rewrite it the same way (its result is then a fixed point)
     if (r := rewrite_once(new, rules)) is not None:
-      if viz_trace.RECORDERS: viz_trace.rewrote(new, r, rules)   # uopc.viz steps through each rewrite
+      if trace.RECORDERS: trace.rewrote(new, r, rules)   # uopc.viz steps through each rewrite
       new = graph_rewrite(r, rules, memo)
     memo[u] = new
   return memo[root]

@@ -11,6 +11,7 @@ that buffer by the updated one (uopc.optim), so the Tensor object the model hold
 from __future__ import annotations
 import math
 import numpy as np
+from uopc.autograd import requires_grad_ids
 from uopc.dtype import DType, dtypes, np_dtype
 from uopc.rng import draw_seed, uniform
 from uopc.tensor import Tensor
@@ -24,13 +25,6 @@ def _rng(seed) -> np.random.Generator:
 def parameter(a: np.ndarray, dtype: DType = dtypes.f32) -> Tensor:
   """A leaf Tensor holding a copy of a, that backward() fills .grad on."""
   return Tensor(np.asarray(a, np_dtype(dtype)), requires_grad=True)
-
-
-def requires_grad_ids() -> set[int]:
-  """ids of the Tensors with requires_grad. (Asking `t.requires_grad` looks t up in a WeakSet, whose weakrefs compare
-  their Tensors with ==, which is elementwise: it raises for a Tensor in the set. Identity is what is meant.)"""
-  from uopc.tensor import _requires_grad
-  return {id(t) for t in list(_requires_grad)}
 
 
 def _walk(obj, prefix: str, seen: set[int], out: dict[str, Tensor], grads: set[int]) -> None:

@@ -33,8 +33,9 @@ class Bug:
 # gcc 12.2 (Debian 12's) with AVX-512 and -fassociative-math: if-conversion turns `(a ? x + s : 0) + (b ? y : 0)`
 # into a masked add, `.COND_ADD(a, x, s, else=y)`, and the pass that forms FMAs then fuses the else branch's
 # multiply into that add as if the mask were all true: lanes where `a` holds get x + y*3 instead of x + s. Without
-# loop if-conversion there is no masked add to break. Found as a softmax off by 2.4x (tests/test_hardening_runtime.py,
-# Intel AVX-512, -march=native); the same pass crashed gcc on a Zen 4 (NOTES 32).
+# loop if-conversion there is no masked add to break. Found as a softmax off by 2.4x
+# (tests/runtime/test_hardening_runtime.py, Intel AVX-512, -march=native); the same pass crashed gcc on a Zen 4
+# (NOTES 32).
 COND_FMA = Bug("gcc-cond-add-fma", """
 __attribute__((noinline)) float canary(const float* restrict d, float s) {
   float acc = 0.0f;

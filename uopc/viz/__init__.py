@@ -8,13 +8,35 @@
   python -m uopc.viz [TRACE]       the trace served as one page on localhost: realizes, kernels, passes, rewrites
 
 The drawings are laid out here (uopc.viz.layout: Sugiyama's layered method) and written as SVG text: no Graphviz,
-nothing to install, and the same graph always gives the same text. This package imports only the hooks module at
-first (uopc.kernelize imports it); the rest comes when it is used.
+nothing to install, and the same graph always gives the same text. The compiler never imports this package: it calls
+the ground floor's hooks (uopc.trace), which this package listens to, and importing it teaches a UOp, a Plan and a
+Kernel to draw themselves in Jupyter. `import uopc` imports it when VIZ is set.
 """
 from __future__ import annotations
 import atexit, os, sys
 from uopc.helpers import getenv
-from uopc.viz import trace
+from uopc import trace
+from uopc.kernelize import Kernel, Plan
+from uopc.uop import UOp
+
+DRAW_LIMIT = 1500   # nodes a notebook draws by itself (a layout of more takes seconds; show() draws any)
+
+
+def _uop_svg(u: UOp) -> str | None:
+  """Jupyter draws a UOp as its graph; past DRAW_LIMIT nodes it shows the text instead."""
+  if len(u.toposort()) > DRAW_LIMIT: return None
+  from uopc.viz.dag import uop_svg
+  return uop_svg(u)
+
+
+def _plan_html(x) -> str:
+  """Jupyter draws a Plan's kernels and buffers, a Kernel's loops beside its C."""
+  from uopc.viz.plan import html_of
+  return html_of(x)
+
+
+UOp._repr_svg_ = _uop_svg
+Plan._repr_html_ = Kernel._repr_html_ = _plan_html
 
 
 def show(x, passes: bool = False, **kw):

@@ -1,7 +1,7 @@
 """A UOp graph as a drawing: one box per node (op; dtype and shape; arg), coloured by kind, an edge per source.
 
 Only the node's fields are read (op, src, arg, dtype, shape), so this module imports no compiler module but the op
-table: uopc.uop can import it for UOp._repr_svg_ without a cycle.
+table.
 """
 from __future__ import annotations
 from typing import Any

@@ -1,7 +1,7 @@
 """A realize's passes one at a time, each as (the graph before, the graph after, the rewrites between), to be drawn.
 
 The tensor-level passes are run again here, in the order uopc.kernelize._make_plan runs them and with its own
-functions (its lines are fixed by the book, so it cannot stop to report between them; tests/test_viz.py checks that
+functions (its lines are fixed by the book, so it cannot stop to report between them; tests/viz/test_viz.py checks that
 the cut found here gives the plan's kernels). The kernels' passes are read off the plan: each kernel's body, the
 program rangeify made of it (kept by uopc.viz.trace while recording), simplify's rewrites of that program (simplify
 run again, each rewrite logged), and the linearized loops.

@@ -1,6 +1,6 @@
 """A Plan drawn as kernels and the buffers between them; a kernel as its loops beside its C; the kernelizer's cut.
 
-Plan and Kernel draw themselves in Jupyter through html_of (uopc.kernelize sets their _repr_html_).
+Plan and Kernel draw themselves in Jupyter through html_of (importing uopc.viz sets their _repr_html_).
 """
 from __future__ import annotations
 from html import escape

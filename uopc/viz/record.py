@@ -12,7 +12,7 @@ from uopc.uop import INFIX, UOp, Ops, render_expr
 from uopc.viz.dag import describe, toposort
 from uopc.viz.loops import loops_svg
 from uopc.viz.passes import Pass, kernel_passes, tensor_passes
-from uopc.viz import trace as viz_trace
+from uopc import trace as viz_trace
 from uopc.viz.plan import plan_svg
 
 VERSION = 1

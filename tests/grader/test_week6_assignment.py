@@ -17,7 +17,7 @@ import pytest
 from assignment_grading import Wrong, make_tests
 from uopc.runtime.cl import cl_unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "week6_flash_attention.ipynb"
 SOLUTION, ASSIGNMENT = ROOT / "solutions" / NAME, ROOT / "assignments" / NAME
 GRADER = ROOT / "scripts" / "grade.py"

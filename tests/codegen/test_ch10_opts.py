@@ -23,7 +23,7 @@ from uopc.tensor import Tensor
 from uopc.uop import Ops, ParamArg, UOp
 
 pytestmark = pytest.mark.ch10
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 book = load_example("flash_attention")
 
 

@@ -237,7 +237,7 @@ def test_a_compiler_that_writes_nothing_is_named(cache, tmp_path, monkeypatch, c
 
 
 # the kernel on which gcc 12.2 crashed in CI (NOTES 32), as its notes script compiles it
-FMA_CRASH = Path(__file__).resolve().parent.parent / "notes" / "notes32_fma_crash.c"
+FMA_CRASH = Path(__file__).resolve().parents[2] / "notes" / "notes32_fma_crash.c"
 
 
 def test_the_kernel_gcc_12_crashed_on_builds_and_is_right(cache):

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "grader"))
 import sandbox  # noqa: E402
 import trusted  # noqa: E402

@@ -30,7 +30,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = Path(os.environ.get("UOPC_ASSIGNMENTS", ROOT / "assignments"))   # another folder: to check this test
 NOTEBOOK = os.environ.get("UOPC_CHECK_NB", "")      # make check NB=...: this notebook instead of assignments/
 WEEK = os.environ.get("UOPC_CHECK_WEEK", "")        # ... which must be this week's assignment

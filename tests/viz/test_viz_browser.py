@@ -11,7 +11,7 @@ from uopc.book import load_example
 from uopc.options import Options
 from uopc.tensor import Tensor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import viz_shots  # noqa: E402
 

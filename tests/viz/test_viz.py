@@ -1,5 +1,5 @@
 """uopc.viz: the layered layout, the SVG of graphs, plans and loops, the passes recorded while realizing, the trace
-file VIZ=1 writes, and the server that shows it. The browser's view of the page is tests/test_viz_browser.py."""
+file VIZ=1 writes, and the server that shows it. The browser's view of the page is tests/viz/test_viz_browser.py."""
 import json, os, random, re, subprocess, sys, urllib.error, urllib.request
 import xml.etree.ElementTree as ET
 from functools import cache
@@ -14,7 +14,7 @@ from uopc.options import Options
 from uopc.symbolic import simplify, symbolic_rules
 from uopc.tensor import Tensor
 from uopc.uop import UOp, graph_rewrite, range_
-from uopc.viz import trace
+from uopc import trace
 from uopc.viz.dag import toposort, uop_graph, uop_svg
 from uopc.viz.layout import crossings, layers, layout
 from uopc.viz.loops import loops_svg, rows
@@ -23,7 +23,7 @@ from uopc.viz.plan import plan_graph, plan_svg
 from uopc.viz.server import Viewer, load
 from uopc.viz.steps import Table, graph_at, steps
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SVG = "{http://www.w3.org/2000/svg}"
 fa = load_example("flash_attention")
 

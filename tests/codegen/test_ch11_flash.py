@@ -18,7 +18,7 @@ from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.tensor import Tensor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 book = load_example("flash_attention")
 
 pytestmark = pytest.mark.ch11

@@ -7,7 +7,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "assignments.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "assignments.py"
 spec = importlib.util.spec_from_file_location("assignments_tool", SCRIPT)
 tool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tool)

@@ -11,7 +11,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("release_tool", ROOT / "scripts" / "release.py")
 tool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tool)
@@ -26,15 +26,16 @@ def tree(tmp_path_factory) -> Path:
 
 def test_the_student_tree_has_the_course_and_no_solutions(tree):
   for path in ("chapters/ch05_linearizer_and_c.ipynb", "assignments/week3_gemm_by_hand.ipynb", "uopc/tensor.py",
-               "examples/flash_attention.py", "tests/test_student_checks.py", "tests/test_ch05_render.py",
+               "examples/flash_attention.py", "tests/course/test_student_checks.py", "tests/spine/test_ch05_render.py",
                "scripts/notebooks.py", "pyproject.toml", "README.md", "Makefile"):
     assert (tree / path).is_file(), path
   assert not (tree / "solutions").exists()
   for path in ("scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/grader",
                "tests/assignment_grading.py"):
     assert not (tree / path).exists(), path
-  assert not list((tree / "tests").glob("test_week*")), "the grading tests read solutions/"
-  for test in (tree / "tests").glob("*.py"):   # what is left checks uopc and the student's own work
+  assert not (tree / "tests" / "grader").exists(), "the grading tests read solutions/"
+  assert not list((tree / "tests").rglob("test_week*")), "the grading tests read solutions/"
+  for test in (tree / "tests").rglob("*.py"):   # what is left checks uopc and the student's own work
     text = test.read_text()
     assert "grade.py" not in text and '"solutions"' not in text and "solutions/" not in text, test.name
   assert tool.leaks(tree) == []
@@ -44,7 +45,7 @@ def test_the_student_tree_has_the_course_and_no_solutions(tree):
 
 def test_the_student_makefile_tests_and_checks_a_week(tree):
   r = subprocess.run(["make", "-n", "check", "WEEK=3"], cwd=tree, capture_output=True, text=True)
-  assert r.returncode == 0 and 'tests/test_student_checks.py -k "week3_"' in r.stdout, r.stdout + r.stderr
+  assert r.returncode == 0 and 'tests/course/test_student_checks.py -k "week3_"' in r.stdout, r.stdout + r.stderr
   assert "OMP_NUM_THREADS=1" not in r.stdout, "the checks run with threads, as the grader runs the notebook"
   r = subprocess.run(["make", "-n", "check", "WEEK=3", "NB=my copy.ipynb"], cwd=tree, capture_output=True, text=True)
   assert r.returncode == 0 and 'UOPC_CHECK_NB="my copy.ipynb" UOPC_CHECK_WEEK="3"' in r.stdout, r.stdout + r.stderr
@@ -56,8 +57,9 @@ def test_the_student_makefile_tests_and_checks_a_week(tree):
 
 def test_no_chapter_or_test_of_the_tree_holds_a_graded_gemm(tree):
   """Week 3's tasks are loop-IR GEMMs (naive, 4x4 tile with strips, B^T): chapter 5 shows its method on a
-  matrix-vector product, and the GEMM tests live in tests/test_week3_gemm_loop_ir.py, out of the tree (issue 43)."""
-  files = [*(tree / "chapters").glob("*"), *(tree / "tests").glob("*.py")]
+  matrix-vector product, and the GEMM tests live in tests/grader/test_week3_gemm_loop_ir.py, out of the tree (issue
+  43)."""
+  files = [*(tree / "chapters").glob("*"), *(tree / "tests").rglob("*.py")]
   texts = {str(p.relative_to(tree)): p.read_text() for p in files if p.suffix in (".py", ".ipynb")}
   for name, text in texts.items():
     for fn in ("gemm_naive", "gemm_tiled", "gemm_block", "gemm_strip", "gemm_naive_bt"):

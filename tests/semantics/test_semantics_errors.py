@@ -87,7 +87,7 @@ def test_gpt_example_refuses_a_checkpoint_of_another_vocabulary(tmp_path):
   path = tmp_path / "other.ckpt"
   weights = {f"model.{k}": v for k, v in GPT(cfg).state_dict().items()}   # as uopc.nn.train.Trainer.save writes it
   save_npz({**weights, "__meta__": np.array(json.dumps({"config": cfg.to_dict()}))}, path)
-  root = Path(__file__).resolve().parent.parent
+  root = Path(__file__).resolve().parents[2]
   r = subprocess.run([sys.executable, str(root / "examples" / "gpt.py"), "--steps", "0", "--load", str(path),
                       "--sample", "0", "--eval-batches", "1"], capture_output=True, text=True, timeout=600,
                      env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "scripts" / "grade.py"
 spec = importlib.util.spec_from_file_location("grade_tool_unit", GRADER)
 tool = sys.modules["grade_tool_unit"] = importlib.util.module_from_spec(spec)   # dataclasses look their module up

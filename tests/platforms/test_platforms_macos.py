@@ -7,7 +7,8 @@
    -march=native and the x86 vector width on Intel, no -fopenmp without libomp (one thread, said once), Homebrew's
    libomp through -Xpreprocessor where it is installed, and the CPU named by sysctl in the cache key.
 2. Debian's clang with --target=arm64-apple-macos compiles every kernel of the attention, GEMM and GPT plans (tiled for
-   NEON, as tests/test_arm.py renders them) with those flags to a Mach-O arm64 object. There is no macOS SDK here: a
+   NEON, as tests/platforms/test_arm.py renders them) with those flags to a Mach-O arm64 object. There is no macOS SDK
+   here: a
    small math.h and string.h declare the C library functions the kernels call (RESEARCH "Students' platforms"), so
    this checks uopc's C and flags for a Mac, not Apple's headers.
 """

@@ -19,7 +19,7 @@ from nbformat.v4 import new_code_cell
 from assignment_grading import visible
 from uopc.runtime.compiler_bugs import CHECKS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "scripts" / "grade.py"
 sys.path.insert(0, str(ROOT / "scripts" / "grader"))
 import sandbox  # noqa: E402
@@ -219,7 +219,7 @@ def env(tmp_path_factory):
   cache.mkdir()
   (cache / "kept.txt").write_text("the grader's cache\n")
   # the assignments' warm caches (grade.seed_cache, made by the grader from the stubs alone) and the kernels the
-  # grader compiled from sandboxes' sources (scripts/grader/trusted.py, tests/test_grader_trusted.py) live apart
+  # grader compiled from sandboxes' sources (scripts/grader/trusted.py, tests/grader/test_grader_trusted.py) live apart
   return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
           "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}, home, cache
 

@@ -15,7 +15,7 @@ from assignment_grading import Wrong, with_wrong
 from test_grader_attacks import FORGE, HARM, TAMPER
 from uopc.runtime.cl import cl_unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "grader"))
 import sandbox  # noqa: E402
 

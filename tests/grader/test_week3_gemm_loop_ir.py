@@ -5,7 +5,7 @@ import math
 import re
 import numpy as np
 import pytest
-from test_ch05_render import declared_in, parse_c, state_inside_parallel_loop
+from cstructure import declared_in, parse_c, state_inside_parallel_loop   # tests/cstructure.py
 from uopc.dtype import dtypes
 from uopc.render_c import render_c
 from uopc.runtime import Program

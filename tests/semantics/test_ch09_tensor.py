@@ -385,7 +385,7 @@ def test_gradient_stops_at_detach():
 
 # ---- bad input ----
 # mixed dtypes promote (f32 + i32, i32 + 0.5, sqrt of an int) and negative pads cut, as in PyTorch and tinygrad:
-# tests/test_ch09_api.py checks those; here only what stays an error
+# tests/semantics/test_ch09_api.py checks those; here only what stays an error
 I32 = Tensor(np.ones((3, 4), np.int32))
 BAD = {
   "bitwise on float": (lambda a: a & I32, TypeError, r"bool or integer"),

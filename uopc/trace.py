@@ -1,9 +1,10 @@
-"""The hooks the compiler calls for uopc.viz, and the recorders listening to them.
+"""The hooks the compiler calls, on the ground floor, and the recorders listening to them (uopc.viz's; any observer's).
 
 kernelize.realize calls realized() after running a plan; rangeify.lower calls lowering() as it starts and lowered()
 after its final simplify; graph_rewrite calls rewrote() for each rewrite a rule makes. Each call sits behind
 `if trace.RECORDERS:`, so with nothing recording (VIZ unset, no uopc.viz.recording() block) the compiler pays one
-test of an empty list at each of those points and nothing else. This module imports nothing from uopc.
+test of an empty list at each of those points and nothing else. This module imports nothing from uopc: the compiler
+never imports the viewer, the viewer subscribes here (STYLE.md, \"Hooks live below what they observe\").
 """
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ def test_text_tokenizer_split():
 def test_examples_gpt_trains_writes_a_checkpoint_and_loads_it(tmp_path):
   import subprocess, sys
   from pathlib import Path
-  script = Path(__file__).resolve().parent.parent / "examples" / "gpt.py"
+  script = Path(__file__).resolve().parents[2] / "examples" / "gpt.py"
   small = ["--layers", "1", "--embd", "16", "--heads", "2", "--block", "8", "--batch", "4", "--eval-batches", "1"]
   ckpt = tmp_path / "ck.npz"
   run = subprocess.run([sys.executable, str(script), "--steps", "3", *small, "--sample", "5", "--checkpoint",

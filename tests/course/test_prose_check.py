@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("prose_check", ROOT / "scripts" / "prose_check.py")
 prose_check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(prose_check)

@@ -10,10 +10,10 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import pytest
+from cstructure import declared_in, parse_c, state_inside_parallel_loop   # tests/cstructure.py
 from uopc.book import load_example
 from uopc.dtype import dtypes
 from uopc.linearize import linearize
@@ -24,7 +24,7 @@ from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 
 pytestmark = pytest.mark.ch05
 online_attention_ir = load_example("flash_attention").online_attention_ir
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # the C printed in section 11.7 for N = 1024, D = 64
 BOOK_FLASH_C = """\
@@ -87,64 +87,6 @@ def run_flash(N: int, D: int, seed: int = 0, prog: UOp | None = None):
   out = np.zeros(N * D, np.float32)
   Program(render_c(prog or online_attention_ir(N, D), "flash"), "flash")(q, k, v, out)
   return out.reshape(N, D), attention_ref(q, k, v)
-
-
-# ---- reading the C: loops as a tree ----
-FOR = re.compile(r"^for \(int (ridx\d+) = 0; \1 < (\w+); \1\+\+\) \{$")
-
-
-@dataclass(eq=False)
-class Loop:
-  var: str                                  # "ridx0", or "" for the function body
-  end: str
-  parallel: bool = False
-  body: list = field(default_factory=list)  # statements (str) and nested Loops, in order
-
-  def loops(self) -> list["Loop"]: return [x for x in self.body if isinstance(x, Loop)]
-  def shape(self) -> tuple:
-    """(var, end, [child shapes]): just the nesting."""
-    return (self.var, self.end, [c.shape() for c in self.loops()])
-  def walk(self):
-    yield self
-    for c in self.loops(): yield from c.walk()
-
-
-def parse_c(src: str) -> Loop:
-  """The function body as a tree of loops. Lines are the renderer's: one statement or brace per line."""
-  lines = [ln.strip() for ln in src.splitlines()]
-  assert lines[0].startswith("void ") and lines[0].endswith("{") and lines[-1] == "}", "not one C function"
-  stack, pragma = [Loop("", "")], False
-  for ln in lines[1:-1]:
-    m = FOR.match(ln)
-    assert not pragma or m, f"the pragma must sit directly above a for loop, not above {ln!r}"
-    if ln == "#pragma omp parallel for": pragma = True; continue
-    if m:
-      loop = Loop(m.group(1), m.group(2), parallel=pragma)
-      stack[-1].body.append(loop); stack.append(loop)
-    elif ln == "}": stack.pop()
-    else: stack[-1].body.append(ln)
-    pragma = False
-  assert len(stack) == 1, "unbalanced braces"
-  return stack[0]
-
-
-DECL = re.compile(r"^\w[\w ]*? (acc\d+)(\[\d+\])?;$")
-
-
-def declared_in(loop: Loop) -> list[str]:
-  """Accumulators declared directly in this loop's body."""
-  return [m.group(1) for s in loop.body if isinstance(s, str) and (m := DECL.match(s))]
-
-
-def state_inside_parallel_loop(src: str) -> bool:
-  """One `#pragma omp parallel for` loop, at the top of the function, and every accumulator declared inside it.
-
-  State declared outside the parallel loop is shared by all threads: a race (NOTES 9)."""
-  fn = parse_c(src)
-  parallel = [x for x in fn.walk() if x.parallel]
-  if len(parallel) != 1 or parallel[0] not in fn.loops(): return False
-  inside = set(parallel[0].walk())
-  return not any(declared_in(x) for x in fn.walk() if x not in inside)
 
 
 # ---- the book's kernel: text, values, structure ----
@@ -286,7 +228,7 @@ def test_linearize_opens_and_closes_every_loop_once():
 
 
 # ---- a matrix-vector product by hand in the loop IR (section 5.4-5.5; the week-3 GEMMs are tested with the week's
-# grading tests, tests/test_week3_gemm_loop_ir.py, which the student's tree does not have) ----
+# grading tests, tests/grader/test_week3_gemm_loop_ir.py, which the student's tree does not have) ----
 f32 = dtypes.f32
 def buf(slot: int, n: int) -> UOp: return UOp(Ops.BUFFER, (), ParamArg(slot, f32, (n,)))
 def acc_alloc(slot: int) -> UOp: return UOp(Ops.ALLOC, (), ParamArg(slot, f32, (1,)))

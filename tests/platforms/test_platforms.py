@@ -15,7 +15,7 @@ from uopc.errors import DeviceUnavailable
 from uopc.runtime import cl, cuda
 from uopc.runtime.machine import platform_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import platform_check as pc  # noqa: E402
 

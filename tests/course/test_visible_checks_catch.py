@@ -1,5 +1,5 @@
 """A wrong answer to any task of weeks 1-7 fails that task's visible checks, with an AssertionError that names what
-is wrong and shows expected against got: what `make check WEEK=n` (tests/test_student_checks.py) reports.
+is wrong and shows expected against got: what `make check WEEK=n` (tests/course/test_student_checks.py) reports.
 
 The wrong answers are the ones the grader's tests keep (WRONG of tests/test_week<n>_assignment.py: one per task, the
 solution with one region changed). Each is planted into the generated assignment notebook: the task's stub cell is
@@ -17,7 +17,7 @@ from assignment_grading import Wrong
 from needs import needs_openmp
 from uopc.runtime.cl import cl_unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASK = re.compile(r"^\s*#\s*TASK:\s*(.+?)\s*$", re.M)
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 HIDDEN = {"hidden-test", "hidden-setup", "answer"}   # the cells scripts/assignments.py leaves out
@@ -160,7 +160,6 @@ WEEK2_FAULTS = [   # the two faults of issue 43: a race that passed on one threa
 def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their_messages(tmp_path, monkeypatch):
   """What `make check WEEK=2` says of each (its pytest run, with its OpenMP environment: the race is found on 8
   threads whatever OMP_NUM_THREADS says)."""
-  from test_week2_assignment import Wrong
   name = WEEKS[2]
   path = tmp_path / f"{name}.ipynb"
   nbformat.write(planted(name, [Wrong(task, old, new, "") for task, old, new, _ in WEEK2_FAULTS]), path)

@@ -9,7 +9,7 @@ import pytest
 from packaging.requirements import Requirement
 from uopc.helpers import getenv, omp_threads
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_lock  # noqa: E402
 
