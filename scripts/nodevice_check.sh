@@ -3,8 +3,9 @@
 # wheels of PoCL, Oclgrind, cuda-bindings and NVRTC, gets from `make setup` (README, "Install on your machine").
 #   env        .venv-nodevice: a newer Python ($PYTHON, default pyenv's 3.13) with requirements.lock less those
 #              packages, hashes required, uopc itself built by the locked setuptools (nothing unpinned fetched)
-#   tests      the whole pytest suite in it with CC=clang and no libomp (kernels on one thread: the serial fallback a
-#              Mac's Apple clang gets), every skip listed with its reason
+#   tests      the tests whose module uses a device, OpenMP or the compiler (marker `environment`, tests/conftest.py:
+#              the others cannot differ there) in it with CC=clang and no libomp (kernels on one thread: the serial
+#              fallback a Mac's Apple clang gets), every skip listed with its reason; TESTS_ALL=1: the whole suite
 #   notebooks  the notebooks that use devices, executed top to bottom in it (a cell needing a missing device prints
 #              why and its stored output, uopc.notebook): each must run to the end. Not nbval: their stored outputs
 #              come from a machine with the devices, and the serial fallback says so on stderr
@@ -62,7 +63,8 @@ run_tests() {
   # -rs: every skip with its reason
   # not the grader's tests: the grader runs on a Linux grading machine with bubblewrap and gcc's OpenMP (README), and
   # under clang without libomp its harness's runs failed or hung (stop 45: not investigated further)
-  OMP_NUM_THREADS=1 "$PY" -m pytest -q -rs -n 2 --dist loadfile -p no:cacheprovider tests/ --ignore=tests/grader
+  OMP_NUM_THREADS=1 "$PY" -m pytest -q -rs -n 2 --dist loadfile -p no:cacheprovider tests/ --ignore=tests/grader \
+    $([ -n "${TESTS_ALL:-}" ] || echo "-m environment")
   echo "pytest without the device packages: $((SECONDS - start)) s"
 }
 

@@ -1,6 +1,7 @@
 """Training as nanoGPT trains it (issue 29): presets, AdamW's parameter groups and gradient clipping against NumPy
 in float64, the schedule, checkpoints that resume exactly, dropout drawn afresh at every replay of a captured step
 (uopc.rng), the baby model for a few steps, and the PyTorch twin when torch is importable."""
+import dataclasses
 import gc
 import math
 import numpy as np
@@ -168,9 +169,11 @@ def test_baby_preset_trains_and_samples():
   assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.dropout, tc.batch) == (4, 4, 128, 64, 0.0, 12)
   assert (tc.lr, tc.min_lr, tc.betas, tc.weight_decay, tc.grad_clip, tc.steps) == (1e-3, 1e-4, (0.9, 0.99), 0.1,
                                                                                     1.0, 2000)
-  t = Trainer(GPT(cfg, seed=0), tc, train_ids, val_ids)
-  losses = [t.step() for _ in range(3)]
-  assert all(abs(x - math.log(76)) < 0.15 for x in losses)             # a fresh model guesses about uniformly
+  # its layers are alike (the same kernels, four times over): one of them trains as the four do, for a quarter of the
+  # planning (CI's slowest test, NOTES 46)
+  t = Trainer(GPT(dataclasses.replace(cfg, n_layer=1), seed=0), tc, train_ids, val_ids)
+  losses = [t.step() for _ in range(6)]   # the first step plans; the others replay it
+  assert all(abs(x - math.log(76)) < 0.15 for x in losses[:3])         # a fresh model guesses about uniformly
   assert t.evaluate(1) < math.log(76)
   assert PROMPT in text
   out = sample(t.model, tok, n=10, seed=0)
