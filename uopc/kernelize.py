@@ -318,8 +318,9 @@ def _kernels(roots, points, home, opt, options: Options, device: Device) -> tupl
   Options.siblings), and each group's kernel."""
   from uopc.codegen.siblings import sibling_groups
   groups = sibling_groups(roots, points) if options.siblings else [(p,) for p in points]
+  lowered: dict = {}   # a GPT's layers are alike: each distinct kernel of this plan is lowered and rendered once
   return groups, [_make_kernel([_kernel_body(p, points, home, g) for p in g], [home[p] for p in g], opt, options,
-                               device) for g in groups]
+                               device, lowered) for g in groups]
 
 
 def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[UOp, ...] = ()) -> UOp:
@@ -329,11 +330,11 @@ def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[U
   return substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p and q not in group})
 
 
-def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, device: Device) -> Kernel:
+def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, device: Device,
+                 lowered: dict | None = None) -> Kernel:
   """Number the kernel's buffers data0, data1, ... in order of first use, the outputs last; lower, render, compile.
-  Several bodies (sibling outputs, uopc.codegen.siblings): each lowered on its own, the loop programs merged."""
-  from uopc.codegen.siblings import merge
-  from uopc.explain import evaluations
+  Several bodies (sibling outputs, uopc.codegen.siblings): each lowered on its own, the loop programs merged. Two
+  kernels of one plan whose numbered bodies are the same UOps (hash-consed) are lowered once (`lowered`)."""
   args, mapping = [], {}
   for u in (x for body in bodies for x in body.toposort()):
     if u.op is Ops.BUFFER and u not in mapping:
@@ -343,19 +344,32 @@ def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, 
   for ob in out_bufs:
     outs.append(UOp(Ops.BUFFER, (), ParamArg(len(args), ob.dtype, ob.arg.shape)))
     args.append((ob.arg.kind, ob.arg.n))
-  asts = [opt.lower(lc, o) if opt is not None else lower(lc, o, Ctx(options=options)) for lc, o in zip(locals_, outs)]
-  ast, local = (asts[0], locals_[0]) if len(asts) == 1 else (merge(asts), None)
+  key = (tuple(locals_), tuple(outs), kernel_name(bodies[0]))
+  if lowered is None or (done := lowered.get(key)) is None:
+    done = _lower_and_render(locals_, outs, bodies[0], opt, options, device)
+    if lowered is not None: lowered[key] = done
+  ast, r, recompute = done
   # an input the simplified program never reads (a slice of padding) is not a parameter of the kernel
   used = {u.arg.slot for u in ast.toposort() if u.op is Ops.BUFFER}
-  args = [a for k, a in enumerate(args) if k in used]
-  name = kernel_name(bodies[0]) + (f"_x{len(bodies)}" if len(bodies) > 1 else "")
-  r = device.renderer.for_options(options).render(ast, name)
-  kernel = Kernel(r.src.name, None, args, r.flops, r.src, ast, bodies[0])   # compiled by _compile_all
+  kernel = Kernel(r.src.name, None, [a for k, a in enumerate(args) if k in used], r.flops, r.src, ast, bodies[0],
+                  dict(recompute))   # compiled by _compile_all
   if r.accesses + r.flops < options.one_thread_below: kernel.threads = 1
-  accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
-  if local is not None and accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
-    kernel.recompute = evaluations(accs, r.acc_trips, local)
   return kernel
+
+
+def _lower_and_render(locals_: list[UOp], outs: list[UOp], first: UOp, opt, options: Options, device: Device):
+  """The numbered bodies lowered (merged, for siblings) and rendered: (loop program, rendered kernel, recompute)."""
+  from uopc.codegen.siblings import merge
+  from uopc.explain import evaluations
+  asts = [opt.lower(lc, o) if opt is not None else lower(lc, o, Ctx(options=options)) for lc, o in zip(locals_, outs)]
+  ast, local = (asts[0], locals_[0]) if len(asts) == 1 else (merge(asts), None)
+  name = kernel_name(first) + (f"_x{len(locals_)}" if len(locals_) > 1 else "")
+  r = device.renderer.for_options(options).render(ast, name)
+  accs = reduce_accumulators(ast)   # None when the optimizer built the loops itself
+  recompute = {}
+  if local is not None and accs and any(u.op is Ops.REDUCE for u in local.toposort()[:-1]):
+    recompute = evaluations(accs, r.acc_trips, local)
+  return ast, r, recompute
 
 
 # ---- explain() (uopc.explain) ----

@@ -170,7 +170,7 @@ def test_baby_preset_trains_and_samples():
   assert (tc.lr, tc.min_lr, tc.betas, tc.weight_decay, tc.grad_clip, tc.steps) == (1e-3, 1e-4, (0.9, 0.99), 0.1,
                                                                                     1.0, 2000)
   # its layers are alike (the same kernels, four times over): one of them trains as the four do, for a quarter of the
-  # planning (CI's slowest test, NOTES 46)
+  # planning (CI's slowest test, NOTES 51)
   t = Trainer(GPT(dataclasses.replace(cfg, n_layer=1), seed=0), tc, train_ids, val_ids)
   losses = [t.step() for _ in range(6)]   # the first step plans; the others replay it
   assert all(abs(x - math.log(76)) < 0.15 for x in losses[:3])         # a fresh model guesses about uniformly

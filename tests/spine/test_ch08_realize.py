@@ -114,3 +114,20 @@ def test_outputs_are_not_reused_between_realizes():
   assert not np.shares_memory(a, b)
   (r,) = realize([(x * 3).uop])
   np.testing.assert_array_equal(r, np.arange(4) * 3)
+
+
+def test_alike_kernels_of_one_plan_are_lowered_once(monkeypatch, fresh_plan_cache):
+  """A GPT's layers make the same kernels over other buffers: each distinct kernel of a plan is lowered and rendered
+  once, and every kernel still reads its own buffers."""
+  import uopc.kernelize as kernelize
+  lowered = []
+  original = kernelize._lower_and_render
+  monkeypatch.setattr(kernelize, "_lower_and_render", lambda *a, **k: lowered.append(1) or original(*a, **k))
+  rng = np.random.default_rng(3)
+  xs = [rng.standard_normal((6, 9)).astype(np.float32) for _ in range(3)]
+  sums = [(Tensor(x) * 2).exp().sum(1) for x in xs]   # three reductions of one shape: three kernels, one lowering
+  plan = make_plan([s.uop for s in sums])
+  assert len(plan.kernels) == 3 and len({k.src for k in plan.kernels}) == 1 and len(lowered) == 1
+  assert len({tuple(k.args) for k in plan.kernels}) == 3   # each its own input and output
+  sums[0].realize(*sums[1:])
+  for s, x in zip(sums, xs): np.testing.assert_allclose(s.numpy(), np.exp(2 * x).sum(1), rtol=1e-5)
