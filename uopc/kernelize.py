@@ -319,15 +319,23 @@ def _kernels(roots, points, home, opt, options: Options, device: Device) -> tupl
   from uopc.codegen.siblings import sibling_groups
   groups = sibling_groups(roots, points) if options.siblings else [(p,) for p in points]
   lowered: dict = {}   # a GPT's layers are alike: each distinct kernel of this plan is lowered and rendered once
-  return groups, [_make_kernel([_kernel_body(p, points, home, g) for p in g], [home[p] for p in g], opt, options,
-                               device, lowered) for g in groups]
+  reads = _reads(points, home)   # once per plan, not once per kernel: a step has hundreds of each
+  return groups, [_make_kernel([_kernel_body(p, points, home, g, reads) for p in g], [home[p] for p in g], opt,
+                               options, device, lowered) for g in groups]
 
 
-def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[UOp, ...] = ()) -> UOp:
+def _reads(points: list[UOp], home: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """Each point as a kernel reads it back: its buffer, viewed in the point's shape."""
+  return {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points}
+
+
+def _kernel_body(p: UOp, points: list[UOp], home: dict[UOp, UOp], group: tuple[UOp, ...] = (),
+                 reads: dict[UOp, UOp] | None = None) -> UOp:
   """What point p's kernel computes: every other point is read back from its buffer, viewed in the point's shape
   (but the other points of its group, which its kernel computes at the same element: those are computed inline)."""
   body = p.src[0] if p.op is Ops.STAGE else p
-  return substitute(body, {q: UOp(Ops.RESHAPE, (home[q],), q.shape) for q in points if q is not p and q not in group})
+  reads = reads if reads is not None else _reads(points, home)
+  return substitute(body, {q: r for q, r in reads.items() if q is not p and q not in group})
 
 
 def _make_kernel(bodies: list[UOp], out_bufs: list[UOp], opt, options: Options, device: Device,
