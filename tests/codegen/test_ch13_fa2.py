@@ -64,9 +64,9 @@ def test_nvrtc_compiles_fa2(arch):
 
 
 RACE_SCRIPT = """
-import sys
+import os, sys
 import numpy as np
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]   # the test module, and tests/ for its helpers
 from test_ch13_fa2 import run_fa2, reference
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 20, 8), (1, 20, 8), (1, 20, 8)))

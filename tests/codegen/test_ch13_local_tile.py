@@ -94,9 +94,9 @@ def test_nvrtc_compiles_the_tiled_kernel(arch):
 
 # ---- Oclgrind: the race checker ----
 RACE_SCRIPT = """
-import sys
+import os, sys
 import numpy as np
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]   # the test module, and tests/ for its helpers
 from test_ch13_local_tile import _matmul_prog, LocalTile
 from uopc.device import get_device
 from uopc.render_gpu import CL

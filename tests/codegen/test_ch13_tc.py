@@ -139,9 +139,9 @@ def test_nvrtc_compiles_the_generated_wmma_kernels(arch):
 
 # ---- Oclgrind: the emulation's exchange through local memory has its barriers ----
 RACE_SCRIPT = """
-import sys
+import os, sys
 import numpy as np
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]   # the test module, and tests/ for its helpers
 from test_ch13_tc import _params, matmul, halves, ref
 from uopc.device import get_device
 from uopc.dtype import dtypes
