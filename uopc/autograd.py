@@ -40,6 +40,14 @@ class Leaves:
 
 
 requires_grad_leaves = Leaves()
+parameter_leaves = Leaves()   # every tensor ever marked requires_grad: a frozen one is still a model's parameter
+
+
+def set_requires_grad(t, v: bool) -> None:
+  """t.requires_grad = v. Unmarking (freezing) keeps t in parameter_leaves: PyTorch's state_dict and named_parameters
+  keep a frozen parameter, only its gradient stops."""
+  if v: requires_grad_leaves.add(t); parameter_leaves.add(t)
+  else: requires_grad_leaves.discard(t)
 
 
 def requires_grad_ids() -> set[int]:
@@ -47,6 +55,11 @@ def requires_grad_ids() -> set[int]:
   t up in a WeakSet, whose weakrefs compare their Tensors with ==, which is elementwise: it raises for a Tensor in the
   set. Identity is what is meant."""
   return {id(t) for t in list(requires_grad_leaves)}
+
+
+def parameter_ids() -> set[int]:
+  """ids of the Tensors ever marked requires_grad, frozen ones included (what a module's state holds)."""
+  return {id(t) for t in list(parameter_leaves)}
 pending = Leaves()   # lazy values that must keep the value they have now: .grads, clip_grad_norm_'s total
 
 
