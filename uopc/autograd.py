@@ -204,7 +204,7 @@ DERIVATIVES: dict[Ops, Rule] = {
   Ops.EXP2: lambda out, s, g, arg: (g * out * LN2,),                        # d(2^x) = 2^x ln2 dx
   Ops.LOG2: lambda out, s, g, arg: (g / (s[0] * LN2),),                     # d(log2 x) = dx / (x ln2)
   Ops.SQRT: lambda out, s, g, arg: (g / (out * 2),),                        # d(sqrt x) = dx / (2 sqrt x)
-  Ops.SIN: lambda out, s, g, arg: (g * (s[0] + math.pi / 2).sin(),),        # d(sin x) = cos x dx
+  Ops.SIN: lambda out, s, g, arg: (g * s[0].cos(),),                        # d(sin x) = cos x dx (cos: exact at 1e5)
   Ops.MAX: lambda out, s, g, arg: _max_grad(s[0], s[1], g),
   Ops.WHERE: lambda out, s, g, arg: (None, s[0].where(g, 0.0), s[0].where(0.0, g)),
   Ops.CAST: lambda out, s, g, arg: (g.cast(s[0].dtype),),

@@ -63,10 +63,13 @@ class ReduceMixin(MovementMixin):
   def log_softmax(self, axis: int = -1) -> Self:
     """x - max - log(sum(exp(x - max))). The MAX with -inf changes no value; it keeps x - max apart from the log in
     the output's C (kernels are built with -fassociative-math): x - (max + log) is 1e30 - 1e30 = 0 where the answer is
-    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes."""
+    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes.
+    Its gradient is PyTorch's g - softmax * sum(g), not the formula's: the MAX with -inf ties at a -inf entry and
+    would split the derivative there, and the max's own derivative would land on tied maxima."""
     if not self.numel(): return self
     m = self - self.max(axis, keepdim=True)
-    return m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
+    out = m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
+    return out._custom_grad((self,), lambda out, s, g: (g - out.exp() * g.sum(axis, keepdim=True),))
 
   # ---- more reductions ----
   def prod(self, axis=None, keepdim: bool = False) -> Self:
