@@ -207,16 +207,25 @@ class ElementwiseMixin:
   def lshift(self, n) -> Self: return self._shift(n, True)
   def rshift(self, n) -> Self: return self._shift(n, False)
   def _shift(self, n, left: bool) -> Self:
-    """x << n is x * 2^n, x >> n is floor(x / 2^n) (an arithmetic shift for signed integers), as tinygrad."""
+    """PyTorch's (and NumPy's) shifts, with none of C's undefined behaviour on signed integers: x << n is x * 2^n
+    wrapping in two's complement (1 << 31 is -2^31 in int32), x >> n is floor(x / 2^n) (an arithmetic shift for
+    signed integers). A count of the bit width or more (or, in a count tensor, a negative one) shifts every bit out:
+    << gives 0, >> gives 0, or -1 for a negative signed x. A negative Python count is refused."""
     if not self.dtype.is_int: raise TypeError(f"<< and >> need an integer tensor, got {self.dtype}")
+    bits = 8 * self.dtype.itemsize
+    top = self.dtype.min if not self.dtype.is_unsigned else 1 << (bits - 1)   # 2^(bits-1), wrapped when signed
+    gone = self.const_like(0) if left or self.dtype.is_unsigned else (self < 0).where(-1, 0).cast(self.dtype)
     if isinstance(n, ElementwiseMixin):   # 2^n as a select over the bit positions (no product that overflows)
-      k = self.const_like(0)
-      for b in range(8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1)): k = n.eq(b).where(1 << b, k)
-    elif isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+      # the sign bit of a signed x is top for <<, and for >> a shift out of range (sign fill): k = 0 there
+      k, last = self.const_like(0), bits if left or self.dtype.is_unsigned else bits - 1
+      for b in range(last): k = n.eq(b).where(top if b == bits - 1 else 1 << b, k)
+      if left: return self * k                                                    # k = 0 out of range: 0
+      return k.eq(0).where(gone, self // k.eq(0).where(1, k))                     # never a division by 0
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
       raise ValueError(f"shift count must be a non-negative integer, got {n!r}")
-    elif n >= 8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1):   # every bit shifted out
-      return self.const_like(0) if left or self.dtype.is_unsigned else (self < 0).where(-1, 0).cast(self.dtype)
-    else: k = type(self).full(self.shape, 1 << int(n), self.dtype)
+    if n >= bits: return gone
+    if n == bits - 1 and not self.dtype.is_unsigned: return self * top if left else gone   # the sign bit
+    k = type(self).full(self.shape, 1 << int(n), self.dtype)
     return self * k if left else self // k
   def square(self) -> Self: return self * self
   def float(self) -> Self: return self.cast(dtypes.f32)

@@ -224,7 +224,7 @@ class WindowMixin(IndexingMixin):
     else:
       f = (scale_factor,) * n if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
       outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, f)), [1 / s for s in f]
-    x = self if self.dtype.is_float else self.float()
+    x = self if self.dtype.is_float or not linear else self.float()   # nearest only selects: a uint8 image stays uint8
     T = type(self)
     f = np.float64 if x.dtype is dtypes.f64 else np.float32   # positions in the input's precision, as PyTorch's
     for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):
