@@ -47,21 +47,23 @@ def test_logcumsumexp_keeps_rows_the_overall_max_would_underflow():
 SHIFT_DTYPES = [np.int32, np.int64, np.uint8, np.uint32]
 
 
+@pytest.mark.parametrize("device", ["CPU", "CL"])   # CL skips where there is none (tests/conftest.py)
 @pytest.mark.parametrize("dtype", SHIFT_DTYPES)
-def test_shifts_by_every_count_match_numpy_and_pytorch(dtype):
+def test_shifts_by_every_count_match_numpy_and_pytorch(dtype, device):
   """Left: two's complement wrap (1 << 31 is -2^31 in int32); right: arithmetic; the bit width or more: every bit
   out (0, or -1 for a negative signed x). NumPy and PyTorch agree on all of these."""
   info = np.iinfo(dtype)
   x = np.array([0, 1, 5, info.max, info.min, info.max // 3] + ([-1, -8, -5] if info.min < 0 else []), dtype)
-  bits = 8 * x.itemsize
+  bits, t = 8 * x.itemsize, Tensor(x, device=device)
   for n in (0, 1, 3, bits - 2, bits - 1, bits, bits + 2):   # every count, below: as a tensor of counts
-    np.testing.assert_array_equal((Tensor(x) << n).numpy(), np.left_shift(x, dtype(n)), err_msg=f"<< {n}")
-    np.testing.assert_array_equal((Tensor(x) >> n).numpy(), np.right_shift(x, dtype(n)), err_msg=f">> {n}")
+    np.testing.assert_array_equal((t << n).numpy(), np.left_shift(x, dtype(n)), err_msg=f"<< {n}")
+    np.testing.assert_array_equal((t >> n).numpy(), np.right_shift(x, dtype(n)), err_msg=f">> {n}")
   counts = np.array(list(range(bits + 3)) + ([-1, -7] if info.min < 0 else []), dtype)   # a count per element
   xs = np.resize(x, counts.shape)
-  np.testing.assert_array_equal((Tensor(xs) << Tensor(counts)).numpy(), np.left_shift(xs, counts))
-  np.testing.assert_array_equal((Tensor(xs) >> Tensor(counts)).numpy(), np.right_shift(xs, counts))
-  with pytest.raises(ValueError, match="shift count"): Tensor(x) << -1
+  ts, tc = Tensor(xs, device=device), Tensor(counts, device=device)
+  np.testing.assert_array_equal((ts << tc).numpy(), np.left_shift(xs, counts))
+  np.testing.assert_array_equal((ts >> tc).numpy(), np.right_shift(xs, counts))
+  with pytest.raises(ValueError, match="shift count"): t << -1
 
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
