@@ -79,8 +79,13 @@ class ElementwiseMixin:
     x = self._operand(x)
     if not self.dtype.is_float and not x.dtype.is_float:   # true division of integers gives floats, as in NumPy
       return self.cast(dtypes.default_float) / x.cast(dtypes.default_float)
+    a, b = self._pair(x)
+    if a.dtype is dtypes.f16:   # 1/b rounded to half, then the product rounded again: 1 ulp off in a quarter of cases
+      return (a.float() * b.float().recip()).cast(dtypes.f16)   # in float32, rounded once (NumPy's, PyTorch's opmath)
     return self * x.recip()
-  def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
+  def __rtruediv__(self, x):
+    if self.dtype is dtypes.f16: return self._operand(x) / self   # x / half, rounded once as above
+    return (self if self.dtype.is_float else self.float()).recip() * x
   def __lt__(self, x): return self._binary(Ops.CMPLT, x)
   def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
   def __ge__(self, x): return self._or_equal(x, self < x)
