@@ -454,6 +454,12 @@ print("w.grad shape", w2.grad.shape, "matches NumPy:",
 #   the output's work, and its gradient is a scatter-add with no rule of its own (the sum's gradient broadcasts, the
 #   where routes it to the chosen rows, the broadcast's gradient adds up repeated rows). No movement op reverses an
 #   axis, so `flip` (and a negative step) is the same select with `arange(n-1, -1, -1)`.
+# - **`max(dim)` is the values.** uopc follows tinygrad (and PyTorch's `amax`): `x.max(1)` is the row maxima, and
+#   `x.argmax(1)` their indices; tied maxima share the gradient equally, as `amax`'s do (`max_pool2d` follows PyTorch's
+#   pooling instead: a window's whole gradient goes to the first maximum, the index it returns). PyTorch's `max(dim)`
+#   returns `(values, indices)`, so its `_, pred = out.max(1)` would here unpack the rows of the values; the tensor
+#   `max(dim)` and `min(dim)` return refuses that (a TypeError naming `argmax`), and so does `out.max(1)[1]`.
+#   `sort`, `topk`, `cummax` and `cummin` return `(values, indices)`, as in PyTorch.
 #
 # The table is read from the code: each entry and the method that implements it (`uopc/tensor.py` and `uopc/mixin/`).
 
@@ -462,7 +468,8 @@ API = {
   "operators": ["add", "sub", "mul", "div", "pow", "neg", "dot", "__eq__", "__invert__", "__floordiv__", "__mod__"],
   "creation": ["arange", "eye", "tril", "triu", "full_like", "zeros_like", "ones_like", "rand", "randint",
                "manual_seed"],
-  "reductions": ["sum", "min", "var", "std", "prod", "logsumexp", "argmax", "argmin", "cumsum", "any", "all"],
+  "reductions": ["sum", "max", "min", "var", "std", "prod", "logsumexp", "argmax", "argmin", "cumsum", "cummax", "any",
+                 "all"],
   "movement": ["reshape", "pad", "flip", "unsqueeze", "squeeze", "flatten", "repeat", "clone", "cat", "stack",
                "split", "chunk"],
   "indexing": ["__getitem__", "gather", "one_hot", "masked_fill", "where"],

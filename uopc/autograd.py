@@ -40,6 +40,14 @@ class Leaves:
 
 
 requires_grad_leaves = Leaves()
+parameter_leaves = Leaves()   # every tensor ever marked requires_grad: a frozen one is still a model's parameter
+
+
+def set_requires_grad(t, v: bool) -> None:
+  """t.requires_grad = v. Unmarking (freezing) keeps t in parameter_leaves: PyTorch's state_dict and named_parameters
+  keep a frozen parameter, only its gradient stops."""
+  if v: requires_grad_leaves.add(t); parameter_leaves.add(t)
+  else: requires_grad_leaves.discard(t)
 
 
 def requires_grad_ids() -> set[int]:
@@ -47,6 +55,11 @@ def requires_grad_ids() -> set[int]:
   t up in a WeakSet, whose weakrefs compare their Tensors with ==, which is elementwise: it raises for a Tensor in the
   set. Identity is what is meant."""
   return {id(t) for t in list(requires_grad_leaves)}
+
+
+def parameter_ids() -> set[int]:
+  """ids of the Tensors ever marked requires_grad, frozen ones included (what a module's state holds)."""
+  return {id(t) for t in list(parameter_leaves)}
 pending = Leaves()   # lazy values that must keep the value they have now: .grads, clip_grad_norm_'s total
 
 
@@ -191,7 +204,7 @@ DERIVATIVES: dict[Ops, Rule] = {
   Ops.EXP2: lambda out, s, g, arg: (g * out * LN2,),                        # d(2^x) = 2^x ln2 dx
   Ops.LOG2: lambda out, s, g, arg: (g / (s[0] * LN2),),                     # d(log2 x) = dx / (x ln2)
   Ops.SQRT: lambda out, s, g, arg: (g / (out * 2),),                        # d(sqrt x) = dx / (2 sqrt x)
-  Ops.SIN: lambda out, s, g, arg: (g * (s[0] + math.pi / 2).sin(),),        # d(sin x) = cos x dx
+  Ops.SIN: lambda out, s, g, arg: (g * s[0].cos(),),                        # d(sin x) = cos x dx (cos: exact at 1e5)
   Ops.MAX: lambda out, s, g, arg: _max_grad(s[0], s[1], g),
   Ops.WHERE: lambda out, s, g, arg: (None, s[0].where(g, 0.0), s[0].where(0.0, g)),
   Ops.CAST: lambda out, s, g, arg: (g.cast(s[0].dtype),),

@@ -74,7 +74,7 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
       flat = np.array(arr, order="C", copy=True).reshape(-1)   # a copy: later changes to the caller's array stay out
       buf = UOp(Ops.BUFFER, (), _tensor_data(flat, dt, device))
       self.uop = buf if arr.shape == (flat.size,) else UOp(Ops.RESHAPE, (buf,), tuple(arr.shape))
-    if requires_grad: _requires_grad.add(self)   # a new object is in no set yet: nothing to discard
+    if requires_grad: autograd.set_requires_grad(self, True)   # a new object is in no set yet: nothing to discard
 
   @property
   def grad(self) -> Tensor | None:
@@ -90,8 +90,7 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
   def requires_grad(self) -> bool: return self in _requires_grad
   @requires_grad.setter
   def requires_grad(self, v: bool) -> None:
-    if v: _requires_grad.add(self)
-    else: _requires_grad.discard(self)
+    autograd.set_requires_grad(self, v)
 
   # ---- properties ----
   # the uop's, read by attrgetter in C: every Tensor method reads shapes and dtypes, and a Python getter is a frame each

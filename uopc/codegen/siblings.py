@@ -18,9 +18,11 @@ from uopc.uop import UOp, Ops, ALU, substitute
 MIN_GROUP = 2   # a group of one is the ordinary kernel
 
 
-def _reads(body: UOp, points: set[UOp]) -> set[UOp]:
-  """The points body reads (it stops at them: their values come from their buffers)."""
-  out, seen, stack = set(), set(), list(body.src)
+def _reads(p: UOp, points: set[UOp]) -> set[UOp]:
+  """The points p's kernel reads (the walk stops at them: their values come from their buffers). It starts below p,
+  at p's sources: a STAGE's body may itself be a point (x.contiguous() of a root x), which the STAGE's kernel then
+  copies from its buffer, so that body is a read too."""
+  out, seen, stack = set(), set(), list(p.src)
   while stack:
     u = stack.pop()
     if u in seen: continue
@@ -60,7 +62,7 @@ def sibling_groups(roots: list[UOp], points: list[UOp]) -> list[tuple[UOp, ...]]
   """points in kernel order, as groups: each group one kernel (most are groups of one). A group sits where its last
   member was: every member's inputs are computed by then, and no point outside the group reads a member."""
   pset, rset = set(points), set(roots)
-  reads = {p: _reads(p.src[0] if p.op is Ops.STAGE else p, pset) for p in points}
+  reads = {p: _reads(p, pset) for p in points}
   cand = {p for p in points if p in rset and p.shape and p.op is not Ops.STAGE and _elementwise(p, pset)}
   changed = True
   while changed:   # a member read by a kernel outside the group, or at another element, is a kernel of its own

@@ -28,15 +28,16 @@ class ComposeMixin(WindowMixin):
     lhs, arrow, out = spec.partition("->")
     ins = lhs.split(",")
     if len(ins) != len(ops): raise UsageError(f"einsum: {formula!r} names {len(ins)} operands, got {len(ops)}")
+    fill = ""
     if "..." in spec:   # the ellipsis: letters not used elsewhere, as many as the widest operand needs
       free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
       width = max((o.ndim - len(s.replace("...", "")) for s, o in zip(ins, ops) if "..." in s), default=0)
       fill = "".join(free[:width])
       ins = [s.replace("...", fill[len(fill) - (o.ndim - len(s.replace("...", ""))):]) for s, o in zip(ins, ops)]
       out = out.replace("...", fill) if arrow else out
-    if not arrow:
+    if not arrow:   # NumPy's implicit output: the ellipsis's axes first (broadcast ones too), then the lone letters
       counts = {c: "".join(ins).count(c) for c in "".join(ins)}
-      out = "".join(sorted(c for c, n in counts.items() if n == 1))
+      out = fill + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in fill))
     sizes: dict[str, int] = {}
     for s, o in zip(ins, ops):
       if len(s) != o.ndim: raise UsageError(f"einsum: {s!r} has {len(s)} letters for an operand of shape {o.shape}")
@@ -59,7 +60,8 @@ class ComposeMixin(WindowMixin):
       view = view.reshape(*[o.shape[s.index(c)] if c in s else 1 for c in letters])
       prod = view if prod is None else prod * view
     summed = tuple(k for k, c in enumerate(letters) if c not in out)
-    res = prod.sum(summed) if summed else prod
+    # integers keep their dtype (PyTorch's einsum: int32 in, int32 out), where sum() alone would widen to int64
+    res = (prod.sum(summed, dtype=prod.dtype) if prod.dtype.is_int else prod.sum(summed)) if summed else prod
     kept = [c for c in letters if c in out]
     return res.permute([kept.index(c) for c in out]) if kept else res
 
@@ -108,16 +110,43 @@ class ComposeMixin(WindowMixin):
     mask = type(self).full((n, n), True, dtypes.bool).tril()
     return getattr(mask.where(x.unsqueeze(-2), fill), reduce)(-1).transpose(axis, -1)
   def cumprod(self, axis: int = 0) -> Self: return self._cumulative(axis, 1, "prod")
-  def cummax(self, axis: int = 0) -> Self:
-    """The running maximum (the values; PyTorch's cummax(...).values, tinygrad's cummax)."""
-    return self._cumulative(axis, -math.inf if self.dtype.is_float else self.dtype.min, "max")
-  def cummin(self, axis: int = 0) -> Self:
-    return self._cumulative(axis, math.inf if self.dtype.is_float else self.dtype.max, "min")
-  def logcumsumexp(self, axis: int = 0) -> Self:
+  def cummax(self, axis: int = 0) -> tuple[Self, Self]:
+    """(values, indices), as PyTorch's and tinygrad's cummax: the running maximum and, at each i, the last j <= i
+    holding it (PyTorch's >= rule; a nan is the maximum from where it appears). The gradient goes to that index."""
+    return self._cumulative_arg(axis, largest=True)
+  def cummin(self, axis: int = 0) -> tuple[Self, Self]:
+    """(values, indices): the running minimum and the last index holding it, as cummax."""
+    return self._cumulative_arg(axis, largest=False)
+  def _cumulative_arg(self, axis: int, largest: bool) -> tuple[Self, Self]:
+    T = type(self)
+    if self.ndim == 0: return self, T.full((), 0, dtypes.i64)
     axis = _norm_axis(axis, self.ndim)
-    m = self.max(axis, keepdim=True).detach()
-    m = m.isinf().where(0.0, m)
-    return (self - m).exp().cumsum(axis).log() + m
+    fill = (-math.inf if largest else math.inf) if self.dtype.is_float else (self.dtype.min if largest else
+                                                                              self.dtype.max)
+    values = self._cumulative(axis, fill, "max" if largest else "min")
+    n = self.shape[axis]
+    x, v = self.transpose(axis, -1).unsqueeze(-2), values.transpose(axis, -1).unsqueeze(-1)   # (..., 1, n), (..., n, 1)
+    same = x.eq(v) | (x.isnan() & v.isnan()) if self.dtype.is_float else x.eq(v)            # (..., i, j)
+    hit = T.full((n, n), True, dtypes.bool).tril() & same
+    idx = hit.where(T.arange(n).cast(dtypes.i64), -1).max(-1)                                # the last j <= i
+    one_hot = T.arange(n).cast(dtypes.i64).eq(idx.unsqueeze(-1))                             # (..., i, j)
+    def grad(out, s, g):   # each running value's gradient to the index it reports
+      return (one_hot.where(g.transpose(axis, -1).unsqueeze(-1), 0.0).sum(-2).transpose(axis, -1),)
+    values = values._custom_grad((self,), grad) if self.dtype.is_float else values
+    return values, idx.transpose(axis, -1)
+  def logcumsumexp(self, axis: int = 0) -> Self:
+    """log(sum_{j <= i} exp(x_j)), each i shifted by its own running maximum m_i (cummax): exp(x_j - m_i) <= 1 with
+    at least one term 1, so no row underflows to log(0) = -inf where the answer is finite (a row [0, 200] shifted by
+    its overall max 200 would), and none overflows. An infinite m_i shifts by 0."""
+    axis = _norm_axis(axis, self.ndim)
+    if self.ndim == 0: return self
+    T, n = type(self), self.shape[axis]
+    x = self.transpose(axis, -1)                                                  # (..., n)
+    m = x._cumulative(-1, -math.inf, "max").detach()
+    m = m.isinf().where(0.0, m).unsqueeze(-1)                                     # (..., i, 1)
+    below = T.full((n, n), True, dtypes.bool).tril()                              # (i, j): j <= i
+    terms = below.where(x.unsqueeze(-2) - m, -math.inf).exp()   # (..., i, j); j > i masked before exp: no 0 * inf
+    return (terms.sum(-1).log() + m.squeeze(-1)).transpose(axis, -1)
 
   # ---- scatter ----
   def _scatter_hits(self, dim: int, index, src):

@@ -79,8 +79,13 @@ class ElementwiseMixin:
     x = self._operand(x)
     if not self.dtype.is_float and not x.dtype.is_float:   # true division of integers gives floats, as in NumPy
       return self.cast(dtypes.default_float) / x.cast(dtypes.default_float)
+    a, b = self._pair(x)
+    if a.dtype is dtypes.f16:   # 1/b rounded to half, then the product rounded again: 1 ulp off in a quarter of cases
+      return (a.float() * b.float().recip()).cast(dtypes.f16)   # in float32, rounded once (NumPy's, PyTorch's opmath)
     return self * x.recip()
-  def __rtruediv__(self, x): return (self if self.dtype.is_float else self.float()).recip() * x
+  def __rtruediv__(self, x):
+    if self.dtype is dtypes.f16: return self._operand(x) / self   # x / half, rounded once as above
+    return (self if self.dtype.is_float else self.float()).recip() * x
   def __lt__(self, x): return self._binary(Ops.CMPLT, x)
   def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
   def __ge__(self, x): return self._or_equal(x, self < x)
@@ -163,7 +168,9 @@ class ElementwiseMixin:
     for n in range(44, 0, -1): s = 1 + x2 * (1 / (2 * n + 1)) * s
     return self._exp_neg_square() * self * s * (2 / math.sqrt(math.pi))
   def _erfc_cf(self) -> Self:
-    """erfc(z) for z >= 1.5: e^-z^2 / sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...)))), 80 levels deep."""
+    """erfc(z) for z >= 1.5: e^-z^2 / sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...)))), 80 levels deep. z past 40
+    is 40 (erfc is 0 in float64 from 27.3 on): at z = inf the formula's e^-z^2 would be inf - inf = nan."""
+    self = (self > 40).where(40.0, self)
     k = self
     for n in range(80, 0, -1): k = self + (n / 2) / k
     return self._exp_neg_square() / k * (1 / math.sqrt(math.pi))
@@ -205,16 +212,25 @@ class ElementwiseMixin:
   def lshift(self, n) -> Self: return self._shift(n, True)
   def rshift(self, n) -> Self: return self._shift(n, False)
   def _shift(self, n, left: bool) -> Self:
-    """x << n is x * 2^n, x >> n is floor(x / 2^n) (an arithmetic shift for signed integers), as tinygrad."""
+    """PyTorch's (and NumPy's) shifts, with none of C's undefined behaviour on signed integers: x << n is x * 2^n
+    wrapping in two's complement (1 << 31 is -2^31 in int32), x >> n is floor(x / 2^n) (an arithmetic shift for
+    signed integers). A count of the bit width or more (or, in a count tensor, a negative one) shifts every bit out:
+    << gives 0, >> gives 0, or -1 for a negative signed x. A negative Python count is refused."""
     if not self.dtype.is_int: raise TypeError(f"<< and >> need an integer tensor, got {self.dtype}")
+    bits = 8 * self.dtype.itemsize
+    top = self.dtype.min if not self.dtype.is_unsigned else 1 << (bits - 1)   # 2^(bits-1), wrapped when signed
+    gone = self.const_like(0) if left or self.dtype.is_unsigned else (self < 0).where(-1, 0).cast(self.dtype)
     if isinstance(n, ElementwiseMixin):   # 2^n as a select over the bit positions (no product that overflows)
-      k = self.const_like(0)
-      for b in range(8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1)): k = n.eq(b).where(1 << b, k)
-    elif isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+      # the sign bit of a signed x is top for <<, and for >> a shift out of range (sign fill): k = 0 there
+      k, last = self.const_like(0), bits if left or self.dtype.is_unsigned else bits - 1
+      for b in range(last): k = n.eq(b).where(top if b == bits - 1 else 1 << b, k)
+      if left: return self * k                                                    # k = 0 out of range: 0
+      return k.eq(0).where(gone, self // k.eq(0).where(1, k))                     # never a division by 0
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
       raise ValueError(f"shift count must be a non-negative integer, got {n!r}")
-    elif n >= 8 * self.dtype.itemsize - (0 if self.dtype.is_unsigned else 1):   # every bit shifted out
-      return self.const_like(0) if left or self.dtype.is_unsigned else (self < 0).where(-1, 0).cast(self.dtype)
-    else: k = type(self).full(self.shape, 1 << int(n), self.dtype)
+    if n >= bits: return gone
+    if n == bits - 1 and not self.dtype.is_unsigned: return self * top if left else gone   # the sign bit
+    k = type(self).full(self.shape, 1 << int(n), self.dtype)
     return self * k if left else self // k
   def square(self) -> Self: return self * self
   def float(self) -> Self: return self.cast(dtypes.f32)
@@ -278,7 +294,12 @@ class ElementwiseMixin:
   def isinf(self) -> Self:
     return self.abs().eq(math.inf) if self.dtype.is_float else type(self).full(self.shape, False)
   def rsqrt(self) -> Self: return self.sqrt().recip()
-  def cos(self) -> Self: return (self + math.pi / 2).sin() if self.dtype.is_float else self.float().cos()
+  def cos(self) -> Self:
+    """1 - 2 sin^2(x/2): halving x is exact, where the textbook sin(x + pi/2) rounds x + pi/2 (by up to 0.004 at
+    |x| = 1e5 in float32: cos off by 1%). Its gradient is -sin(x), sin's own range reduction (PyTorch's rule)."""
+    if not self.dtype.is_float: return self.float().cos()
+    half = (self * 0.5).sin()
+    return (1 - 2 * (half * half))._custom_grad((self,), lambda out, s, g: (-g * s[0].sin(),))
   def sign(self) -> Self:
     s = (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
     return self.isnan().where(self, s) if self.dtype.is_float else s

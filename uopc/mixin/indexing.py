@@ -92,8 +92,23 @@ class IndexingMixin(ReduceMixin):
       raise UsageError(f"one_hot: num_classes must be given and non-negative, got {num_classes}{hint}")
     return (self.unsqueeze(-1) == type(self).arange(num_classes)).cast(dtypes.int)
 
+  def _refuse_values_only(self, what: str) -> None:
+    """x.max(1) is the values (tinygrad's rule); PyTorch's `_, i = x.max(1)` or `x.max(1)[1]` would read its rows."""
+    if (name := getattr(self, "_values_of", None)) is not None:
+      raise TypeError(f"{what} the result of {name}(dim): uopc's {name}(dim) returns the values only (tinygrad's "
+                      f"rule), not PyTorch's (values, indices); write values = x.{name}(dim) and indices = "
+                      f"x.arg{name}(dim)")
+
+  def __iter__(self):
+    """The rows along axis 0 (as PyTorch iterates); a 0-d tensor has none."""
+    self._refuse_values_only("cannot unpack")
+    if self.ndim == 0: raise TypeError("iteration over a 0-d tensor")
+    return (self[k] for k in range(self.shape[0]))
+
   def __getitem__(self, key) -> Self:
     """NumPy's indexing: ints, slices with any step, None, ..., and integer or (static) boolean arrays/Tensors."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+      self._refuse_values_only(f"cannot index [{key}]")
     T = type(self)
     key = list(key) if isinstance(key, tuple) else [key]
     # boolean masks: their positions are fixed by the data, so the mask must be known (it is realized here)

@@ -43,10 +43,21 @@ class ReduceMixin(MovementMixin):
     if dtype is not None: return self.cast(dtype)._reduce(Ops.ADD, axis, keepdim)
     if self.dtype is dtypes.f16: return self.cast(dtypes.f32)._reduce(Ops.ADD, axis, keepdim).cast(dtypes.f16)
     return self.cast(sum_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
-  def max(self, axis=None, keepdim: bool = False) -> Self: return self._reduce(Ops.MAX, axis, keepdim)
+  def max(self, axis=None, keepdim: bool = False) -> Self:
+    """The maximum over axis: the values only, as tinygrad's max and PyTorch's amax (PyTorch's max(dim) returns
+    (values, indices)). So that PyTorch's `_, pred = out.max(1)` cannot silently unpack the rows of the values, the
+    tensor max(dim) returns refuses to be unpacked or indexed by an int (TypeError); write `pred = out.argmax(1)`.
+    Its gradient is amax's: tied maxima share it equally."""
+    out = self._reduce(Ops.MAX, axis, keepdim)
+    return out if axis is None else out._values_only("max")
   def min(self, axis=None, keepdim: bool = False) -> Self:
-    if self.dtype.is_float: return -((-self).max(axis, keepdim))
-    return ~((~self).max(axis, keepdim))          # bools and integers: ~ reverses the order and never overflows
+    """The minimum over axis: the values only, as max (argmin gives the indices)."""
+    if self.dtype.is_float: out = -((-self).max(axis, keepdim))
+    else: out = ~((~self).max(axis, keepdim))    # bools and integers: ~ reverses the order and never overflows
+    return out if axis is None else out._values_only("min")
+  def _values_only(self, name: str) -> Self:
+    self._values_of = name   # read by IndexingMixin.__iter__ and __getitem__
+    return self
   def any(self, axis=None, keepdim: bool = False) -> Self: return self.bool().max(axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Self: return self.bool().min(axis, keepdim)
   def mean(self, axis=None, keepdim: bool = False) -> Self:
@@ -63,10 +74,13 @@ class ReduceMixin(MovementMixin):
   def log_softmax(self, axis: int = -1) -> Self:
     """x - max - log(sum(exp(x - max))). The MAX with -inf changes no value; it keeps x - max apart from the log in
     the output's C (kernels are built with -fassociative-math): x - (max + log) is 1e30 - 1e30 = 0 where the answer is
-    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes."""
+    -0.69. The sum's exp(x - max) is the plain form, the one online softmax (chapter 11b) recognizes.
+    Its gradient is PyTorch's g - softmax * sum(g), not the formula's: the MAX with -inf ties at a -inf entry and
+    would split the derivative there, and the max's own derivative would land on tied maxima."""
     if not self.numel(): return self
     m = self - self.max(axis, keepdim=True)
-    return m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
+    out = m._binary(Ops.MAX, -math.inf) - m.exp().sum(axis, keepdim=True).log()
+    return out._custom_grad((self,), lambda out, s, g: (g - out.exp() * g.sum(axis, keepdim=True),))
 
   # ---- more reductions ----
   def prod(self, axis=None, keepdim: bool = False) -> Self:

@@ -10,7 +10,7 @@ class TrigMixin(ElementwiseMixin):
   def _fl(self) -> Self: return self if self.dtype.is_float else self.float()
   def tan(self) -> Self:
     x = self._fl()
-    return x.sin() / x.cos()
+    return (x.sin() / x.cos())._custom_grad((x,), lambda out, s, g: (g * (1 + out * out),))   # PyTorch's: 1 + tan^2
   def atan(self) -> Self:
     """Reduced to |x| <= tan(pi/8) (atan x = pi/2 - atan(1/x), pi/4 + atan((x-1)/(x+1))), halved twice with
     atan x = 2 atan(x / (1 + sqrt(1 + x^2))), then 10 terms of the series: float64's precision."""

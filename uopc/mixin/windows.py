@@ -28,6 +28,17 @@ def _tuple(v, n: int, what: str) -> tuple[int, ...]:
 def _ceil(a: int, b: int) -> int: return -(-a // b)
 
 
+def _max_pool_grad(out, s, g):
+  """PyTorch's rule: a window's whole gradient goes to the index max_pool returns, its first maximum (a nan counts as
+  the maximum); tied maxima do not share it, as the max reduction's rule would have them (uopc.autograd)."""
+  win = s[0]
+  n = win.ndim - out.ndim
+  flat = win.reshape(*out.shape, -1)                                   # (..., *o, k1*k2)
+  first = flat.argmax(-1).unsqueeze(-1)                                # (..., *o, 1)
+  at_first = type(win).arange(flat.shape[-1]).eq(first)               # (..., *o, k1*k2)
+  return (at_first.where(g.unsqueeze(-1), 0.0).reshape(*out.shape, *win.shape[-n:]),)
+
+
 class WindowMixin(IndexingMixin):
   def _pool(self, k_: Sequence[int], stride=1, dilation=1) -> Self:
     """(..., *i) -> (..., *o, *k): the windows of the last len(k_) axes, [*o, *k] = x[o*s + k*d] per axis."""
@@ -154,7 +165,7 @@ class WindowMixin(IndexingMixin):
     lowest = -math.inf if self.dtype.is_float else self.dtype.min
     x = self.pad([None] * (self.ndim - len(k_)) + pads, value=lowest)
     win = x._pool(k_, s_, dilation)
-    out = win.max(tuple(range(-len(k_), 0)))
+    out = win.max(tuple(range(-len(k_), 0)))._custom_grad((win,), _max_pool_grad)
     if not return_indices: return out
     # each window's first maximum, as an index into the unpadded plane
     T, n = type(self), len(k_)
@@ -213,7 +224,7 @@ class WindowMixin(IndexingMixin):
     else:
       f = (scale_factor,) * n if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
       outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, f)), [1 / s for s in f]
-    x = self if self.dtype.is_float else self.float()
+    x = self if self.dtype.is_float or not linear else self.float()   # nearest only selects: a uint8 image stays uint8
     T = type(self)
     f = np.float64 if x.dtype is dtypes.f64 else np.float32   # positions in the input's precision, as PyTorch's
     for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):

@@ -11,7 +11,7 @@ that buffer by the updated one (uopc.optim), so the Tensor object the model hold
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.autograd import requires_grad_ids
+from uopc.autograd import Leaves, parameter_ids, requires_grad_ids
 from uopc.dtype import DType, dtypes, np_dtype
 from uopc.rng import draw_seed, uniform
 from uopc.tensor import Tensor
@@ -27,25 +27,46 @@ def parameter(a: np.ndarray, dtype: DType = dtypes.f32) -> Tensor:
   return Tensor(np.asarray(a, np_dtype(dtype)), requires_grad=True)
 
 
-def _walk(obj, prefix: str, seen: set[int], out: dict[str, Tensor], grads: set[int]) -> None:
+_buffers = Leaves()   # the tensors buffer() made, held weakly
+
+
+def buffer(a: np.ndarray, dtype: DType = dtypes.f32) -> Tensor:
+  """A Tensor that is part of a module's state but takes no gradient (PyTorch's register_buffer: BatchNorm's running
+  statistics): state_dict saves it and load_state_dict restores it; parameters() never lists it."""
+  t = Tensor(np.asarray(a, np_dtype(dtype)))
+  _buffers.add(t)
+  return t
+
+
+def _walk(obj, prefix: str, seen: set[int], out: dict[str, Tensor], wanted: set[int]) -> None:
   if isinstance(obj, Tensor):
-    if id(obj) in grads and id(obj) not in seen: seen.add(id(obj)); out[prefix] = obj   # a tied weight once
+    if id(obj) in wanted and id(obj) not in seen: seen.add(id(obj)); out[prefix] = obj   # a tied weight once
   elif isinstance(obj, (list, tuple)):
-    for k, x in enumerate(obj): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, grads)
+    for k, x in enumerate(obj): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, wanted)
   elif isinstance(obj, dict):
-    for k, x in obj.items(): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, grads)
+    for k, x in obj.items(): _walk(x, f"{prefix}.{k}" if prefix else str(k), seen, out, wanted)
   elif isinstance(obj, Module):
     for k, x in vars(obj).items():
-      if not k.startswith("_"): _walk(x, f"{prefix}.{k}" if prefix else k, seen, out, grads)
+      if not k.startswith("_"): _walk(x, f"{prefix}.{k}" if prefix else k, seen, out, wanted)
+
+
+def _named(obj, wanted: set[int]) -> dict[str, Tensor]:
+  out: dict[str, Tensor] = {}
+  _walk(obj, "", set(), out, wanted)
+  return out
 
 
 def named_parameters(obj) -> dict[str, Tensor]:
-  """{"blocks.0.attn.qkv.weight": Tensor, ...}: every Tensor with requires_grad reachable through obj's public
-  attributes (Modules, lists, tuples, dicts), in attribute order; a Tensor reached twice (a tied weight) keeps its
-  first name."""
-  out: dict[str, Tensor] = {}
-  _walk(obj, "", set(), out, requires_grad_ids())
-  return out
+  """{"blocks.0.attn.qkv.weight": Tensor, ...}: every parameter reachable through obj's public attributes (Modules,
+  lists, tuples, dicts), in attribute order; a Tensor reached twice (a tied weight) keeps its first name. A
+  parameter is a Tensor ever marked requires_grad: a frozen one (requires_grad=False) is still listed, as PyTorch
+  lists it."""
+  return _named(obj, parameter_ids())
+
+
+def named_buffers(obj) -> dict[str, Tensor]:
+  """{"bn.running_mean": Tensor, ...}: the Tensors made by buffer() reachable through obj, in attribute order."""
+  return _named(obj, {id(t) for t in _buffers})
 
 
 def save_npz(state: dict[str, np.ndarray], path) -> None:
@@ -62,8 +83,14 @@ class Module:
   training: bool = True
 
   def named_parameters(self) -> dict[str, Tensor]: return named_parameters(self)
-  def parameters(self) -> list[Tensor]: return list(named_parameters(self).values())
-  def num_parameters(self) -> int: return sum(p.numel() for p in self.parameters())
+  def named_buffers(self) -> dict[str, Tensor]: return named_buffers(self)
+  def parameters(self) -> list[Tensor]:
+    """The parameters an optimizer should train: frozen ones (requires_grad=False) are left out, because uopc's
+    optimizers mark every tensor they are given requires_grad (PyTorch lists them and its optimizers skip a None
+    .grad); named_parameters() and state_dict() keep them."""
+    marked = requires_grad_ids()
+    return [p for p in named_parameters(self).values() if id(p) in marked]
+  def num_parameters(self) -> int: return sum(p.numel() for p in named_parameters(self).values())
 
   def modules(self) -> list[Module]:
     found: list[Module] = []
@@ -82,14 +109,18 @@ class Module:
     return self
   def eval(self) -> Module: return self.train(False)
 
+  def _state_tensors(self) -> dict[str, Tensor]:
+    return _named(self, parameter_ids() | {id(t) for t in _buffers})
+
   def state_dict(self) -> dict[str, np.ndarray]:
-    """name -> a copy of the parameter's data (realized first if it is still lazy)."""
-    return {k: p.numpy().copy() for k, p in self.named_parameters().items()}
+    """name -> a copy of the data of every parameter, frozen or not, and every buffer (realized first if still lazy),
+    in attribute order: PyTorch's rule, so a checkpoint of a model with a frozen layer loads into a fresh one."""
+    return {k: p.numpy().copy() for k, p in self._state_tensors().items()}
 
   def load_state_dict(self, state: dict[str, np.ndarray], strict: bool = True) -> None:
-    """Replace each parameter's data by state[name]. The array's dtype is kept: loading float64 arrays makes a
-    float64 model (the gradient checks do that). strict: the names must match exactly."""
-    params = self.named_parameters()
+    """Replace the data of each parameter and buffer by state[name]. The array's dtype is kept: loading float64 arrays
+    makes a float64 model (the gradient checks do that). strict: the names must match exactly."""
+    params = self._state_tensors()
     missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
     if strict and (missing or unexpected):
       raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
