@@ -27,10 +27,12 @@ from uopc.mixin.trig import TrigMixin
 from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
+from uopc.grad_mode import GradMode, check_reads, replaced
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 _fulls: dict[tuple, UOp] = cache("tensor.fulls", {})   # Tensor.full's (shape, dtype, value) -> the node it built
 _SCALAR_TYPES = {bool, int, float}
+_NO_DETACH = {Ops.BUFFER, Ops.CONST, Ops.DETACH}   # under no_grad: nodes that carry no gradient as they are
 
 
 # ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
@@ -68,6 +70,8 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
       if device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
       self.uop = data
+      if not GradMode.enabled and data.op not in _NO_DETACH and not is_contiguous_buffer(data):
+        self.uop = UOp(Ops.DETACH, (data,))   # no_grad: backward stops here (uopc.grad_mode)
     else:
       arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
@@ -128,8 +132,9 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     kept = autograd.preserve(homes) if homes and autograd.pending else []
     extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in roots))
     sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
+    if replaced: check_reads(sink.toposort())   # a buffer written in place since this graph was built
     placed = device_of(sink)   # Tensor(x, device=...) or .to(...)
-    tracked = autograd.tracks([*roots, *extra])
+    tracked = GradMode.enabled and autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
     outs = realize([*roots, *extra], options=options, observe=observe)
@@ -166,6 +171,46 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
       self._home = self.uop
     self.uop = x.uop
     return self
+
+  # ---- in place: PyTorch's add_, mul_, ... (uopc.grad_mode: no_grad and the version-counter rule) ----
+  def _inplace(self, value, what: str) -> Tensor:
+    """This Tensor object takes `value` (broadcast to its shape, cast to its dtype). A Tensor holding data has it
+    written into its own buffer (an optimizer, a checkpoint and a captured step see it) and a new node over that
+    memory, so graphs built before read the old node and raise; a lazy Tensor takes value's graph."""
+    if GradMode.enabled and self.requires_grad:
+      raise RuntimeError(f"{what}: a leaf Tensor that requires grad is being used in an in-place operation (PyTorch's "
+                         "rule); do it under no_grad()")
+    value = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, self.dtype)
+    if value.shape != self.shape:
+      if broadcast_shape(value.shape, self.shape) != self.shape:
+        raise UsageError(f"{what}: a value of shape {value.shape} does not broadcast to the tensor's {self.shape}")
+      value = value._broadcast(self.shape)
+    value, old = value.cast(self.dtype), self.uop
+    if self._holds_data() and self._home is None:
+      self.assign(value).realize()
+      self.uop = Tensor._from_array(_flat(self.uop), self.shape, device_of(old)).uop
+      consumers: set[UOp] = set()
+    else:
+      self.uop = value.uop
+      consumers = {u for u in self.uop.toposort() if old in u.src}   # the in-place op itself reads the old value
+    replaced[old] = (what, consumers)
+    if old.op is Ops.RESHAPE: replaced[old.src[0]] = (what, consumers)
+    return self
+
+  def add_(self, other, alpha=1) -> Tensor: return self._inplace(self + _scaled(other, alpha), "add_")
+  def sub_(self, other, alpha=1) -> Tensor: return self.add_(-other if alpha == 1 else other, -alpha)
+  def mul_(self, other) -> Tensor: return self._inplace(self * other, "mul_")
+  def div_(self, other) -> Tensor: return self._inplace(self / other, "div_")
+  def zero_(self) -> Tensor: return self._inplace(0, "zero_")
+  def fill_(self, value) -> Tensor: return self._inplace(value, "fill_")
+  def copy_(self, src) -> Tensor: return self._inplace(src if isinstance(src, Tensor) else Tensor(src), "copy_")
+  def clamp_(self, min=None, max=None) -> Tensor: return self._inplace(self.clip(min, max), "clamp_")  # noqa: A002
+  clip_ = clamp_
+  def masked_fill_(self, mask, value) -> Tensor: return self._inplace(self.masked_fill(mask, value), "masked_fill_")
+  def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return self._inplace(Tensor.uniform(*self.shape, low=a, high=b, dtype=self.dtype), "uniform_")
+  def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return self._inplace(Tensor.normal(*self.shape, mean=mean, std=std, dtype=self.dtype), "normal_")
 
   def _data(self) -> np.ndarray:
     """The flat array that holds this (realized) tensor's data."""
@@ -255,6 +300,9 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
     autograd.backward(self)
+
+
+def _scaled(x, alpha): return x if alpha == 1 else x * alpha
 
 
 def _flat(u: UOp) -> np.ndarray:

@@ -194,6 +194,25 @@ class WindowMixin(IndexingMixin):
   def avg_pool3d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Self:
     return self.avg_pool2d(_tuple(kernel_size, 3, "kernel_size"), stride, 1, padding, ceil_mode, count_include_pad)
 
+  def adaptive_avg_pool2d(self, output_size) -> Self:
+    """PyTorch's adaptive average pooling over the last len(output_size) axes (an int: two axes): output cell o
+    averages input cells floor(o i / n) up to ceil((o + 1) i / n), a (n, i) matrix of weights per axis, applied as
+    a matmul (None keeps that axis)."""
+    sizes_ = (output_size,) * 2 if isinstance(output_size, (int, np.integer)) or output_size is None else output_size
+    n = len(sizes_)
+    if self.ndim < n + 1: raise UsageError(f"adaptive_avg_pool: input of shape {self.shape} for output {output_size}")
+    x, T = self if self.dtype.is_float else self.float(), type(self)
+    for j, o in enumerate(sizes_):
+      axis, i = self.ndim - n + j, self.shape[self.ndim - n + j]
+      if o is None: continue
+      if isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1:
+        raise UsageError(f"adaptive_avg_pool: output_size must be positive ints, got {output_size!r}")
+      w = np.zeros((o, i))
+      for k in range(o): w[k, (k * i) // o:_ceil((k + 1) * i, o)] = 1 / (_ceil((k + 1) * i, o) - (k * i) // o)
+      w = T(w.T.astype(np.float64 if x.dtype is dtypes.f64 else np.float32))   # (i, o)
+      x = (x.transpose(axis, -1) @ w).transpose(axis, -1)
+    return x
+
   # ---- interpolation ----
   def interpolate(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None) -> Self:
     """PyTorch's F.interpolate over the axes after (N, C): "nearest", "nearest-exact", or "linear" / "bilinear" /

@@ -65,6 +65,14 @@ class Module:
   def parameters(self) -> list[Tensor]: return list(named_parameters(self).values())
   def num_parameters(self) -> int: return sum(p.numel() for p in self.parameters())
 
+  def named_buffers(self) -> dict[str, Tensor]:
+    """{"bn.running_mean": Tensor, ...}: the state that is not a parameter (a module lists it in _buffers)."""
+    ids = {id(getattr(m, k)) for m in self.modules() for k in m._buffers if getattr(m, k, None) is not None}
+    out: dict[str, Tensor] = {}
+    _walk(self, "", set(), out, ids)
+    return out
+  _buffers: tuple[str, ...] = ()   # names of the attributes that are buffers (BatchNorm's running statistics)
+
   def modules(self) -> list[Module]:
     found: list[Module] = []
     def visit(o):
@@ -84,12 +92,12 @@ class Module:
 
   def state_dict(self) -> dict[str, np.ndarray]:
     """name -> a copy of the parameter's data (realized first if it is still lazy)."""
-    return {k: p.numpy().copy() for k, p in self.named_parameters().items()}
+    return {k: p.numpy().copy() for k, p in {**self.named_parameters(), **self.named_buffers()}.items()}
 
   def load_state_dict(self, state: dict[str, np.ndarray], strict: bool = True) -> None:
     """Replace each parameter's data by state[name]. The array's dtype is kept: loading float64 arrays makes a
     float64 model (the gradient checks do that). strict: the names must match exactly."""
-    params = self.named_parameters()
+    params = {**self.named_parameters(), **self.named_buffers()}
     missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
     if strict and (missing or unexpected):
       raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
