@@ -28,6 +28,7 @@ from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg
 from uopc.device import canonical
 from uopc.errors import UsageError
 from uopc.grad_mode import GradMode, check_reads, replaced
+from uopc.bounds import flags, flags_of, raise_if_out_of_range
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 _fulls: dict[tuple, UOp] = cache("tensor.fulls", {})   # Tensor.full's (shape, dtype, value) -> the node it built
@@ -133,11 +134,13 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in roots))
     sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
     if replaced: check_reads(sink.toposort())   # a buffer written in place since this graph was built
+    bounds = flags_of(sink.toposort()) if flags else []   # computed indices: their range flags, computed alongside
     placed = device_of(sink)   # Tensor(x, device=...) or .to(...)
     tracked = GradMode.enabled and autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
-    outs = realize([*roots, *extra], options=options, observe=observe)
+    outs = realize([*roots, *extra, *[f for f, _ in bounds]], options=options, observe=observe)
+    if bounds: raise_if_out_of_range(bounds, outs[len(roots) + len(extra):])
     writes = []
     for k, (t, out) in enumerate(zip(todo, outs)):
       t.lazy = t.uop   # the graph that computed it
