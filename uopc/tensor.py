@@ -22,7 +22,7 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
-from uopc.mixin.compose import ComposeMixin
+from uopc.mixin.torchlike import TorchMixin
 from uopc.mixin.trig import TrigMixin
 from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
@@ -57,7 +57,7 @@ def device_of(u: UOp) -> str | None:
 
 
 # each mixin builds on the ones after it (uopc.mixin); Tensor gives them their primitives: the graph nodes and data
-class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, TrigMixin, ElementwiseMixin):
+class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, TrigMixin, ElementwiseMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)

@@ -77,7 +77,7 @@ class WindowMixin(IndexingMixin):
       total = [d * (k - 1) for d, k in zip(_tuple(dilation, n, "dilation"), k_)]
       return [(t // 2, t - t // 2) for t in total]
     if isinstance(padding, str): raise UsageError(f"{what}: padding must be an int, a tuple, 'valid' or 'same'")
-    if not isinstance(padding, (int, np.integer)) and len(padding) == 2 * n and n > 1 or \
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 2 * n or \
        not isinstance(padding, (int, np.integer)) and all(isinstance(p, (tuple, list)) for p in padding):
       pairs = [tuple(p) for p in padding] if all(isinstance(p, (tuple, list)) for p in padding) else \
         [tuple(padding[k:k + 2]) for k in range(0, 2 * n, 2)][::-1]   # tinygrad's flat form: last axis first
