@@ -183,9 +183,12 @@ def test_a_checkpoint_with_a_frozen_layer_round_trips(tmp_path):
   want, want_p = reference_run(init, data, "sgd", frozen=("0",))
   np.testing.assert_allclose(losses, want, rtol=0, atol=2e-5)
   np.testing.assert_array_equal(model[0].weight.numpy(), init["0.weight"])
+  # state_dict keeps the frozen layer (PyTorch's 10 keys). That is issue 47 item 1, fixed in uopc/nn/layers.py on
+  # another branch: until it is merged this test stops here as an expected failure. REMOVE these two lines once it is
+  # (then the test checks the whole round trip, and a checkpoint that drops a layer fails it).
+  if len(model.state_dict()) < len(init):
+    pytest.xfail("state_dict() leaves out parameters with requires_grad=False (issue 47 item 1, not merged yet)")
   model.save(tmp_path / "lenet.npz")
-  # state_dict keeps the frozen layer (PyTorch's 10 keys): this assertion needs the other engineer's fix of
-  # named_parameters/state_dict in uopc/nn/layers.py (issue 47 item 1); it fails before that fix lands
   assert sorted(np.load(tmp_path / "lenet.npz").files) == sorted(init)
   fresh = lenet(seed=5)
   fresh.load(tmp_path / "lenet.npz")
