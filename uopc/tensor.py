@@ -302,6 +302,10 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
 
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
+    root = self.lazy if self.lazy is not None and self._holds_data() else self.uop
+    if root.op is Ops.DETACH:   # PyTorch raises here too, rather than filling .grads with zeros
+      raise RuntimeError("backward: this tensor does not require grad and has no grad_fn: it was built under "
+                         "no_grad() or detached")
     autograd.backward(self)
 
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
-from uopc import Tensor, TinyJit, nn, no_grad
+from uopc import Tensor, TinyJit, nn, no_grad, optim
 from uopc.grad_mode import enable_grad, is_grad_enabled
 
 pytestmark = pytest.mark.ch14
@@ -147,6 +147,27 @@ def test_no_grad_as_context_manager_and_decorator():
   (cut + kept + bare(x) + called(x)).backward()
   np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])   # only kept's x*x: d/dx = 2x
   assert cut.item() == 14 and bare.__name__ == "bare"
+  with pytest.raises(RuntimeError, match="no_grad"): cut.backward()   # PyTorch's "does not require grad"
+
+
+def test_batchnorm_running_statistics_under_tinyjit_are_the_eager_ones():
+  xs = [rng.standard_normal((4, 1, 6, 6)).astype(np.float32) for _ in range(5)]
+  got = []
+  for jit in (False, True):
+    bn, conv = nn.BatchNorm2d(2), nn.Conv2d(1, 2, 3, seed=0)
+    opt = optim.SGD(conv.parameters() + bn.parameters(), lr=0.1)
+    def step(x):
+      opt.zero_grad()
+      loss = bn(conv(x)).square().mean()
+      loss.backward()
+      opt.step(loss)
+      return loss
+    run = TinyJit(step) if jit else step
+    for x in xs: run(Tensor(x))
+    got.append(bn.state_dict())
+    assert bn.num_batches_tracked.item() == 5
+  for k in got[0]: np.testing.assert_allclose(got[1][k], got[0][k], rtol=0, atol=1e-6, err_msg=k)
+  assert np.abs(got[0]["running_mean"]).max() > 1e-3   # the statistics moved
 
 
 def test_inplace_ops_and_the_version_counter_rule():
