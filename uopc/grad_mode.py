@@ -7,10 +7,13 @@
 A Tensor built while gradients are off is the DETACH of its graph (kernelize strips DETACH: the kernels are the
 same), so a backward() through it stops there, as PyTorch's does. A Tensor given requires_grad=True is still a leaf.
 
-In-place ops (Tensor.add_, mul_, ...) give a Tensor a new value; `replaced` remembers the graph node (or buffer)
-that held the old one. PyTorch's version-counter rule: backward() raises where a rule needs a value that an in-place
-op has since replaced, and realizing a graph that reads a buffer written in place since raises too (it would read
-the new value where the old was meant).
+In-place ops (Tensor.add_, mul_, ...) give a Tensor a new value. On a Tensor that holds data, the new value is
+written into its buffer, and `replaced` remembers the buffer's old node (graphs built before name it; the Tensor gets
+a new node over the same memory). PyTorch's version-counter rule: backward() raises where a rule needs a value that
+an in-place op has since overwritten, and realizing a graph that reads such a buffer raises too (it would read the
+new value where the old was meant). A lazy Tensor's old value is a graph nothing overwrites, and graphs are shared
+(identical nodes are one object), so there is nothing to mark: where PyTorch raises for a non-leaf changed in place
+after it was saved, uopc differentiates the value that was used.
 """
 from __future__ import annotations
 import functools
@@ -59,8 +62,7 @@ class enable_grad(_GradSwitch):
 
 
 # ---- in-place versions ----
-# UOp -> (the op that replaced it, "add_"; the nodes of that op that read it)
-replaced: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+replaced: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # a BUFFER's old node -> the op ("add_")
 # rules that never read their sources' values: a value replaced under them is not "saved for backward"
 LINEAR = {Ops.ADD, Ops.CAST, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.STAGE,
           Ops.DETACH, Ops.STACK}
@@ -72,9 +74,9 @@ def check_saved(topo) -> None:
   for u in topo:
     if u.op in LINEAR or (u.op is Ops.REDUCE and u.arg[0] is Ops.ADD): continue
     for s in u.src:
-      if s in replaced and u not in replaced[s][1]:
+      if s in replaced:
         raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
-                           f"operation ({replaced[s][0]}): its old value was saved for backward by {u.op.name}")
+                           f"operation ({replaced[s]}): its old value was saved for backward by {u.op.name}")
 
 
 def check_reads(topo) -> None:
@@ -82,5 +84,5 @@ def check_reads(topo) -> None:
   if not replaced: return
   for u in topo:
     if u.op is Ops.BUFFER and u in replaced:
-      raise RuntimeError(f"this value reads a tensor that {replaced[u][0]} changed in place after the value was built; "
+      raise RuntimeError(f"this value reads a tensor that {replaced[u]} changed in place after the value was built; "
                          "build it again from the tensor")

@@ -27,7 +27,7 @@ from uopc.mixin.trig import TrigMixin
 from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
-from uopc.grad_mode import GradMode, check_reads, replaced
+from uopc.grad_mode import GradMode, check_reads, enable_grad, replaced
 from uopc.bounds import flags, flags_of, raise_if_out_of_range
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
@@ -179,7 +179,8 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
   def _inplace(self, value, what: str) -> Tensor:
     """This Tensor object takes `value` (broadcast to its shape, cast to its dtype). A Tensor holding data has it
     written into its own buffer (an optimizer, a checkpoint and a captured step see it) and a new node over that
-    memory, so graphs built before read the old node and raise; a lazy Tensor takes value's graph."""
+    memory: graphs built before name the old node, whose memory changed, and raise (uopc.grad_mode). A lazy Tensor
+    takes value's graph; graphs built before keep the old value, which nothing overwrote."""
     if GradMode.enabled and self.requires_grad:
       raise RuntimeError(f"{what}: a leaf Tensor that requires grad is being used in an in-place operation (PyTorch's "
                          "rule); do it under no_grad()")
@@ -189,15 +190,15 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
         raise UsageError(f"{what}: a value of shape {value.shape} does not broadcast to the tensor's {self.shape}")
       value = value._broadcast(self.shape)
     value, old = value.cast(self.dtype), self.uop
-    if self._holds_data() and self._home is None:
+    # data, unless a gradient could flow through the new value (x.copy_(w * 2) with w a parameter: kept as a graph)
+    if self._holds_data() and self._home is None and not (GradMode.enabled and autograd.tracks([value.uop])):
       self.assign(value).realize()
       self.uop = Tensor._from_array(_flat(self.uop), self.shape, device_of(old)).uop
-      consumers: set[UOp] = set()
-    else:
-      self.uop = value.uop
-      consumers = {u for u in self.uop.toposort() if old in u.src}   # the in-place op itself reads the old value
-    replaced[old] = (what, consumers)
-    if old.op is Ops.RESHAPE: replaced[old.src[0]] = (what, consumers)
+      while True:   # the old nodes (a BUFFER, RESHAPEs of it) are this memory's alone: no other graph builds them
+        replaced[old] = what
+        if old.op is not Ops.RESHAPE: break
+        old = old.src[0]
+    else: self.uop = value.uop
     return self
 
   def add_(self, other, alpha=1) -> Tensor: return self._inplace(self + _scaled(other, alpha), "add_")
@@ -265,6 +266,8 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
     key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
     if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
       return Tensor(u)
+    if not GradMode.enabled:   # a constant has no gradient to stop: built (and kept in the memo) without DETACHes
+      with enable_grad(): return Tensor.full(shape, value, dtype)
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
     t = Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)

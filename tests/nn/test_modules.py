@@ -184,11 +184,24 @@ def test_inplace_ops_and_the_version_counter_rule():
   a.zero_()
   assert not a.numpy().any()
   x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+  z = (x * x).sum()          # saves x's data for its gradient
+  with no_grad(): x.mul_(2)
+  with pytest.raises(RuntimeError, match="modified by an inplace operation"): z.backward()   # PyTorch's rule
+  x.grad = None
+  (x * x).sum().backward()   # a graph built after the change reads the new value
+  np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0, 12.0])
+  data, w2 = Tensor(np.array([1.0, 2.0])), Tensor(np.array([3.0, 4.0]), requires_grad=True)
+  z = (data * w2).sum()      # dz/dw2 is data's old value
+  data.add_(10)
+  with pytest.raises(RuntimeError, match="add_"): z.backward()
+  x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
   y = x * 2
-  z = (y * y).sum()          # saves y for its gradient
-  y.add_(1)
-  with pytest.raises(RuntimeError, match="modified by an inplace operation"): z.backward()
-  y.mul_(3).sum().backward()   # the new y's own graph is fine: d/dx 3 (2x + 1) = 6
+  z = (y * y).sum()
+  y.add_(1)                  # a lazy y: z's graph keeps the old value, so its gradient is the one of what was used
+  z.backward()               # (PyTorch raises here; nothing is overwritten in uopc)
+  np.testing.assert_array_equal(x.grad.numpy(), [8.0, 16.0, 24.0])
+  x.grad = None
+  y.mul_(3).sum().backward()   # d/dx 3 (2x + 1) = 6
   np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0, 6.0])
   b = Tensor(np.array([1.0, 2.0]))
   stale = b * 10             # built from b's old value, not yet computed
@@ -196,6 +209,11 @@ def test_inplace_ops_and_the_version_counter_rule():
   with pytest.raises(RuntimeError, match="changed in place"): stale.numpy()
   np.testing.assert_array_equal((b * 10).numpy(), [20.0, 30.0])
   with pytest.raises(ValueError, match="broadcast"): b.add_(Tensor(np.ones(3)))
+  c = Tensor(np.zeros(3))
+  c.copy_(x * 2)             # a gradient flows through the copied value, as in PyTorch
+  x.grad = None
+  (c * c).sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), [8.0, 16.0, 24.0])
 
 
 def test_an_inplace_parameter_update_is_seen_by_a_captured_step():
