@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
-from uopc import Tensor, dtypes
+from uopc import Tensor, dtypes, nn
 
 rng = np.random.default_rng(471)
 A = np.arange(24.0).reshape(2, 3, 4)
@@ -112,5 +112,8 @@ def test_sdpa_enable_gqa_shares_each_key_head_with_a_group_of_query_heads():
   want = p / p.sum(-1, keepdims=True) @ vv
   got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), enable_gqa=True).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-12)
+  flash = nn.scaled_dot_product_attention(Tensor(q.astype(np.float32)), k.astype(np.float32), v.astype(np.float32),
+                                          enable_gqa=True)   # the fused kernels, float32
+  np.testing.assert_allclose(flash.numpy(), want, rtol=1e-4, atol=1e-5)
   with pytest.raises(ValueError, match="multiple"):
     Tensor(q[:, :5]).scaled_dot_product_attention(Tensor(k), Tensor(v), enable_gqa=True)

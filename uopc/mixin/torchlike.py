@@ -18,6 +18,19 @@ from uopc.errors import UsageError
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805   # PyTorch's constants (Klambauer et al.)
 
 
+def repeat_heads(key, value, heads: int):
+  """Grouped-query attention (sdpa's enable_gqa): key and value (..., h, N, D) with heads a multiple of h, each
+  head repeated heads / h times, so query head j reads key head j // (heads / h), as PyTorch's."""
+  hk = key.shape[-3]
+  if heads % hk or value.shape[-3] != hk:
+    raise UsageError(f"scaled_dot_product_attention: with enable_gqa the query's {heads} heads must be a multiple "
+                     f"of the key's and value's ({hk}, {value.shape[-3]})")
+  if heads == hk: return key, value
+  def repeat(t): return t.unsqueeze(-3).expand(*t.shape[:-2], heads // hk, *t.shape[-2:]).reshape(
+    *t.shape[:-3], heads, *t.shape[-2:])
+  return repeat(key), repeat(value)
+
+
 class TorchMixin(ComposeMixin):
   # ---- shape, as PyTorch asks it ----
   def size(self, dim: int | None = None):
@@ -129,12 +142,5 @@ class TorchMixin(ComposeMixin):
                                    scale: float | None = None, enable_gqa: bool = False) -> Self:
     """enable_gqa: key and value have fewer heads (axis -3) than the query, each shared by a group of query heads
     (grouped-query attention, PyTorch's flag): they are repeated to the query's count first."""
-    if enable_gqa and key.shape[-3] != self.shape[-3]:
-      hq, hk = self.shape[-3], key.shape[-3]
-      if hq % hk or value.shape[-3] != hk:
-        raise UsageError(f"scaled_dot_product_attention: with enable_gqa the query's {hq} heads must be a multiple "
-                         f"of the key's and value's ({hk}, {value.shape[-3]})")
-      key, value = (t.unsqueeze(-3).expand(*t.shape[:-2], hq // hk, *t.shape[-2:]).reshape(*t.shape[:-3], hq,
-                                                                                            *t.shape[-2:])
-                    for t in (key, value))
+    if enable_gqa: key, value = repeat_heads(key, value, self.shape[-3])
     return super().scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale)
