@@ -91,6 +91,10 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
     self._grad = g
     if g is not None and not g._holds_data(): autograd.pending.add(g)
 
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """PyTorch's: set requires_grad in place (p.requires_grad_(False) freezes a parameter); returns self."""
+    self.requires_grad = requires_grad
+    return self
   @property
   def requires_grad(self) -> bool: return self in _requires_grad
   @requires_grad.setter

@@ -222,3 +222,28 @@ def test_an_inplace_parameter_update_is_seen_by_a_captured_step():
   for _ in range(3): step(Tensor(np.ones(2, np.float32)))
   with no_grad(): w.mul_(3)
   assert step(Tensor(np.ones(2, np.float32))).item() == 6.0
+
+
+def test_a_pytorch_style_module_with_forward_losses_and_freezing():
+  class Net(nn.Module):
+    def __init__(self):
+      self.fc1, self.fc2 = nn.Linear(4, 8, seed=0), nn.Linear(8, 3, seed=1)
+    def forward(self, x): return self.fc2(self.fc1(x).relu())
+  net, criterion = Net(), nn.CrossEntropyLoss()
+  x, y = rng.standard_normal((5, 4)).astype(np.float32), np.array([0, 2, 1, 1, 0])
+  logits = net(Tensor(x))
+  h = np.maximum(x @ net.fc1.weight.numpy().T + net.fc1.bias.numpy(), 0) @ net.fc2.weight.numpy().T \
+    + net.fc2.bias.numpy()
+  h = h.astype(np.float64)
+  logp = h - np.log(np.exp(h - h.max(1, keepdims=True)).sum(1, keepdims=True)) - h.max(1, keepdims=True)
+  assert abs(criterion(logits, Tensor(y.astype(np.int32))).item() + logp[np.arange(5), y].mean()) < 1e-5
+  assert abs(nn.NLLLoss()(Tensor(logp), Tensor(y.astype(np.int32))).item() + logp[np.arange(5), y].mean()) < 1e-12
+  assert abs(nn.MSELoss()(Tensor(h), Tensor(np.zeros_like(h))).item() - (h ** 2).mean()) < 1e-12
+  assert nn.MSELoss("none")(Tensor(h), Tensor(h)).shape == h.shape
+  net.fc1.weight.requires_grad_(False)
+  assert sorted(net.named_parameters()) == ["fc1.bias", "fc2.bias", "fc2.weight"]
+  criterion(net(Tensor(x)), Tensor(y.astype(np.int32))).backward()
+  assert net.fc1.weight.grad is None and net.fc2.weight.grad is not None
+  net.zero_grad()
+  assert net.fc2.weight.grad is None
+  with pytest.raises(NotImplementedError, match="forward"): nn.Module()(Tensor(x))

@@ -5,7 +5,7 @@
   layers.py     Module, Linear, Embedding, LayerNorm, LayerNorm2d, Dropout; checkpoints as .npz
   conv.py       Conv1d, Conv2d, ConvTranspose2d
   norm.py       BatchNorm1d, BatchNorm2d (running statistics as buffers; train() and eval())
-  containers.py Sequential, Flatten, Identity, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, ReLU-style activations
+  containers.py Sequential, Flatten, Identity, pools, ReLU-style activations, CrossEntropyLoss, NLLLoss, MSELoss
   init.py       PyTorch's nn.init: uniform_, normal_, kaiming_uniform_, xavier_uniform_, ...
   gpt.py        GPTConfig and GPT (chapter 14)
   train.py      nanoGPT's recipe: presets (chapter, baby), AdamW's groups, clipping, the schedule, Trainer, sampling
@@ -21,7 +21,7 @@ from uopc.nn.conv import Conv1d, Conv2d, ConvTranspose2d
 from uopc.nn.norm import BatchNorm1d, BatchNorm2d
 from uopc.nn.containers import (Sequential, Flatten, Identity, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, ReLU, ReLU6,
                                 Sigmoid, Tanh, SiLU, Mish, GELU, LeakyReLU, ELU, Softplus, Hardswish, Hardsigmoid,
-                                Softmax, LogSoftmax)
+                                Softmax, LogSoftmax, CrossEntropyLoss, NLLLoss, MSELoss)
 from uopc.nn import init
 
 __all__ = ["scaled_dot_product_attention", "Module", "Linear", "Embedding", "LayerNorm", "LayerNorm2d", "Dropout",
@@ -29,4 +29,5 @@ __all__ = ["scaled_dot_product_attention", "Module", "Linear", "Embedding", "Lay
            "causal_mask", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d", "Sequential", "Flatten",
            "Identity", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "ReLU", "ReLU6", "Sigmoid", "Tanh", "SiLU",
            "Mish",
-           "GELU", "LeakyReLU", "ELU", "Softplus", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "init"]
+           "GELU", "LeakyReLU", "ELU", "Softplus", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "init",
+           "CrossEntropyLoss", "NLLLoss", "MSELoss"]

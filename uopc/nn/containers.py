@@ -71,6 +71,34 @@ class AdaptiveAvgPool2d(Module):
   def __call__(self, x: Tensor) -> Tensor: return x.adaptive_avg_pool2d(self.output_size)
 
 
+# ---- losses: PyTorch's criterion modules, loss = criterion(output, target) ----
+class CrossEntropyLoss(Module):
+  """PyTorch's nn.CrossEntropyLoss: logits and class indices (or probabilities), Tensor.cross_entropy."""
+  def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+    self.reduction, self.label_smoothing = reduction, label_smoothing
+  def __call__(self, logits: Tensor, target) -> Tensor:
+    return logits.cross_entropy(target, self.reduction, self.label_smoothing)
+
+
+class NLLLoss(Module):
+  """PyTorch's nn.NLLLoss: log-probabilities and class indices, Tensor.nll_loss."""
+  def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+    self.weight, self.ignore_index, self.reduction = weight, ignore_index, reduction
+  def __call__(self, logp: Tensor, target) -> Tensor:
+    return logp.nll_loss(target, self.weight, self.ignore_index, self.reduction)
+
+
+class MSELoss(Module):
+  """PyTorch's nn.MSELoss: the squared differences, averaged ("mean"), summed ("sum") or kept ("none")."""
+  def __init__(self, reduction: str = "mean"):
+    if reduction not in ("mean", "sum", "none"):
+      raise ValueError(f"MSELoss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    self.reduction = reduction
+  def __call__(self, output: Tensor, target) -> Tensor:
+    sq = (output - target).square()
+    return sq.mean() if self.reduction == "mean" else sq.sum() if self.reduction == "sum" else sq
+
+
 # ---- activations: the Tensor method, named as PyTorch's module ----
 class _Activation(Module):
   method, keywords = "", ()
