@@ -72,7 +72,7 @@ FLOORS = [
   ("kernels", "kernels"),                                 # hand-written loop programs that need the machine's ISA
   ("planning", "explain kernelize"),                      # cut a graph into kernels; realize a plan
   ("optimizer", "opt"),                                   # handed to make_plan: layouts, opts, the tuner
-  ("tensor", "mixin autograd tensor rng jit"),            # the user's Tensor, its gradients, capture and replay
+  ("tensor", "mixin grad_mode bounds autograd tensor rng jit"),   # the user's Tensor, its gradients, capture and replay
   ("training", "optim"),                                  # optimizers over Tensors
   ("library", "nn"),                                      # modules, attention, the GPT, its training
   ("tools", "bench viz notebook book"),                   # benchmarks, the viewer, notebook magics, the book's loader

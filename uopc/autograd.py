@@ -21,6 +21,7 @@ from typing import Callable
 from uopc.mixin.indexing import IndexingMixin
 from uopc.uop import UOp, Ops
 from uopc.errors import UsageError
+from uopc.grad_mode import check_saved
 
 # what the rules compute with: a value with the Tensor ops of uopc.mixin (the STACK rule indexes, so up to
 # IndexingMixin's). gradient() and backward() also need its graph node .uop, .lazy (the graph that computed it, once
@@ -230,6 +231,7 @@ def gradient(f: TensorLike, wrt: list[TensorLike], seed: TensorLike | None = Non
   if f.lazy is not None and _base(f.uop).op is Ops.BUFFER: f = T(f.lazy)   # f itself realized: what computed it
   targets = {w.uop for w in wrt}
   topo = _toposort(f.uop)   # through realized tensors, into the graphs that computed them
+  check_saved(topo)   # PyTorch's version-counter rule (uopc.grad_mode)
   # only nodes on a path to a target need a gradient
   needed: set[UOp] = set()
   for u in topo:

@@ -22,15 +22,18 @@ from uopc.mixin.movement import MovementMixin
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.indexing import IndexingMixin
 from uopc.mixin.functional import NNMixin
-from uopc.mixin.compose import ComposeMixin
+from uopc.mixin.torchlike import TorchMixin
 from uopc.mixin.trig import TrigMixin
 from uopc.mixin.shapes import ONLY_INT, broadcast_shape, shape_arg as _shape_arg  # noqa: F401  (broadcast_shape: ch. 9)
 from uopc.device import canonical
 from uopc.errors import UsageError
+from uopc.grad_mode import GradMode, check_reads, enable_grad, replaced
+from uopc.bounds import flags, flags_of, raise_if_out_of_range
 
 _requires_grad = autograd.requires_grad_leaves   # the leaves backward() fills .grad on
 _fulls: dict[tuple, UOp] = cache("tensor.fulls", {})   # Tensor.full's (shape, dtype, value) -> the node it built
 _SCALAR_TYPES = {bool, int, float}
+_NO_DETACH = {Ops.BUFFER, Ops.CONST, Ops.DETACH}   # under no_grad: nodes that carry no gradient as they are
 
 
 # ---- devices (chapter 12): a Tensor's data says where it lives; its graph is realized there ----
@@ -54,7 +57,7 @@ def device_of(u: UOp) -> str | None:
 
 
 # each mixin builds on the ones after it (uopc.mixin); Tensor gives them their primitives: the graph nodes and data
-class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, TrigMixin, ElementwiseMixin):
+class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, TrigMixin, ElementwiseMixin):
   fuse_reduce: bool = False     # True: do not cut kernels at REDUCEs; fused consumers recompute them (chapter 11)
   opt = DefaultOpt              # the optimizer realize uses: layout(roots) and lower(body, out)
   online_softmax: bool = False  # True: softmax groups become one online pass (uopc.codegen.online; chapter 11 appendix)
@@ -68,6 +71,8 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     if isinstance(data, UOp):   # the common case: a node a Tensor method just built
       if device is not None: raise TypeError("Tensor(uop, device=...): use .to(device)")
       self.uop = data
+      if not GradMode.enabled and data.op not in _NO_DETACH and not is_contiguous_buffer(data):
+        self.uop = UOp(Ops.DETACH, (data,))   # no_grad: backward stops here (uopc.grad_mode)
     else:
       arr = to_array(data, dtype)
       dt = from_np(arr.dtype)
@@ -86,6 +91,10 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     self._grad = g
     if g is not None and not g._holds_data(): autograd.pending.add(g)
 
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """PyTorch's: set requires_grad in place (p.requires_grad_(False) freezes a parameter); returns self."""
+    self.requires_grad = requires_grad
+    return self
   @property
   def requires_grad(self) -> bool: return self in _requires_grad
   @requires_grad.setter
@@ -127,11 +136,14 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     kept = autograd.preserve(homes) if homes and autograd.pending else []
     extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in roots))
     sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
+    if replaced: check_reads(sink.toposort())   # a buffer written in place since this graph was built
+    bounds = flags_of(sink.toposort()) if flags else []   # computed indices: their range flags, computed alongside
     placed = device_of(sink)   # Tensor(x, device=...) or .to(...)
-    tracked = autograd.tracks([*roots, *extra])
+    tracked = GradMode.enabled and autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
-    outs = realize([*roots, *extra], options=options, observe=observe)
+    outs = realize([*roots, *extra, *[f for f, _ in bounds]], options=options, observe=observe)
+    if bounds: raise_if_out_of_range(bounds, outs[len(roots) + len(extra):])
     writes = []
     for k, (t, out) in enumerate(zip(todo, outs)):
       t.lazy = t.uop   # the graph that computed it
@@ -165,6 +177,47 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
       self._home = self.uop
     self.uop = x.uop
     return self
+
+  # ---- in place: PyTorch's add_, mul_, ... (uopc.grad_mode: no_grad and the version-counter rule) ----
+  def _inplace(self, value, what: str) -> Tensor:
+    """This Tensor object takes `value` (broadcast to its shape, cast to its dtype). A Tensor holding data has it
+    written into its own buffer (an optimizer, a checkpoint and a captured step see it) and a new node over that
+    memory: graphs built before name the old node, whose memory changed, and raise (uopc.grad_mode). A lazy Tensor
+    takes value's graph; graphs built before keep the old value, which nothing overwrote."""
+    if GradMode.enabled and self.requires_grad:
+      raise RuntimeError(f"{what}: a leaf Tensor that requires grad is being used in an in-place operation (PyTorch's "
+                         "rule); do it under no_grad()")
+    value = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, self.dtype)
+    if value.shape != self.shape:
+      if broadcast_shape(value.shape, self.shape) != self.shape:
+        raise UsageError(f"{what}: a value of shape {value.shape} does not broadcast to the tensor's {self.shape}")
+      value = value._broadcast(self.shape)
+    value, old = value.cast(self.dtype), self.uop
+    # data, unless a gradient could flow through the new value (x.copy_(w * 2) with w a parameter: kept as a graph)
+    if self._holds_data() and self._home is None and not (GradMode.enabled and autograd.tracks([value.uop])):
+      self.assign(value).realize()
+      self.uop = Tensor._from_array(_flat(self.uop), self.shape, device_of(old)).uop
+      while True:   # the old nodes (a BUFFER, RESHAPEs of it) are this memory's alone: no other graph builds them
+        replaced[old] = what
+        if old.op is not Ops.RESHAPE: break
+        old = old.src[0]
+    else: self.uop = value.uop
+    return self
+
+  def add_(self, other, alpha=1) -> Tensor: return self._inplace(self + _scaled(other, alpha), "add_")
+  def sub_(self, other, alpha=1) -> Tensor: return self.add_(-other if alpha == 1 else other, -alpha)
+  def mul_(self, other) -> Tensor: return self._inplace(self * other, "mul_")
+  def div_(self, other) -> Tensor: return self._inplace(self / other, "div_")
+  def zero_(self) -> Tensor: return self._inplace(0, "zero_")
+  def fill_(self, value) -> Tensor: return self._inplace(value, "fill_")
+  def copy_(self, src) -> Tensor: return self._inplace(src if isinstance(src, Tensor) else Tensor(src), "copy_")
+  def clamp_(self, min=None, max=None) -> Tensor: return self._inplace(self.clip(min, max), "clamp_")  # noqa: A002
+  clip_ = clamp_
+  def masked_fill_(self, mask, value) -> Tensor: return self._inplace(self.masked_fill(mask, value), "masked_fill_")
+  def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return self._inplace(Tensor.uniform(*self.shape, low=a, high=b, dtype=self.dtype), "uniform_")
+  def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return self._inplace(Tensor.normal(*self.shape, mean=mean, std=std, dtype=self.dtype), "normal_")
 
   def _data(self) -> np.ndarray:
     """The flat array that holds this (realized) tensor's data."""
@@ -216,6 +269,8 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
     key = (shape, dtype, type(value), value if value else repr(value)) if type(value) in _SCALAR_TYPES else None
     if key is not None and type(shape) is tuple and ONLY_INT >= {*map(type, shape)} and (u := _fulls.get(key)):
       return Tensor(u)
+    if not GradMode.enabled:   # a constant has no gradient to stop: built (and kept in the memo) without DETACHes
+      with enable_grad(): return Tensor.full(shape, value, dtype)
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if any(n < 0 for n in shape): raise UsageError(f"full: sizes must be non-negative, got {shape}")
     t = Tensor(UOp.const(value, dtype))._broadcast(tuple(shape))   # reshape((1,) * len(shape)).expand(shape)
@@ -253,7 +308,14 @@ class Tensor(ComposeMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, T
 
   def backward(self) -> None:
     """Gradients of this scalar with respect to every tensor that requires them, stored in .grad."""
+    root = self.lazy if self.lazy is not None and self._holds_data() else self.uop
+    if root.op is Ops.DETACH:   # PyTorch raises here too, rather than filling .grads with zeros
+      raise RuntimeError("backward: this tensor does not require grad and has no grad_fn: it was built under "
+                         "no_grad() or detached")
     autograd.backward(self)
+
+
+def _scaled(x, alpha): return x if alpha == 1 else x * alpha
 
 
 def _flat(u: UOp) -> np.ndarray:

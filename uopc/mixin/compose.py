@@ -9,11 +9,11 @@ n^2 along their axis (tinygrad's sort is a bitonic network instead; n^2 keeps th
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.dtype import dtypes
+from uopc.dtype import dtypes, to_dtype
 from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import _norm_axis
 from uopc.mixin.windows import WindowMixin
-from uopc.errors import UsageError
+from uopc.errors import UsageError, UsageTypeError
 
 
 class ComposeMixin(WindowMixin):
@@ -47,6 +47,7 @@ class ComposeMixin(WindowMixin):
         sizes[c] = max(sizes[c], n)
     for c in out:
       if c not in sizes: raise UsageError(f"einsum: the output's letter {c!r} is in no operand")
+      if out.count(c) > 1: raise UsageError(f"einsum: {formula!r}: the output's letter {c!r} appears more than once")
     letters = sorted(sizes)
     prod = None
     for s, o in zip(ins, ops):
@@ -157,6 +158,13 @@ class ComposeMixin(WindowMixin):
     if not index.dtype.is_int: raise TypeError(f"scatter: index must be integers, got {index.dtype}")
     if index.ndim != self.ndim: raise UsageError(f"scatter: index {index.shape} needs as many axes as {self.shape}")
     if not isinstance(src, T): src = T.full(index.shape, src, self.dtype)
+    elif src.dtype is not self.dtype:   # PyTorch casts a scalar src, never a Tensor's
+      raise UsageTypeError(f"scatter: src's dtype {src.dtype} must be self's {self.dtype}, as in PyTorch")
+    if index._holds_data() and index.numel():   # a concrete index is checked now (a computed one: uopc.grad_mode)
+      got = index.numpy()
+      if got.min() < 0 or got.max() >= self.shape[dim]:
+        raise IndexError(f"scatter: index {got.min() if got.min() < 0 else got.max()} is out of bounds for axis "
+                         f"{dim} with size {self.shape[dim]} (0 <= index < size, as PyTorch's)")
     for k, (a, b, c) in enumerate(zip(index.shape, self.shape, src.shape)):
       if a > c or (k != dim and a > b):
         raise UsageError(f"scatter: index {index.shape} larger than src {src.shape} or self {self.shape} at axis {k}")
@@ -213,7 +221,10 @@ class ComposeMixin(WindowMixin):
   @classmethod
   def linspace(cls, start, stop, steps: int, dtype=dtypes.f32) -> Self:
     """steps values from start to stop, both included (PyTorch's linspace)."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+      raise UsageTypeError(f"linspace: steps must be an int, got {steps!r} ({type(steps).__name__})")
     if steps < 0: raise UsageError(f"linspace: steps must be non-negative, got {steps}")
+    if to_dtype(dtype) is dtypes.bool: raise UsageError("linspace: dtype bool is not supported, as in PyTorch")
     return cls(np.linspace(start, stop, steps), dtype)
   @classmethod
   def meshgrid(cls, *tensors, indexing: str = "ij") -> list[Self]:

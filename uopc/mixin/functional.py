@@ -47,6 +47,27 @@ class NNMixin(IndexingMixin):
     """Integers low <= x < high (tinygrad's signature)."""
     if high <= low: raise UsageError(f"randint: need low < high, got {low} and {high}")
     return cls(_np_rng(cls, seed).integers(low, high, _shape_arg(shape, "randint")), dtype)
+  # tinygrad's initialisers, drawn from the same generator (uopc.nn.init: PyTorch's in-place ones)
+  @classmethod
+  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, seed: int | None = None, dtype=dtypes.f32,
+              requires_grad: bool = False) -> Self:
+    return cls(_np_rng(cls, seed).uniform(low, high, _shape_arg(shape, "uniform")), dtype, requires_grad=requires_grad)
+  @classmethod
+  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, seed: int | None = None, dtype=dtypes.f32,
+             requires_grad: bool = False) -> Self:
+    return cls(_np_rng(cls, seed).normal(mean, std, _shape_arg(shape, "normal")), dtype, requires_grad=requires_grad)
+  @classmethod
+  def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs) -> Self:
+    """Uniform in +-sqrt(3) gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:])."""
+    sh = _shape_arg(shape, "kaiming_uniform")
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(sh[1:]))
+    return cls.uniform(*sh, low=-bound, high=bound, **kwargs)
+  @classmethod
+  def glorot_uniform(cls, *shape, **kwargs) -> Self:
+    """Uniform in +-sqrt(6 / (shape[0] + prod(shape[1:]))) (tinygrad's; Xavier's for a matrix)."""
+    sh = _shape_arg(shape, "glorot_uniform")
+    bound = math.sqrt(6 / (sh[0] + math.prod(sh[1:])))
+    return cls.uniform(*sh, low=-bound, high=bound, **kwargs)
   def full_like(self, value, dtype=None) -> Self: return type(self).full(self.shape, value, dtype or self.dtype)
   def zeros_like(self, dtype=None) -> Self: return self.full_like(0, dtype)
   def ones_like(self, dtype=None) -> Self: return self.full_like(1, dtype)

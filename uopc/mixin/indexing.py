@@ -15,6 +15,7 @@ from uopc.mixin.movement import _norm_axis
 from uopc.mixin.reduce import ReduceMixin
 from uopc.mixin.shapes import broadcast_shape
 from uopc.uop import Ops
+from uopc.bounds import register
 from uopc.errors import UsageError
 
 
@@ -204,7 +205,8 @@ def _bool_mask(T, k):
 
 def _index_tensor(T, idx, n: int, what: str):
   """An integer index tensor for an axis of size n, negatives counted from the end. Indices known here (lists,
-  arrays, realized Tensors) are checked against n; a computed index out of range selects nothing (gives 0)."""
+  arrays, realized Tensors) are checked against n now; a computed one carries a flag that the realize checks
+  (uopc.bounds)."""
   if not isinstance(idx, T): idx = T(np.asarray(idx))
   if not idx.dtype.is_int: raise TypeError(f"{what}: indices must be integers, got {idx.dtype}")
   if idx._holds_data():
@@ -214,4 +216,7 @@ def _index_tensor(T, idx, n: int, what: str):
       raise IndexError(f"{what}: index {bad} is out of bounds for an axis of size {n}")
     if a.size and a.min() < 0: return T(np.where(a < 0, a + n, a).astype(a.dtype))
     return idx
-  return (idx < 0).where(idx + n, idx)
+  fixed = (idx < 0).where(idx + n, idx)
+  register(fixed.uop, ((idx >= -n) & (idx < n)).all().uop,
+           f"{what}: a computed index is out of bounds for an axis of size {n} (it must be in [-{n}, {n}))")
+  return fixed

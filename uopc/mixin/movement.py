@@ -242,6 +242,9 @@ class MovementMixin(ElementwiseMixin):
     if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
       if sizes <= 0: raise UsageError(f"split: the piece size must be positive, got {sizes}")
       sizes = [min(int(sizes), n - at) for at in range(0, n, int(sizes))] or [0]
+    if not isinstance(sizes, (tuple, list)) or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
+                                                   for s in sizes):
+      raise UsageTypeError(f"split: split_size_or_sections must be an int or a list of ints, got {sizes!r}")
     sizes = list(sizes)
     if sum(sizes) != n or any(s < 0 for s in sizes):
       raise UsageError(f"split: sizes {sizes} do not add up to {n}, the size of axis {dim} of {self.shape}")

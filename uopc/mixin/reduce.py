@@ -31,8 +31,11 @@ class ReduceMixin(MovementMixin):
       empty_ok = op is not Ops.MAX or self.dtype is dtypes.bool     # any() of nothing is False, as NumPy's
       if not empty_ok and prod(s for k, s in enumerate(self.shape) if k not in axes):   # an empty result needs none
         raise UsageError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no value")
-      out = type(self).full(out_shape, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: False}[op], self.dtype)
-      return out if keepdim else out.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
+      # each empty axis padded to one identity element: the result reads self, so a gradient (zeros) reaches what
+      # self was computed from (PyTorch: conv on a batch of 0 gives w.grad zeros, not None)
+      x = self.pad([(0, 1) if k in axes and self.shape[k] == 0 else None for k in range(self.ndim)],
+                   value={Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: False}[op])
+      return x._reduce(op, axes, keepdim)
     keep = [k for k in range(self.ndim) if k not in axes]
     x = self.permute(keep + list(axes))                      # reduced axes last: REDUCE reduces the last n
     out = x._rop(op, len(axes))

@@ -14,15 +14,24 @@ import numpy as np
 from uopc.dtype import dtypes
 from uopc.mixin.elementwise import Self
 from uopc.mixin.indexing import IndexingMixin
-from uopc.errors import UsageError
+from uopc.errors import UsageError, UsageTypeError
 
 
-def _tuple(v, n: int, what: str) -> tuple[int, ...]:
-  """An int (the same for every spatial axis) or one per axis."""
-  t = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
-  if len(t) != n or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in t):
-    raise UsageError(f"{what} must be an int or {n} ints, got {v!r}")
+def _tuple(v, n: int, what: str, low: int | None = None) -> tuple[int, ...]:
+  """An int (the same for every spatial axis) or one per axis, each >= low if given. A float is a TypeError that
+  names the argument (PyTorch's), not Python's "'float' object is not iterable"."""
+  t = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v) if isinstance(v, (tuple, list)) else None
+  if t is None or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in t):
+    raise UsageTypeError(f"{what} must be an int or a tuple of {n} ints, got {v!r} ({type(v).__name__})")
+  if len(t) != n: raise UsageError(f"{what} must be an int or {n} ints, got {v!r}")
+  if low is not None and any(a < low for a in t): raise UsageError(f"{what} must be >= {low}, got {v!r}")
   return tuple(int(a) for a in t)
+
+
+def _kernel(kernel_size, n: int) -> tuple[int, ...]:
+  """A pool's kernel_size: an int (n axes) or a tuple (its length is the number of axes), each >= 1."""
+  m = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else n
+  return _tuple(kernel_size, m, "kernel_size", 1)
 
 
 def _ceil(a: int, b: int) -> int: return -(-a // b)
@@ -79,12 +88,16 @@ class WindowMixin(IndexingMixin):
       total = [d * (k - 1) for d, k in zip(_tuple(dilation, n, "dilation"), k_)]
       return [(t // 2, t - t // 2) for t in total]
     if isinstance(padding, str): raise UsageError(f"{what}: padding must be an int, a tuple, 'valid' or 'same'")
-    if not isinstance(padding, (int, np.integer)) and len(padding) == 2 * n and n > 1 or \
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 2 * n or \
        not isinstance(padding, (int, np.integer)) and all(isinstance(p, (tuple, list)) for p in padding):
       pairs = [tuple(p) for p in padding] if all(isinstance(p, (tuple, list)) for p in padding) else \
         [tuple(padding[k:k + 2]) for k in range(0, 2 * n, 2)][::-1]   # tinygrad's flat form: last axis first
+      if any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for p in pairs for a in p):
+        raise UsageTypeError(f"{what}: padding must be ints, got {padding!r}")
+      if any(a < 0 for p in pairs for a in p):
+        raise UsageError(f"{what}: padding must be non-negative, got {padding!r} (a negative padding would crop)")
       return [(int(a), int(b)) for a, b in pairs]
-    return [(p, p) for p in _tuple(padding, n, f"{what}: padding")]
+    return [(p, p) for p in _tuple(padding, n, f"{what}: padding", 0)]
 
   # ---- convolution ----
   def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride=1, dilation=1, padding=0,
@@ -125,8 +138,11 @@ class WindowMixin(IndexingMixin):
                        f"takes {weight.shape[0]} (groups={groups})")
     w = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:]).transpose(1, 2)
     w = w.flip(tuple(range(3, w.ndim)))
-    d_, s_, op_ = _tuple(dilation, n, "dilation"), _tuple(stride, n, "stride"), _tuple(output_padding, n,
-                                                                                         "output_padding")
+    d_, s_ = _tuple(dilation, n, "dilation", 1), _tuple(stride, n, "stride", 1)
+    op_ = _tuple(output_padding, n, "output_padding", 0)
+    if any(o >= max(s, d) for o, s, d in zip(op_, s_, d_)):
+      raise UsageError(f"conv_transpose: output_padding {op_} must be smaller than either stride {s_} or dilation "
+                       f"{d_}, as in PyTorch")
     pads = self._spatial_pads(padding, HW, dilation, 1, "conv_transpose")
     x = self
     if any(s > 1 for s in s_):   # (k) -> (k, 1) -> pad to (k, s) -> (k*s) -> cut the last s - 1
@@ -142,8 +158,8 @@ class WindowMixin(IndexingMixin):
   # ---- pooling ----
   def _pool_pads(self, k_, stride, padding, dilation, ceil_mode: bool) -> tuple[list, tuple]:
     n = len(k_)
-    s_ = k_ if stride is None else _tuple(stride, n, "stride")
-    d_ = _tuple(dilation, n, "dilation")
+    s_ = k_ if stride is None else _tuple(stride, n, "stride", 1)
+    d_ = _tuple(dilation, n, "dilation", 1)
     pads = self._spatial_pads(padding, k_, d_, s_, "pool")
     if any(max(p) > k // 2 for p, k in zip(pads, k_)):
       raise UsageError(f"pool: padding {pads} should be at most half the kernel {tuple(k_)}, as in PyTorch")
@@ -160,7 +176,7 @@ class WindowMixin(IndexingMixin):
                  return_indices: bool = False):
     """PyTorch's max pooling over the last len(kernel_size) axes (an int kernel_size: two axes, as max_pool2d);
     stride defaults to the kernel. return_indices: also the flat index of each max in its input plane."""
-    k_ = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, (int, np.integer)) else tuple(kernel_size)
+    k_ = _kernel(kernel_size, 2)
     pads, s_ = self._pool_pads(k_, stride, padding, dilation, ceil_mode)
     lowest = -math.inf if self.dtype.is_float else self.dtype.min
     x = self.pad([None] * (self.ndim - len(k_)) + pads, value=lowest)
@@ -176,17 +192,16 @@ class WindowMixin(IndexingMixin):
     idx = idx.reshape(*idx.shape[:-n], -1).expand(*flat_win.shape)
     return out, idx.gather(-1, first.unsqueeze(-1)).squeeze(-1).cast(dtypes.i64)
   def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-    return self.max_pool2d((kernel_size,) if isinstance(kernel_size, (int, np.integer)) else kernel_size, stride,
-                           dilation, padding, ceil_mode, return_indices)
+    return self.max_pool2d(_kernel(kernel_size, 1), stride, dilation, padding, ceil_mode, return_indices)
   def max_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-    return self.max_pool2d(_tuple(kernel_size, 3, "kernel_size"), stride, dilation, padding, ceil_mode,
+    return self.max_pool2d(_kernel(kernel_size, 3), stride, dilation, padding, ceil_mode,
                            return_indices)
 
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> Self:
     """PyTorch's average pooling: the mean of each window, padding counted as zeros (count_include_pad) or not; a
     window that ceil_mode adds past the padding counts only what it covers."""
-    k_ = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, (int, np.integer)) else tuple(kernel_size)
+    k_ = _kernel(kernel_size, 2)
     n = len(k_)
     pads, s_ = self._pool_pads(k_, stride, padding, dilation, ceil_mode)
     plain, _ = self._pool_pads(k_, stride, padding, dilation, False)
@@ -200,10 +215,28 @@ class WindowMixin(IndexingMixin):
     else: counted = T.full(self.shape[-n:], 1.0, x.dtype).pad(pads)
     return total / counted._pool(k_, s_, dilation).sum(axes)
   def avg_pool1d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Self:
-    return self.avg_pool2d((kernel_size,) if isinstance(kernel_size, (int, np.integer)) else kernel_size, stride, 1,
-                           padding, ceil_mode, count_include_pad)
+    return self.avg_pool2d(_kernel(kernel_size, 1), stride, 1, padding, ceil_mode, count_include_pad)
   def avg_pool3d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Self:
-    return self.avg_pool2d(_tuple(kernel_size, 3, "kernel_size"), stride, 1, padding, ceil_mode, count_include_pad)
+    return self.avg_pool2d(_kernel(kernel_size, 3), stride, 1, padding, ceil_mode, count_include_pad)
+
+  def adaptive_avg_pool2d(self, output_size) -> Self:
+    """PyTorch's adaptive average pooling over the last len(output_size) axes (an int: two axes): output cell o
+    averages input cells floor(o i / n) up to ceil((o + 1) i / n), a (n, i) matrix of weights per axis, applied as
+    a matmul (None keeps that axis)."""
+    sizes_ = (output_size,) * 2 if isinstance(output_size, (int, np.integer)) or output_size is None else output_size
+    n = len(sizes_)
+    if self.ndim < n + 1: raise UsageError(f"adaptive_avg_pool: input of shape {self.shape} for output {output_size}")
+    x, T = self if self.dtype.is_float else self.float(), type(self)
+    for j, o in enumerate(sizes_):
+      axis, i = self.ndim - n + j, self.shape[self.ndim - n + j]
+      if o is None: continue
+      if isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1:
+        raise UsageError(f"adaptive_avg_pool: output_size must be positive ints, got {output_size!r}")
+      w = np.zeros((o, i))
+      for k in range(o): w[k, (k * i) // o:_ceil((k + 1) * i, o)] = 1 / (_ceil((k + 1) * i, o) - (k * i) // o)
+      w = T(w.T.astype(np.float64 if x.dtype is dtypes.f64 else np.float32))   # (i, o)
+      x = (x.transpose(axis, -1) @ w).transpose(axis, -1)
+    return x
 
   # ---- interpolation ----
   def interpolate(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None) -> Self:
@@ -220,9 +253,11 @@ class WindowMixin(IndexingMixin):
       raise UsageError("interpolate: align_corners goes with the linear modes only, as in PyTorch")
     ins = self.shape[2:]
     if (size is None) == (scale_factor is None): raise UsageError("interpolate: give size or scale_factor, one of them")
-    if size is not None: outs, scales = _tuple(size, n, "size"), [i / o for i, o in zip(ins, _tuple(size, n, "size"))]
+    if size is not None: outs = _tuple(size, n, "size", 1); scales = [i / o for i, o in zip(ins, outs)]
     else:
       f = (scale_factor,) * n if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+      if len(f) != n or any(isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0 for s in f):
+        raise UsageError(f"interpolate: scale_factor must be positive numbers, one or {n}, got {scale_factor!r}")
       outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, f)), [1 / s for s in f]
     x = self if self.dtype.is_float or not linear else self.float()   # nearest only selects: a uint8 image stays uint8
     T = type(self)

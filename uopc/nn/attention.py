@@ -84,17 +84,21 @@ def _ceil(a: int, b: int) -> int: return -(-a // b)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: float | None = None,
-                                 splits: int | None = None):
+                                 splits: int | None = None, enable_gqa: bool = False):
   """softmax(q k^T * scale + mask) v; scale defaults to 1/sqrt(D). attn_mask: bool or integer (nonzero takes
   part) or additive float, broadcastable to (..., Nq, Nk). is_causal: query i attends keys j <= i. A query whose keys
   are all masked gets zeros. splits: how many key chunks flash-decoding uses (default: chosen from the shapes; 1 turns
-  it off).
+  it off). enable_gqa: k and v may have fewer heads (axis -3) than q, each shared by a group (PyTorch's flag).
 
   Differentiable: where q, k, v (or a float mask) are Tensors a gradient can reach, the result records the unfused
   graph of the same attention (uopc.autograd.record), and backward() differentiates that graph, as FlashAttention's
   backward recomputes the probabilities instead of keeping them; the forward stays the fused kernel."""
   from uopc.autograd import record, tracks
   from uopc.tensor import Tensor
+  if enable_gqa:
+    from uopc.mixin.torchlike import repeat_heads
+    k, v = repeat_heads(*(x if isinstance(x, Tensor) else Tensor(np.asarray(x, np.float32)) for x in (k, v)),
+                        q.shape[-3])
   given = [x for x in (q, k, v, attn_mask) if isinstance(x, Tensor)]
   tracked = bool(given) and tracks([x.uop for x in given])   # asked before the inputs are realized below
   out = _attention(q, k, v, attn_mask, is_causal, scale, splits)

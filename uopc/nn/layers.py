@@ -79,8 +79,15 @@ def load_npz(path) -> dict[str, np.ndarray]:
 
 
 class Module:
-  """A container of parameters and submodules. Subclasses set attributes in __init__ and define __call__."""
+  """A container of parameters and submodules. Subclasses set attributes in __init__ and define __call__, or
+  forward as in PyTorch (model(x) calls it)."""
   training: bool = True
+
+  def __call__(self, *args, **kwargs): return self.forward(*args, **kwargs)
+  def forward(self, *args, **kwargs):
+    raise NotImplementedError(f"{type(self).__name__}: define forward(self, ...) (or __call__) to call the module")
+  def zero_grad(self) -> None:
+    for p in self.parameters(): p.grad = None
 
   def named_parameters(self) -> dict[str, Tensor]: return named_parameters(self)
   def named_buffers(self) -> dict[str, Tensor]: return named_buffers(self)
