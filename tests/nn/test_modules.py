@@ -241,7 +241,9 @@ def test_a_pytorch_style_module_with_forward_losses_and_freezing():
   assert abs(nn.MSELoss()(Tensor(h), Tensor(np.zeros_like(h))).item() - (h ** 2).mean()) < 1e-12
   assert nn.MSELoss("none")(Tensor(h), Tensor(h)).shape == h.shape
   net.fc1.weight.requires_grad_(False)
-  assert sorted(net.named_parameters()) == ["fc1.bias", "fc2.bias", "fc2.weight"]
+  # PyTorch's rule: a frozen parameter is still a parameter (and in state_dict); the optimizers are handed the others
+  assert sorted(net.named_parameters()) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+  assert {id(p) for p in net.parameters()} == {id(net.fc1.bias), id(net.fc2.bias), id(net.fc2.weight)}
   criterion(net(Tensor(x)), Tensor(y.astype(np.int32))).backward()
   assert net.fc1.weight.grad is None and net.fc2.weight.grad is not None
   net.zero_grad()
