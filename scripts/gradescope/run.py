@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -21,6 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "grader")]
+import build  # noqa: E402
 import grade  # noqa: E402
 import results  # noqa: E402
 import sandbox  # noqa: E402
@@ -71,9 +73,26 @@ def run(submission: Path, seed: int | None = None) -> dict:
   except Exception as e:   # the grader's failure, not the student's: say so, score 0 (an instructor regrades)
     return results.failure(f"the autograder could not grade {nb.name} ({type(e).__name__}: {str(e)[:300]}); this is "
                            f"not your notebook's fault: tell the course staff", time.perf_counter() - t0)
+  board = leaderboard(report)
   r = asdict(report)
   if note: r["note"] = "; ".join(x for x in (note, r.get("note")) if x)
-  return results.results(r, grade.table(report), time.perf_counter() - t0, backend, machine())
+  return results.results(r, grade.table(report), time.perf_counter() - t0, backend, machine(), board)
+
+
+RATIO = re.compile(r"LEADERBOARD (\d+(?:\.\d+)?)")
+
+
+def leaderboard(report) -> list[dict] | None:
+  """Week 6's leaderboard entries, taken out of the report (its hidden test has no points and is not shown as a
+  test): the student's blocked kernel's speed relative to the solution's (higher is faster), and the machine; None
+  when the week has no leaderboard, or the kernel could not be timed (its values wrong, or it does not compile)."""
+  task = report.tasks.pop(build.LEADERBOARD_TASK, None)
+  if task is None: return None
+  for t in task["tests"]:
+    if m := RATIO.search(str(t.get("error", ""))):
+      return [{"name": "blocked kernel, speed relative to the reference (x)", "value": float(m.group(1)),
+               "order": "desc"}, {"name": "machine", "value": machine()}]
+  return None
 
 
 def warm() -> int:

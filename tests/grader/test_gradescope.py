@@ -80,6 +80,27 @@ def test_the_zip_holds_the_week_and_nothing_else(tmp_path):
   assert r.returncode == 2 and "week 99" in r.stderr and not (tmp_path / "x.zip").exists()
 
 
+def test_week6_carries_a_leaderboard_test_of_no_points(tmp_path):
+  import judge
+  import run
+  with zipfile.ZipFile(build.build(6, tmp_path / "ag.zip")) as z:
+    nb = json.loads(z.read("solutions/week6_flash_attention.ipynb"))
+  cell = nb["cells"][-1]
+  assert cell["metadata"]["tags"] == ["hidden-test"] and cell["source"].startswith("# POINTS: leaderboard 0\n")
+  fixture, probe, judged = judge.split(cell["source"])
+  assert "blocked_attention_ir(1024, 64)" in probe and "def _reference_blocked_attention_ir(" in judged
+  compile(judged, "leaderboard", "exec")   # the solution's kernel, renamed, is valid Python
+  report = type("Report", (), {})()
+  report.tasks = {"query blocking": {"points": 3.0, "max": 3.0, "tests": []},
+                  "leaderboard": {"points": 0.0, "max": 0.0,
+                                  "tests": [{"status": "error", "error": "LEADERBOARD 1.25"}]}}
+  board = run.leaderboard(report)
+  assert board[0]["value"] == 1.25 and board[0]["order"] == "desc" and board[1]["name"] == "machine"
+  assert "leaderboard" not in report.tasks   # not a test the student sees
+  report.tasks["leaderboard"] = {"tests": [{"status": "error", "error": "leaderboard: it does not compile"}]}
+  assert run.leaderboard(report) is None
+
+
 @needs_sandbox
 def test_run_autograder_grades_a_notebook_of_any_name(tmp_path):
   submission, out = tmp_path / "submission", tmp_path / "results" / "results.json"
