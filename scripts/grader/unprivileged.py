@@ -20,7 +20,8 @@ run ends every process of the UID is killed (a detached one included) and the fi
 What it does not give, against bubblewrap: no network isolation (the notebook's kernel talks to the grader over
 loopback TCP, which a seccomp filter cannot tell from any other address), no private /proc (other processes are
 listed; those of other users cannot be signalled or traced), /tmp is the machine's (its files are removed at the end),
-and /job/out is bounded only per file (RLIMIT_FSIZE) and by what the grader reads back (sandbox.unpack's cap).
+and /job/out is a folder on the disk, not a tmpfs of a fixed size: its size is polled every 50 ms and the sandbox is
+stopped past Limits.out_bytes (a fast writer overshoots by what it writes in that time).
 """
 from __future__ import annotations
 import ctypes
@@ -135,6 +136,25 @@ def _kill_all(uid: int) -> None:
   os.waitpid(pid, 0)
 
 
+def _size(folder: Path) -> int:
+  total = 0
+  for d, _, files in os.walk(folder):
+    for f in files:
+      try: total += os.lstat(os.path.join(d, f)).st_blocks * 512
+      except OSError: pass
+  return total
+
+
+def _watch(folder: Path, limit: int, uid: int, done: threading.Event, over: list) -> None:
+  """/job/out has no tmpfs of a fixed size here: its size is polled, and past limit every process of uid is stopped
+  (what it wrote so far is sent back, capped by unpack as ever)."""
+  while not done.wait(0.05):
+    if _size(folder) > limit:
+      over.append(True)
+      _kill_all(uid)
+      return
+
+
 def _sweep_tmp(uid: int) -> None:
   for e in os.scandir("/tmp"):
     try:
@@ -180,6 +200,8 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
                              preexec_fn=_drop(uid, limits, _seccomp()))
         reader = threading.Thread(target=sandbox.unpack, args=(p.stdout, out, limits.out_bytes, []), daemon=True)
         reader.start()
+        done, over = threading.Event(), []
+        threading.Thread(target=_watch, args=(private / "out", limits.out_bytes, uid, done, over), daemon=True).start()
         timed_out = False
         try:
           sandbox.with_input(p, f"{len(stdin)}\n".encode() + stdin, close=False)
@@ -191,6 +213,7 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
           try: p.wait(timeout=limits.grace_s)
           except subprocess.TimeoutExpired: pass
         finally:
+          done.set()
           _kill_all(uid)   # the whole user: a process that left the session (setsid, double fork) too
           p.wait()
           reader.join(timeout=limits.grace_s)
@@ -198,7 +221,8 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
             try: f.close()
             except OSError: pass
         logf.seek(max(0, logf.seek(0, 2) - 4000))
-        text = logf.read().decode("utf-8", "replace")
+        text = logf.read().decode("utf-8", "replace") + \
+          (f"\nstopped: /job/out grew past {limits.out_bytes} bytes" if over else "")
       log.unlink()
       return sandbox.Result(p.returncode, timed_out, time.perf_counter() - t0, text)
     finally:
