@@ -11,7 +11,7 @@ that refuses ptrace, process_vm_*, mount, namespaces, keyrings, BPF, perf, modul
 Without a mount namespace the sandbox's fixed paths (/course, /grader, /venv, /job/in, /kernels, /outbox) are made as
 symbolic links at the root of the file system to the folders bubblewrap would bind, /job/out and /home/student as
 links to fresh folders of the sandbox's UID: this is for a disposable container, and sandboxes run one at a time on
-the machine (a lock), each starting with its links replaced. What the student's code can read is what file
+the machine (a lock), each making its links and removing them at its end. What the student's code can read is what file
 permissions allow to a user of no group: the hidden tests must not be world-readable (setup.sh makes solutions/
 root's alone; run() refuses to start otherwise), and the folders above what bubblewrap would bind are made
 traversable by others (o+x, no listing) where they are not, as a bind makes them for bubblewrap's sandbox. When the
@@ -101,15 +101,16 @@ def _drop(uid: int, limits, seccomp):
   return apply
 
 
-def _link(dst: str, target: str) -> None:
-  """dst, a fixed sandbox path, made a symbolic link to target (replacing the link a previous run left); never over a
-  real file or folder."""
+def _link(dst: str, target: str, made: list[str]) -> None:
+  """dst, a fixed sandbox path, made a symbolic link to target (replacing a link a previous run left); never over a
+  real file or folder. made: the links made, removed when the run ends."""
   p = Path(dst)
   for parent in reversed(p.parents):
     if str(parent) != "/" and not parent.exists(): parent.mkdir(mode=0o755)
   if p.is_symlink(): p.unlink()
   elif p.exists(): raise FileExistsError(f"{dst} exists and is not a link this sandbox made: not replaced")
   os.symlink(target, dst)
+  made.append(dst)
 
 
 def _reachable(src: str) -> None:
@@ -176,7 +177,7 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
   with open(LOCK, "a") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)   # one sandbox at a time: the fixed paths are the machine's
     _kill_all(uid)
-    private = Path(tempfile.mkdtemp(prefix="uopc-unpriv-"))
+    private, made = Path(tempfile.mkdtemp(prefix="uopc-unpriv-")), []
     try:
       os.chmod(private, 0o711)
       for name in ("out", "home"):
@@ -186,9 +187,9 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
       _reachable(str(private / "out"))
       for src, dst in [*py_binds, *ro, (str(Path(sandbox.__file__).resolve().parent / "outbox.py"), OUTBOX)]:
         _reachable(src)
-        if src != dst: _link(dst, src)
-      _link("/job/out", str(private / "out"))
-      _link(sandbox.HOME, str(private / "home"))
+        if src != dst: _link(dst, src, made)
+      _link("/job/out", str(private / "out"), made)
+      _link(sandbox.HOME, str(private / "home"), made)
       variables = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": sandbox.HOME, "USER": "student", "LOGNAME": "student",
                    "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONPATH": "/course",
                    "UOPC_CACHE_DIR": f"{sandbox.HOME}/.cache/uopc", "PYTHONDONTWRITEBYTECODE": "1",
@@ -228,4 +229,6 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
     finally:
       _kill_all(uid)
       _sweep_tmp(uid)
+      for dst in made:   # the links only (the folders made for them stay: empty, root's)
+        if os.path.islink(dst): os.unlink(dst)
       shutil.rmtree(private, ignore_errors=True)
