@@ -7,7 +7,9 @@
 #   make outputs      rebuild outputs/ (scripts/outputs.py)
 #   make assignments  regenerate assignments/ from solutions/
 #   make grade NB=mine.ipynb [SOL=solutions/X.ipynb]   grade a student's notebook, any file name (scripts/grade.py)
-#   make grade-all DIR=submissions [JOBS=2]   grade every notebook in DIR: DIR/grades/gradebook.csv and feedback/
+#   make gradescope WEEK=N   the week's autograder for Gradescope: autograder-weekN.zip (scripts/gradescope/)
+#   make grade-all DIR=submissions [JOBS=N] [FORCE=1]   grade every notebook in DIR: DIR/grades/gradebook.csv,
+#                     canvas.csv, moodle.csv and feedback/; resumes where an interrupted run stopped (FORCE=1: all again)
 #                     (both grade in a bubblewrap sandbox: `sudo apt-get install bubblewrap` on the grading machine)
 #   make check WEEK=3 [NB=mine.ipynb]   run the visible checks of week 3's assignment (or of a copy of it), task by task,
 #                     as the grader runs the notebook (tests/course/test_student_checks.py)
@@ -27,7 +29,7 @@ LOCK_CMD := uv pip compile pyproject.toml --extra dev --universal --python-versi
 NOTEBOOKS = $(wildcard chapters/*.ipynb solutions/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: setup lock demo test notebooks outputs assignments grade grade-all bwrap check release clean
+.PHONY: setup lock demo test notebooks outputs assignments grade grade-all gradescope bwrap check release clean
 
 setup: $(STAMP)
 	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
@@ -83,8 +85,13 @@ grade: setup bwrap
 	$(PY) scripts/grade.py "$(NB)" $(if $(SOL),--solution "$(SOL)")
 
 grade-all: setup bwrap
-	@if [ -z "$(DIR)" ]; then echo "usage: make grade-all DIR=<folder of notebooks> [JOBS=2]"; exit 2; fi
-	$(PY) scripts/grade_all.py "$(DIR)" --jobs $(or $(JOBS),2)
+	@if [ -z "$(DIR)" ]; then echo "usage: make grade-all DIR=<folder of notebooks> [JOBS=N] [FORCE=1]"; exit 2; fi
+	$(PY) scripts/grade_all.py "$(DIR)" $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force)
+
+# the week's autograder for Gradescope (README, "Grading on Gradescope"): setup.sh, run_autograder, the hidden tests
+gradescope: setup
+	@if [ -z "$(WEEK)" ]; then echo "usage: make gradescope WEEK=<1-7>"; exit 2; fi
+	$(PY) scripts/gradescope/build.py "$(WEEK)"
 
 # as the grader runs a notebook: OpenMP threads as the environment sets them, 120 s per cell (a runaway cell stops the
 # run there, once); NB= checks a copy of the week's notebook, any name, in its own folder, without writing it

@@ -26,9 +26,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/", "tests/grader/")   # the grading tests: they read solutions/
+# the grading tests read solutions/; the Gradescope builder packs them
+EXCLUDE_DIRS = ("solutions/", ".ci/", "scripts/grader/", "scripts/gradescope/", "tests/grader/")
 EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the tree gets its own
                  "scripts/grade.py", "scripts/grade_all.py", "scripts/gradelib.py", "scripts/release.py",
+                 "scripts/gradebook.py", "scripts/grading.toml", "scripts/gradescope_check.sh",
                  "tests/assignment_grading.py", "tests/course/test_assignments_tool.py", "tests/course/test_release.py",
                  "tests/course/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
                  "tests/course/test_visible_checks_catch.py",   # plants the solutions' wrong answers
