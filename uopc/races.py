@@ -1,0 +1,196 @@
+"""Data races in a loop program, found from its index expressions rather than from a run.
+
+A THREAD loop's iterations run at the same time on different threads. Two iterations race when they can touch one
+address of one buffer and at least one of them stores there. For each THREAD loop, every store to memory the loop's
+iterations share (a parameter buffer, or an ALLOC declared outside the loop) is compared with every access to the
+same memory in the loop: with index s(i, ...) for the store and a(i, ...) for the other access, iterations i1 != i2
+collide when s(i1, x) == a(i2, y) for some values x, y of the loops inside it. Where both indices are c*i + g with
+the same c and |a - s| over the inner loops' values (outer loops hold the same value in both iterations) stays below
+|c|, no two iterations meet: proven independent. Otherwise it is a race (a store whose index does not depend on i:
+every iteration writes one address) or, where the algebra cannot tell, a possible race that says so.
+
+For a GPU kernel (chapter 12) local memory is shared by a work-group's items: every load of a local ALLOC must come
+after a BARRIER that follows the stores it may read (local_races).
+
+A run cannot find these reliably: a race shows only when threads interleave badly, never on one thread (a Mac without
+libomp), and PoCL runs a work-group's items one after another. This reads the program, so it answers the same way on
+every machine (issue 49).
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from uopc.linearize import linearize, open_ranges, loop_nesting, declarations, rname
+from uopc.ops import AxisType
+from uopc.symbolic import bounds, linear_form, ranges_in
+from uopc.uop import UOp, Ops, is_local
+
+
+@dataclass(frozen=True)
+class Race:
+  """Two accesses of one buffer from different iterations of a THREAD loop (certain: False when unproven)."""
+  loop: str           # "ridx0 (0 <= ridx0 < 1000)"
+  buffer: str         # "data1", "acc0"
+  store: str          # the store's index expression, "ridx0*2"
+  other: str          # the other access: "loads data1[(ridx0+1)]", "stores to data1[...]", "stores there too"
+  certain: bool
+  why: str
+
+  def __str__(self) -> str:
+    kind = "a race" if self.certain else "a possible race (independence not proven)"
+    return (f"{kind}: in THREAD loop {self.loop}, one iteration stores to {self.buffer}[{self.store}] and another "
+            f"{self.other}, the same element: {self.why}")
+
+
+def _name(mem: UOp) -> str:
+  if mem.op is Ops.BUFFER: return f"data{mem.arg.slot}"
+  return f"lmem{mem.arg.slot}" if is_local(mem) else f"acc{mem.arg.slot}"
+
+
+def _memory(index: UOp) -> UOp:
+  """The BUFFER or ALLOC an INDEX addresses (under its AFTERs)."""
+  m = index.src[0]
+  while m.op is Ops.AFTER: m = m.src[0]
+  return m
+
+
+def _expr(u: UOp) -> str:
+  return u.render({r: rname(r) for r in ranges_in(u)})
+
+
+@dataclass(frozen=True)
+class _Access:
+  node: UOp         # the LOAD or STORE
+  memory: UOp
+  index: UOp
+  lanes: int        # elements from index on (a vector access)
+
+  @property
+  def is_store(self) -> bool: return self.node.op is Ops.STORE
+
+  def describe(self) -> str:
+    verb = "stores to" if self.is_store else "loads"
+    return f"{verb} {_name(self.memory)}[{_expr(self.index)}]"
+
+
+def _access(u: UOp) -> _Access | None:
+  if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: return None
+  idx = u.src[0]
+  lanes = (u.src[1] if u.op is Ops.STORE else u).dtype.count
+  return _Access(u, _memory(idx), idx.src[1], lanes)
+
+
+def _span(terms: dict[UOp, int], sign: int, lanes: int) -> tuple[float, float]:
+  """Bounds of sign * sum(k * term) over the terms' own values, widened by a vector access's lanes."""
+  lo = hi = 0.0
+  for t, k in terms.items():
+    a, b = bounds(t)
+    a, b = sorted((sign * k * a, sign * k * b))
+    lo, hi = lo + a, hi + b
+  return (lo, hi + lanes - 1) if sign > 0 else (lo - (lanes - 1), hi)
+
+
+def _collide(r: UOp, outer: set[UOp], s: _Access, a: _Access) -> tuple[bool, str] | None:
+  """None where no two different iterations of r reach one element through s and a; else (certain, why)."""
+  ts, cs = linear_form(s.index)
+  ta, ca = linear_form(a.index)
+  ks, ka = ts.pop(r, 0), ta.pop(r, 0)
+  for t in (*ts, *ta):
+    if r in ranges_in(t):
+      return False, f"the index uses {rname(r)} through {_expr(t)}, not as c*{rname(r)} + the rest"
+  if ks == 0: return True, f"the store's index does not depend on {rname(r)}: every iteration writes that element"
+  if ks != ka:
+    return False, f"{rname(r)} steps the two indices differently ({ks}*{rname(r)} and {ka}*{rname(r)})"
+  # a - s over the terms: those of outer loops only hold one value in both iterations and cancel where they match
+  shared = {t for t in (*ts, *ta) if set(ranges_in(t)) <= outer}
+  diff_shared = {t: ta.get(t, 0) - ts.get(t, 0) for t in shared}
+  lo0, hi0 = _span({t: k for t, k in diff_shared.items() if k}, 1, 1)
+  lo1, hi1 = _span({t: k for t, k in ta.items() if t not in shared}, 1, a.lanes)
+  lo2, hi2 = _span({t: k for t, k in ts.items() if t not in shared}, -1, s.lanes)
+  lo, hi = ca - cs + lo0 + lo1 + lo2, ca - cs + hi0 + hi1 + hi2
+  if -abs(ks) < lo and hi < abs(ks): return None
+  extent = bounds(r)[1]
+  if extent < 1: return None   # one iteration: nothing to race with
+  if lo == hi and lo % ks == 0 and 0 < abs(lo // ks) <= extent:
+    d = -int(lo // ks)   # ks * (store's iteration - other's) = a - s: the other access is d iterations away
+    other = f"{rname(r)} {'+' if d > 0 else '-'} {abs(d)}"
+    return True, f"iteration {other} reaches the element iteration {rname(r)} stores"
+  return False, f"the indices differ by {lo:g} to {hi:g}, which includes a multiple of {rname(r)}'s step {abs(ks)}"
+
+
+def thread_races(sink: UOp) -> list[Race]:
+  """Every pair of accesses in a THREAD loop of the loop program `sink` that may touch one element from two
+  different iterations, at least one a store (empty: every THREAD loop proven free of races)."""
+  if not isinstance(sink, UOp):
+    raise TypeError(f"thread_races(sink): sink must be a UOp loop program, got {sink!r:.80}")
+  topo = sink.toposort()
+  lines = linearize(sink)
+  nest = loop_nesting(topo, open_ranges(topo))
+  decl_at, _ = declarations(topo, lines)
+  inside: dict[UOp, list[UOp]] = {}     # THREAD loop -> the nodes in its body, in order
+  declared_in: dict[UOp, set[UOp]] = {}   # THREAD loop -> the ALLOCs declared inside it (one per iteration)
+  stack: list[UOp] = []
+  where_declared = {at: a for a, at in decl_at.items()}
+  for ln in lines:
+    if ln.kind == "open": stack.append(ln.uop); continue
+    if ln.kind == "close": stack.pop(); continue
+    for r in stack:
+      if r.arg[1] is not AxisType.THREAD: continue
+      inside.setdefault(r, []).append(ln.uop)
+      if ln.uop in where_declared and where_declared[ln.uop] is not ln.uop:
+        declared_in.setdefault(r, set()).add(where_declared[ln.uop])
+  races: list[Race] = []
+  for r, body in inside.items():
+    accesses = [x for x in map(_access, body) if x is not None and x.memory not in declared_in.get(r, set())]
+    outer = set(nest[r])
+    seen: set[tuple[UOp, UOp]] = set()
+    for s in (x for x in accesses if x.is_store):
+      for a in accesses:
+        if a.memory is not s.memory or (a.node, s.node) in seen: continue
+        seen.add((s.node, a.node))
+        found = _collide(r, outer, s, a)
+        if found is None: continue
+        certain, why = found
+        n = r.src[0].render({}) if r.src[0].op is Ops.CONST else _expr(r.src[0])
+        races.append(Race(f"{rname(r)} (0 <= {rname(r)} < {n})", _name(s.memory), _expr(s.index),
+                          "stores there too" if a.node is s.node else a.describe(), certain, why))
+  # the one to show first: certain, and naming two different accesses (two index expressions)
+  return sorted(races, key=lambda x: (not x.certain, x.other == "stores there too"))
+
+
+def local_races(sink: UOp) -> list[str]:
+  """Loads of local memory (an ALLOC shared by a work-group) that may see another work-item's store with no BARRIER
+  between them. Walking back from each load in program order: a BARRIER first means the stores before it are seen
+  after it; a store to the same memory first is a race. At the top of a loop the load sits in, the walk goes on from
+  the loop's last event (a store late in one trip is read early in the next), then out to the enclosing loop."""
+  if not isinstance(sink, UOp):
+    raise TypeError(f"local_races(sink): sink must be a UOp loop program, got {sink!r:.80}")
+  events: list[tuple[str, UOp | None, tuple[UOp, ...]]] = []   # ("store" | "load" | "barrier", memory, open loops)
+  stack: list[UOp] = []
+  for ln in linearize(sink):
+    if ln.kind == "open": stack.append(ln.uop); continue
+    if ln.kind == "close": stack.pop(); continue
+    if ln.uop.op is Ops.BARRIER: events.append(("barrier", None, tuple(stack))); continue
+    acc = _access(ln.uop)
+    if acc is not None and is_local(acc.memory):
+      events.append(("store" if acc.is_store else "load", acc.memory, tuple(stack)))
+
+  def verdict(js, mem) -> str | None:
+    for j in js:
+      if events[j][0] == "barrier": return "safe"
+      if events[j][0] == "store" and events[j][1] is mem: return "race"
+    return None
+
+  found: list[str] = []
+  for k, (kind, mem, loops) in enumerate(events):
+    if kind != "load": continue
+    lo, hi, result = k, k, None      # [lo, hi]: the events already walked
+    for r in reversed(loops):        # innermost loop first
+      body = [j for j, e in enumerate(events) if r in e[2]]
+      first, last = body[0], body[-1]
+      result = verdict(range(lo - 1, first - 1, -1), mem) or verdict(range(last, hi, -1), mem)
+      if result: break
+      lo, hi = first, last
+    result = result or verdict(range(lo - 1, -1, -1), mem)
+    if result == "race":
+      found.append(f"a race: a load of {_name(mem)} (local memory) may read another work-item's store with no "
+                   f"barrier between them (a barrier must come after the stores a load reads, before the load)")
+  return found
