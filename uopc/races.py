@@ -17,6 +17,7 @@ libomp), and PoCL runs a work-group's items one after another. This reads the pr
 every machine (issue 49).
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from uopc.linearize import linearize, open_ranges, loop_nesting, declarations, rname
 from uopc.ops import AxisType
@@ -78,42 +79,67 @@ def _access(u: UOp) -> _Access | None:
   return _Access(u, _memory(idx), idx.src[1], lanes)
 
 
-def _span(terms: dict[UOp, int], sign: int, lanes: int) -> tuple[float, float]:
-  """Bounds of sign * sum(k * term) over the terms' own values, widened by a vector access's lanes."""
-  lo = hi = 0.0
-  for t, k in terms.items():
-    a, b = bounds(t)
-    a, b = sorted((sign * k * a, sign * k * b))
-    lo, hi = lo + a, hi + b
-  return (lo, hi + lanes - 1) if sign > 0 else (lo - (lanes - 1), hi)
+MAX_CASES = 200_000   # differences followed exactly before the analysis gives up and calls the pair unproven
+
+
+def _differences(progressions: list[tuple[int, int, int]], const: int, window: tuple[int, int]) -> set[int] | None:
+  """The values const + sum(step * t, lo <= t <= hi) can take inside window (None: more than MAX_CASES to follow).
+  Big steps first, and only the t that can still land in the window once the rest is added, so that a row stride
+  of 1536 beside a column step of 16 costs a few dozen cases, not the product of the loops' lengths."""
+  progressions = sorted(progressions, key=lambda p: -abs(p[0]))
+  rest = [(0, 0)] * (len(progressions) + 1)       # rest[k]: (min, max) of what progressions k.. can still add
+  for k in range(len(progressions) - 1, -1, -1):
+    step, lo, hi = progressions[k]
+    a, b = sorted((step * lo, step * hi))
+    rest[k] = (rest[k + 1][0] + a, rest[k + 1][1] + b)
+  values = {const}
+  for k, (step, lo, hi) in enumerate(progressions):
+    want_lo, want_hi = window[0] - rest[k + 1][1], window[1] - rest[k + 1][0]
+    nxt: set[int] = set()
+    for v in values:
+      t0, t1 = sorted(((want_lo - v) / step, (want_hi - v) / step)) if step else (lo, hi)
+      for t in range(max(lo, math.ceil(t0)), min(hi, math.floor(t1)) + 1):
+        nxt.add(v + step * t)
+        if len(nxt) > MAX_CASES: return None
+    values = nxt
+  return {v for v in values if window[0] <= v <= window[1]}
 
 
 def _collide(r: UOp, outer: set[UOp], s: _Access, a: _Access) -> tuple[bool, str] | None:
-  """None where no two different iterations of r reach one element through s and a; else (certain, why)."""
+  """None where no two different iterations of r reach one element through s and a; else (certain, why).
+  With s = c*r + gs and a = c*r + ga, iterations r1 != r2 meet where c*(r1 - r2) = ga - gs: the differences
+  ga - gs are followed exactly over the loops' values (outer loops hold one value in both iterations, inner loops
+  any value in each), a term that is not a loop variable over its bounds (then a meeting is possible, not certain)."""
   ts, cs = linear_form(s.index)
   ta, ca = linear_form(a.index)
   ks, ka = ts.pop(r, 0), ta.pop(r, 0)
   for t in (*ts, *ta):
     if r in ranges_in(t):
       return False, f"the index uses {rname(r)} through {_expr(t)}, not as c*{rname(r)} + the rest"
-  if ks == 0: return True, f"the store's index does not depend on {rname(r)}: every iteration writes that element"
   if ks != ka:
     return False, f"{rname(r)} steps the two indices differently ({ks}*{rname(r)} and {ka}*{rname(r)})"
-  # a - s over the terms: those of outer loops only hold one value in both iterations and cancel where they match
-  shared = {t for t in (*ts, *ta) if set(ranges_in(t)) <= outer}
-  diff_shared = {t: ta.get(t, 0) - ts.get(t, 0) for t in shared}
-  lo0, hi0 = _span({t: k for t, k in diff_shared.items() if k}, 1, 1)
-  lo1, hi1 = _span({t: k for t, k in ta.items() if t not in shared}, 1, a.lanes)
-  lo2, hi2 = _span({t: k for t, k in ts.items() if t not in shared}, -1, s.lanes)
-  lo, hi = ca - cs + lo0 + lo1 + lo2, ca - cs + hi0 + hi1 + hi2
-  if -abs(ks) < lo and hi < abs(ks): return None
-  extent = bounds(r)[1]
+  extent = int(bounds(r)[1])
   if extent < 1: return None   # one iteration: nothing to race with
-  if lo == hi and lo % ks == 0 and 0 < abs(lo // ks) <= extent:
-    d = -int(lo // ks)   # ks * (store's iteration - other's) = a - s: the other access is d iterations away
-    other = f"{rname(r)} {'+' if d > 0 else '-'} {abs(d)}"
-    return True, f"iteration {other} reaches the element iteration {rname(r)} stores"
-  return False, f"the indices differ by {lo:g} to {hi:g}, which includes a multiple of {rname(r)}'s step {abs(ks)}"
+  exact = all(t.op is Ops.RANGE for t in (*ts, *ta))
+  progressions: list[tuple[int, int, int]] = [(1, -(s.lanes - 1), a.lanes - 1)]   # the lanes of vector accesses
+  for t in dict.fromkeys((*ts, *ta)):
+    lo, hi = (int(x) for x in bounds(t))
+    if set(ranges_in(t)) <= outer:   # one value in both iterations: its coefficients subtract
+      if ta.get(t, 0) != ts.get(t, 0): progressions.append((ta.get(t, 0) - ts.get(t, 0), lo, hi))
+      continue
+    if t in ta: progressions.append((ta[t], lo, hi))
+    if t in ts: progressions.append((-ts[t], lo, hi))
+  span = abs(ks) * extent
+  diffs = _differences(progressions, ca - cs, (-span, span))
+  if diffs is None: return False, f"too many index values to follow (over {MAX_CASES})"
+  if ks == 0:
+    if 0 not in diffs: return None
+    return exact, f"the store's index does not depend on {rname(r)}: every iteration writes that element"
+  meets = sorted((v for v in diffs if v and v % ks == 0), key=abs)
+  if not meets: return None
+  d = -meets[0] // ks   # the other access is d iterations from the store's
+  other = f"{rname(r)} {'+' if d > 0 else '-'} {abs(d)}"
+  return exact, f"iteration {other} reaches an element iteration {rname(r)} stores"
 
 
 def thread_races(sink: UOp) -> list[Race]:
@@ -157,40 +183,50 @@ def thread_races(sink: UOp) -> list[Race]:
 
 
 def local_races(sink: UOp) -> list[str]:
-  """Loads of local memory (an ALLOC shared by a work-group) that may see another work-item's store with no BARRIER
-  between them. Walking back from each load in program order: a BARRIER first means the stores before it are seen
-  after it; a store to the same memory first is a race. At the top of a loop the load sits in, the walk goes on from
-  the loop's last event (a store late in one trip is read early in the next), then out to the enclosing loop."""
+  """Accesses of local memory (an ALLOC shared by a work-group) that may meet another work-item's with no BARRIER
+  between them: a load after a store it may read (read after write), and a store after a load that may still be
+  reading the old value (write after read; the loads that feed the store's own value excepted). Walking back from
+  each access in program order: a BARRIER first means everything before it is done; the other kind of access to the
+  same memory first is a race. At the top of a loop the access sits in, the walk goes on from the loop's last event
+  (a store late in one trip meets a load early in the next), then out to the enclosing loop."""
   if not isinstance(sink, UOp):
     raise TypeError(f"local_races(sink): sink must be a UOp loop program, got {sink!r:.80}")
-  events: list[tuple[str, UOp | None, tuple[UOp, ...]]] = []   # ("store" | "load" | "barrier", memory, open loops)
+  events: list[tuple[str, UOp | None, tuple[UOp, ...], UOp]] = []   # (kind, memory, open loops, node)
   stack: list[UOp] = []
   for ln in linearize(sink):
     if ln.kind == "open": stack.append(ln.uop); continue
     if ln.kind == "close": stack.pop(); continue
-    if ln.uop.op is Ops.BARRIER: events.append(("barrier", None, tuple(stack))); continue
+    if ln.uop.op is Ops.BARRIER: events.append(("barrier", None, tuple(stack), ln.uop)); continue
     acc = _access(ln.uop)
     if acc is not None and is_local(acc.memory):
-      events.append(("store" if acc.is_store else "load", acc.memory, tuple(stack)))
+      events.append(("store" if acc.is_store else "load", acc.memory, tuple(stack), ln.uop))
 
-  def verdict(js, mem) -> str | None:
+  def verdict(js, want: str, mem: UOp, own: set[UOp]) -> str | None:
     for j in js:
-      if events[j][0] == "barrier": return "safe"
-      if events[j][0] == "store" and events[j][1] is mem: return "race"
+      kind, m, _, node = events[j]
+      if kind == "barrier": return "safe"
+      if kind == want and m is mem and node not in own: return "race"
     return None
 
   found: list[str] = []
-  for k, (kind, mem, loops) in enumerate(events):
-    if kind != "load": continue
+  for k, (kind, mem, loops, node) in enumerate(events):
+    if kind == "barrier": continue
+    want = "store" if kind == "load" else "load"
+    own = set(node.src[1].toposort()) if kind == "store" else set()   # the loads its own value is made of
     lo, hi, result = k, k, None      # [lo, hi]: the events already walked
-    for r in reversed(loops):        # innermost loop first
+    for r in reversed(loops):        # innermost loop first; a launch axis is no loop: each work-item is one value
+      if r.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL): continue
       body = [j for j, e in enumerate(events) if r in e[2]]
       first, last = body[0], body[-1]
-      result = verdict(range(lo - 1, first - 1, -1), mem) or verdict(range(last, hi, -1), mem)
+      result = verdict(range(lo - 1, first - 1, -1), want, mem, own) or verdict(range(last, hi, -1), want, mem, own)
       if result: break
       lo, hi = first, last
-    result = result or verdict(range(lo - 1, -1, -1), mem)
-    if result == "race":
+    result = result or verdict(range(lo - 1, -1, -1), want, mem, own)
+    if result != "race": continue
+    if kind == "load":
       found.append(f"a race: a load of {_name(mem)} (local memory) may read another work-item's store with no "
                    f"barrier between them (a barrier must come after the stores a load reads, before the load)")
-  return found
+    else:
+      found.append(f"a race: a store to {_name(mem)} (local memory) may overwrite what another work-item is still "
+                   f"loading, with no barrier between the load and the store")
+  return list(dict.fromkeys(found))

@@ -129,3 +129,34 @@ def test_a_local_load_needs_a_barrier_after_the_stores_it_reads():
   assert local_races(group_exchange(barrier=True)) == []
   (msg,) = local_races(group_exchange(barrier=False))
   assert msg.startswith("a race: a load of lmem5 (local memory) may read another work-item's store with no barrier")
+
+
+def tiled_matmul(M: int, K: int, N: int) -> UOp:
+  """Chapter 13's tiled GEMM loop program (local tiles, a barrier after the tiles' stores and one after the step)."""
+  import numpy as np
+  from uopc.codegen.localtile import LocalTile, lower_local_tile
+  from uopc.tensor import Tensor
+  from uopc.uop import substitute
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+  body = (Tensor(a) @ Tensor(b)).uop
+  bufs = [u for u in body.toposort() if u.op is Ops.BUFFER]
+  body = substitute(body, {u: UOp(Ops.BUFFER, (), ParamArg(k, u.dtype, u.arg.shape)) for k, u in enumerate(bufs)})
+  return lower_local_tile(body, UOp(Ops.BUFFER, (), ParamArg(2, f32, (M * N,))), LocalTile())
+
+
+def test_the_tiled_gemm_and_fa2_are_free_and_each_barrier_is_needed():
+  from uopc.kernels.fa2 import fa2_ir
+  from uopc.uop import substitute
+  prog = tiled_matmul(64, 64, 64)
+  assert local_races(prog) == [] and thread_races(prog) == []
+  assert local_races(fa2_ir(6, 64, 64, 16, bq=32, bk=16, causal=True)) == []
+  first, second = [u for u in prog.toposort() if u.op is Ops.BARRIER]
+  # without the first, a work-item reads a tile slot before its owner stored it; without the second, the next step's
+  # stores overwrite a slot another work-item is still reading
+  assert local_races(substitute(prog, {first: first.src[0]})) == [
+    "a race: a load of lmem0 (local memory) may read another work-item's store with no barrier between them (a "
+    "barrier must come after the stores a load reads, before the load)"]
+  assert local_races(substitute(prog, {second: second.src[0]})) == [
+    f"a race: a store to lmem{n} (local memory) may overwrite what another work-item is still loading, with no "
+    f"barrier between the load and the store" for n in (0, 1)]
