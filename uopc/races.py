@@ -175,6 +175,8 @@ def thread_races(sink: UOp) -> list[Race]:
         found = _collide(r, outer, s, a)
         if found is None: continue
         certain, why = found
+        if s.memory.op is Ops.ALLOC:
+          why += f" ({_name(s.memory)} is placed outside the THREAD loop: one variable that all its iterations share)"
         n = r.src[0].render({}) if r.src[0].op is Ops.CONST else _expr(r.src[0])
         races.append(Race(f"{rname(r)} (0 <= {rname(r)} < {n})", _name(s.memory), _expr(s.index),
                           "stores there too" if a.node is s.node else a.describe(), certain, why))
@@ -230,3 +232,18 @@ def local_races(sink: UOp) -> list[str]:
       found.append(f"a race: a store to {_name(mem)} (local memory) may overwrite what another work-item is still "
                    f"loading, with no barrier between the load and the store")
   return list(dict.fromkeys(found))
+
+
+def check_no_races(name: str, program: UOp) -> None:
+  """The visible check of a loop program's parallelism (assignments, `make check`): an AssertionError
+  `name: expected no race, got a race: ...` where two iterations of a THREAD loop certainly touch one element, one
+  storing, or a load of local memory is not ordered after the stores it reads by a barrier. The same answer on every
+  machine and thread count, with or without OpenMP. A pair it cannot prove independent is printed as a note, not
+  failed (a run on threads, check_threads_agree, may still show it). Prints `ok: name`."""
+  if not isinstance(program, UOp):
+    raise AssertionError(f"{name}: expected a loop program (a UOp, as sink(...) returns), got {program!r:.80}")
+  races = thread_races(program)
+  certain = [r for r in races if r.certain] + local_races(program)
+  if certain: raise AssertionError(f"{name}: expected no race, got {certain[0]}")
+  for r in races: print(f"note: {name}: {r}")
+  print(f"ok: {name}")
