@@ -1509,6 +1509,13 @@ def row_max_kernel(width: int, n: int) -> str:
 
 
 # %%
+# read from the source, not from a run: PoCL runs a work-group's items one after another, so a missing barrier
+# still gives right values there (uopc.races: every read of another item's slot after a barrier, on every way to it)
+from uopc.races import check_local_barriers
+check_local_barriers("row_max_kernel(64, 512): each read of another work-item's slot after a barrier",
+                     row_max_kernel(64, 512))
+
+# %%
 # %%needs CL
 _x = np.random.default_rng(12).standard_normal((6, 512)).astype(np.float32)
 _x[2] -= 10                                   # a row whose elements are all negative
@@ -1520,7 +1527,7 @@ got = run_cl(row_max_kernel(128, 128), "row_max", [_x], np.empty(5, np.float32),
 check("row_max_kernel(128, 128) (one element a work-item), all negative, against NumPy", got, _x.max(1))
 
 # %% [markdown]
-# Expected: two `ok` lines.
+# Expected: three `ok` lines: the barriers read from the source (on any machine), then the two runs on device CL.
 
 # %% tags=["hidden-test"]
 # POINTS: row max kernel 3
@@ -1529,9 +1536,11 @@ for _rows, _width, _n in [(7, 128, 1024), (3, 256, 256), (9, 16, 80), (1, 2, 6),
   record(f"src {_width}, {_n}", str(row_max_kernel(_width, _n)))
 # JUDGE
 # built and launched by the grader (PoCL, in a sandbox of its own), never through the notebook's run_cl
+from uopc.races import opencl_local_races as _opencl_local_races
 for _rows, _width, _n in [(7, 128, 1024), (3, 256, 256), (9, 16, 80), (1, 2, 6), (4, 32, 4096)]:
   _what = f"row_max_kernel({_width}, {_n})"
   _src = gradelib.text(recorded[f"src {_width}, {_n}"], _what)
+  if _races := _opencl_local_races(_src): raise AssertionError(f"{_what}: {_races[0]}")   # as the visible check reads
   _x = seeded(_rows, _width, _n).standard_normal((_rows, _n)).astype(np.float32)
   _x[0] -= 10                                 # every element of the first row negative
   _out = launch_cl(_src, "row_max", [_x], ((_rows,), "float32"), (_rows * _width,), (_width,), what=_what)

@@ -18,6 +18,7 @@ every machine (issue 49).
 """
 from __future__ import annotations
 import math
+import re
 from dataclasses import dataclass
 from uopc.linearize import linearize, open_ranges, loop_nesting, declarations, rname
 from uopc.ops import AxisType
@@ -184,6 +185,38 @@ def thread_races(sink: UOp) -> list[Race]:
   return sorted(races, key=lambda x: (not x.certain, x.other == "stores there too"))
 
 
+def _unordered(events: list[tuple], own: list[set], launch=lambda r: False) -> list[int]:
+  """The accesses among events (kind "load" | "store" | "barrier", memory, open loops, key, slot) that may meet
+  another work-item's access of the other kind with no barrier between. Walking back from each access in program
+  order: a barrier first means everything before it is done; the other kind of access to the same memory first is a
+  race. At the top of a loop the walk takes both ways in: from the loop's last event (a store late in one trip meets
+  a load early in the next) and from before the loop (the first trip). own[k]: keys that do not count against access
+  k (the loads a store's own value is made of); one slot text on both sides is the work-item's own element."""
+  def verdict(js, want: str, k: int) -> str | None:
+    mem, slot = events[k][1], events[k][4]
+    for j in js:
+      kind, m, _, key, other_slot = events[j]
+      if kind == "barrier": return "safe"
+      if kind == want and m == mem and key not in own[k] and (slot is None or other_slot != slot): return "race"
+    return None
+
+  unordered = []
+  for k, (kind, _, loops, _, _) in enumerate(events):
+    if kind == "barrier": continue
+    want = "store" if kind == "load" else "load"
+    lo, hi, result = k, k, None      # [lo, hi]: the events already walked
+    for r in reversed(loops):        # innermost loop first
+      if launch(r): continue
+      body = [j for j, e in enumerate(events) if r in e[2]]
+      first, last = body[0], body[-1]
+      result = verdict(range(lo - 1, first - 1, -1), want, k)
+      if result: break
+      if verdict(range(last, hi, -1), want, k) == "race": result = "race"; break
+      lo, hi = first, last
+    if (result or verdict(range(lo - 1, -1, -1), want, k)) == "race": unordered.append(k)
+  return unordered
+
+
 def local_races(sink: UOp) -> list[str]:
   """Accesses of local memory (an ALLOC shared by a work-group) that may meet another work-item's with no BARRIER
   between them: a load after a store it may read (read after write), and a store after a load that may still be
@@ -203,28 +236,11 @@ def local_races(sink: UOp) -> list[str]:
     if acc is not None and is_local(acc.memory):
       events.append(("store" if acc.is_store else "load", acc.memory, tuple(stack), ln.uop))
 
-  def verdict(js, want: str, mem: UOp, own: set[UOp]) -> str | None:
-    for j in js:
-      kind, m, _, node = events[j]
-      if kind == "barrier": return "safe"
-      if kind == want and m is mem and node not in own: return "race"
-    return None
-
   found: list[str] = []
-  for k, (kind, mem, loops, node) in enumerate(events):
-    if kind == "barrier": continue
-    want = "store" if kind == "load" else "load"
-    own = set(node.src[1].toposort()) if kind == "store" else set()   # the loads its own value is made of
-    lo, hi, result = k, k, None      # [lo, hi]: the events already walked
-    for r in reversed(loops):        # innermost loop first; a launch axis is no loop: each work-item is one value
-      if r.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL): continue
-      body = [j for j, e in enumerate(events) if r in e[2]]
-      first, last = body[0], body[-1]
-      result = verdict(range(lo - 1, first - 1, -1), want, mem, own) or verdict(range(last, hi, -1), want, mem, own)
-      if result: break
-      lo, hi = first, last
-    result = result or verdict(range(lo - 1, -1, -1), want, mem, own)
-    if result != "race": continue
+  own = [set(node.src[1].toposort()) if kind == "store" else set() for kind, _, _, node in events]
+  launch = lambda r: r.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL)   # each work-item is one value: no loop
+  for k in _unordered([(kind, mem, loops, node, None) for kind, mem, loops, node in events], own, launch):
+    kind, mem = events[k][0], events[k][1]
     if kind == "load":
       found.append(f"a race: a load of {_name(mem)} (local memory) may read another work-item's store with no "
                    f"barrier between them (a barrier must come after the stores a load reads, before the load)")
@@ -246,4 +262,95 @@ def check_no_races(name: str, program: UOp) -> None:
   certain = [r for r in races if r.certain] + local_races(program)
   if certain: raise AssertionError(f"{name}: expected no race, got {certain[0]}")
   for r in races: print(f"note: {name}: {r}")
+  print(f"ok: {name}")
+
+
+# ---- OpenCL C source (a student's hand-written kernel: chapter 12, week 6) ----
+def _statements(body: str) -> list[tuple[str, tuple[int, ...]]]:
+  """The statements of C source in order, each with the loops (for / while / do, numbered) it sits in."""
+  out: list[tuple[str, tuple[int, ...]]] = []
+  stack: list[tuple[int, int]] = []   # (loop number, brace depth its body closes at; -1: one statement, no braces)
+  depth, k, n, count = 0, 0, len(body), 0
+  pending_loop: int | None = None
+  while k < n:
+    m = re.match(r"\s*(for|while)\s*\(", body[k:])
+    if m:   # a loop header: its parentheses hold no statement of the body
+      j, level = k + m.end(), 1
+      while j < n and level:
+        level += {"(": 1, ")": -1}.get(body[j], 0)
+        j += 1
+      count += 1
+      pending_loop, k = count, j
+      continue
+    m = re.match(r"\s*do\b", body[k:])
+    if m: count += 1; pending_loop, k = count, k + m.end(); continue
+    c = body[k]
+    if c.isspace(): k += 1; continue
+    if c == "{":
+      depth += 1
+      if pending_loop is not None: stack.append((pending_loop, depth)); pending_loop = None
+      k += 1; continue
+    if c == "}":
+      while stack and stack[-1][1] == depth: stack.pop()
+      depth -= 1
+      k += 1
+      while stack and stack[-1][1] == -1: stack.pop()   # a braceless loop whose body was this block's statement
+      continue
+    j = body.find(";", k)
+    j = n if j < 0 else j
+    if pending_loop is not None: stack.append((pending_loop, -1)); pending_loop = None
+    # a statement ends at ';' or where a block opens first (if (...) {)
+    brace = body.find("{", k, j)
+    end = brace if brace >= 0 else j + 1
+    out.append((body[k:end].strip(), tuple(loop for loop, _ in stack)))
+    k = end
+    if brace < 0:
+      while stack and stack[-1][1] == -1: stack.pop()
+  return out
+
+
+def opencl_local_races(src: str) -> list[str]:
+  """local_races for OpenCL C source: in the kernel, every read of another work-item's slot of a __local array
+  (an index other than the one the work-item stores at, and not a constant) is ordered after the stores it can see by
+  a barrier(...) on every way there (the first trip of a loop and the trips after). A barrier placed before the
+  stores, or only inside the loop, does not order the stores of stage 1 before the tree's first read."""
+  if not isinstance(src, str): raise TypeError(f"opencl_local_races(src): src must be OpenCL C source, got {src!r:.80}")
+  text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", src, flags=re.S)
+  names = re.findall(r"__local\s+\w+\s+(\w+)\s*\[", text)
+  if not names: return []
+  access = re.compile(rf"\b({'|'.join(map(re.escape, names))})\s*\[")
+  events: list[tuple] = []
+  own: list[set] = []
+  for s_id, (stmt, loops) in enumerate(_statements(text)):
+    if re.match(r"__local\b", stmt): continue
+    if re.search(r"\bbarrier\s*\(", stmt):
+      events.append(("barrier", None, loops, (s_id, -1), None)); own.append(set()); continue
+    stores, loads = [], []
+    for m in access.finditer(stmt):
+      j, level = m.end(), 1
+      while j < len(stmt) and level:
+        level += {"[": 1, "]": -1}.get(stmt[j], 0)
+        j += 1
+      index = re.sub(r"\s+", "", stmt[m.end():j - 1])
+      is_store = re.match(r"\s*([-+*/]?=)(?!=)", stmt[j:]) is not None
+      (stores if is_store else loads).append((m.group(1), index, m.start()))
+    for name, index, at in loads:
+      if not re.fullmatch(r"\d+", index): events.append(("load", name, loops, (s_id, at), index)); own.append(set())
+    for name, index, at in stores:   # after the loads of its own statement, which it does not race with
+      events.append(("store", name, loops, (s_id, at), index)); own.append({(s_id, a) for _, _, a in loads})
+  # reads only: a store after another item's read of the same step is often guarded out of reach (if (lid < s)),
+  # which text cannot tell; a tree with no barrier in its loop is caught by the read on the next trip
+  found = [f"a race: the read {events[k][1]}[{events[k][4]}] is not ordered by a barrier(CLK_LOCAL_MEM_FENCE) after "
+           f"the stores of other work-items it can see, on every way to it (the loop's first trip too)"
+           for k in _unordered(events, own) if events[k][0] == "load"]
+  return list(dict.fromkeys(found))
+
+
+def check_local_barriers(name: str, src: str) -> None:
+  """The visible check of a hand-written OpenCL kernel's local memory: `name: expected every read of another
+  work-item's local slot after a barrier, got a race: ...`; PoCL runs a work-group's items one after another, so a
+  run cannot show this race. Prints `ok: name`."""
+  races = opencl_local_races(src)
+  if races: raise AssertionError(f"{name}: expected every read of another work-item's __local slot ordered by a "
+                                 f"barrier, got {races[0]}")
   print(f"ok: {name}")

@@ -160,3 +160,43 @@ def test_the_tiled_gemm_and_fa2_are_free_and_each_barrier_is_needed():
   assert local_races(substitute(prog, {second: second.src[0]})) == [
     f"a race: a store to lmem{n} (local memory) may overwrite what another work-item is still loading, with no "
     f"barrier between the load and the store" for n in (0, 1)]
+
+
+ROW_MAX = """__kernel void row_max(__global const float* x, __global float* out) {
+  __local float tile[64];
+  int lid = get_local_id(0), row = get_group_id(0);
+  float m = -INFINITY;
+  for (int c = lid; c < 512; c += 64) m = fmax(m, x[row * 512 + c]);
+  tile[lid] = m;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = 32; s > 0; s >>= 1) {
+    if (lid < s) tile[lid] = fmax(tile[lid], tile[lid + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) out[row] = tile[0];
+}"""
+STAGE1 = "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n"
+TREE = "    if (lid < s) tile[lid] = fmax(tile[lid], tile[lid + s]);\n    barrier(CLK_LOCAL_MEM_FENCE);\n"
+RACE = ("a race: the read tile[lid+s] is not ordered by a barrier(CLK_LOCAL_MEM_FENCE) after the stores of other "
+        "work-items it can see, on every way to it (the loop's first trip too)")
+
+
+@pytest.mark.parametrize("what, old, new, races", [
+  ("week 6's solution", "", "", []),
+  ("no barrier after stage 1 (issue 49: full marks on PoCL)", STAGE1, "  tile[lid] = m;\n", [RACE]),
+  ("the barrier before the store (issue 49: passed the grader's text search)", STAGE1,
+   "  barrier(CLK_LOCAL_MEM_FENCE);\n  tile[lid] = m;\n", [RACE]),
+  ("no barrier in the tree's loop", TREE, "    if (lid < s) tile[lid] = fmax(tile[lid], tile[lid + s]);\n", [RACE]),
+  ("right: the barrier at the top of the loop", TREE,
+   "    barrier(CLK_LOCAL_MEM_FENCE);\n    if (lid < s) tile[lid] = fmax(tile[lid], tile[lid + s]);\n", []),
+  ("right: a block with two reads, then the store", TREE,
+   "    if (lid < s) { float a = tile[lid], b = tile[lid + s]; tile[lid] = fmax(a, b); }\n"
+   "    barrier(CLK_LOCAL_MEM_FENCE);\n", []),
+  ("right: a while loop", "  for (int s = 32; s > 0; s >>= 1) {\n" + TREE + "  }",
+   "  int s = 32;\n  while (s > 0) {\n" + TREE + "    s /= 2;\n  }", []),
+])
+def test_an_opencl_kernel_reads_another_items_slot_only_after_a_barrier(what, old, new, races):
+  from uopc.races import opencl_local_races
+  src = ROW_MAX.replace(old, new)
+  assert src != ROW_MAX or not old, what
+  assert opencl_local_races(src) == races, what

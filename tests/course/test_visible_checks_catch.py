@@ -170,6 +170,27 @@ def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their
     assert "StopIteration" not in message, message
 
 
+WEEK6_BARRIERS = [   # issue 49: both passed every visible check (PoCL runs a group's items in order) and scored 0
+  ("no barrier after stage 1", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n", "  tile[lid] = m;\n"),
+  ("the barrier before the store", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
+   "  barrier(CLK_LOCAL_MEM_FENCE);\n  tile[lid] = m;\n"),
+]
+
+
+@pytest.mark.parametrize("what, old, new", WEEK6_BARRIERS)
+def test_week6_a_missing_or_misplaced_barrier_fails_on_any_machine(tmp_path, what, old, new):
+  """Read from the kernel's source (uopc.races.opencl_local_races), in a cell that needs no device: it fails where CL
+  runs and where it does not."""
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("row max kernel", old, new, "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "row max kernel")
+  message = str(failed.value)
+  assert "row_max_kernel(64, 512): each read of another work-item's slot after a barrier: expected every read of " \
+         "another work-item's __local slot ordered by a barrier, got a race: the read tile[lid+s] is not ordered" \
+         in message, (what, message)
+
+
 def test_a_runaway_cell_costs_one_limit_and_every_task_says_what_happened(tmp_path, monkeypatch):
   """An endless loop in the first task's checks: interrupted at the per-cell limit, once; the run stops there, the
   next task says it was not checked and why; the run is made once for both (a stopped run is cached too)."""
