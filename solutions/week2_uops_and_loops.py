@@ -149,7 +149,8 @@ def divmod_rules() -> list:
 # %%
 x = i * 5 + j
 for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16) * 16 + x % 16, x),
-                ((i // 4) * 4 + j % 4, None)):   # None: two different x, nothing to rewrite
+                ((i // 4) * 4 + j % 4, None),    # None: two different x, nothing to rewrite
+                ((i // 4) * 4 + i % 8, None)):   # two different constants: not x either
   r = simplify_with(e, divmod_rules())
   print(f"{e.render():40} -> {r.render():40}")
   check(f"{e.render()} rewritten by divmod_rules", r.render(), simplify_with(e, []).render() if want is None
@@ -157,8 +158,8 @@ for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16)
   check(f"a point where {e.render()} and its rewrite differ", disagreement(e, r), None)
 
 # %% [markdown]
-# Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last (two different x) stays as it
-# is; every check `ok`.
+# Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last two (two different x, two
+# different constants) stay as they are; every check `ok`.
 
 # %% tags=["hidden-test"]
 # POINTS: the divmod rule 2
@@ -314,8 +315,10 @@ def run_argmax(build, a: np.ndarray, threads: int | None = None) -> np.ndarray:
   return out
 
 
-a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4]], np.float32)
-src = render_c(argmax_program(3, 4), "argmax")
+# ties, and two rows all negative: one with its maximum first, one with it away from column 0 (a running max that
+# starts at 0 instead of -inf finds no element above it there)
+a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4], [-3, -1, -2, -4]], np.float32)
+src = render_c(argmax_program(4, 4), "argmax")
 print(src)
 lines = src.splitlines()
 check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop)",
@@ -323,7 +326,7 @@ check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a TH
 parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)
 check("accumulators declared before the parallel loop (one variable shared by all its threads)",
       [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))], [])
-check("argmax_program(3, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
+check("argmax_program(4, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
 big = np.random.default_rng(0).standard_normal((300, 11)).astype(np.float32)
 # read from the program, not a run: the same verdict on any machine, any number of threads, with or without OpenMP
 check_no_races("argmax_program(300, 11): no two iterations of its THREAD loop share an element",
@@ -332,7 +335,7 @@ check_threads_agree("argmax_program(300, 11) on 8 threads and on one", lambda t:
 check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
 
 # %% [markdown]
-# Expected: six `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0]` for `a`, no race in
+# Expected: six `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0 1]` for `a`, no race in
 # the program (`uopc.races` reads its indices: state placed outside the THREAD loop is one variable that all its
 # iterations share), the same values on 8 threads as on one, and the same as NumPy on random rows. The index
 # update uses the comparison with the *old* maximum, so it must read the max before the max's own update stores the

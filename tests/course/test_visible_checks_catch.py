@@ -170,6 +170,27 @@ def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their
     assert "StopIteration" not in message, message
 
 
+WEEK2_SEEN_BY_HIDDEN_ONLY = [   # issue 49: wrong answers the visible checks passed; now a visible input shows each
+  # the divmod rule with a constant of its own for each term: (i // 4) * 4 + i % 8 is not i
+  ("the divmod rule", [('mod = Pat(Ops.MOD, (xp, Pat.cvar("c")))', 'mod = Pat(Ops.MOD, (xp, Pat.cvar("d")))'),
+                       ("(div_mul, mod)), lambda x, c: x", "(div_mul, mod)), lambda x, c, d: x"),
+                       ("(mod, div_mul)), lambda x, c: x", "(mod, div_mul)), lambda x, c, d: x")],
+   "((ridx0//4)*4)+(ridx0%8)) rewritten by divmod_rules: expected"),
+  # the running max started at 0.0, not -inf: a row all negative with its maximum away from column 0
+  ("running argmax", [("m.index(0).store(-math.inf)", "m.index(0).store(0.0)")],
+   "argmax_program(4, 4) on a: 1 of 4 elements differ; at [3]: expected 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("task, changes, says", WEEK2_SEEN_BY_HIDDEN_ONLY)
+def test_week2_two_constants_and_an_all_negative_row_are_visible(tmp_path, task, changes, says):
+  name = WEEKS[2]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong(task, old, new, "") for old, new in changes]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
+  assert says in str(failed.value), str(failed.value)
+
+
 WEEK6_BARRIERS = [   # issue 49: both passed every visible check (PoCL runs a group's items in order) and scored 0
   ("no barrier after stage 1", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n", "  tile[lid] = m;\n"),
   ("the barrier before the store", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
