@@ -170,6 +170,17 @@ def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their
     assert "StopIteration" not in message, message
 
 
+def test_week1_a_loop_past_n_writes_into_a_guard_zone(tmp_path):
+  """issue 49: `i <= n` wrote one float past out and scored full marks; the guarded arrays show it."""
+  name = WEEKS[1]
+  path = tmp_path / f"{name}.ipynb"
+  loop = "for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i]"
+  nbformat.write(planted(name, [Wrong("a fused kernel", loop, loop.replace("i < n", "i <= n"), "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "a fused kernel")
+  assert "fused(..., n = 1001): the 16 elements before and after each array untouched (a, b, c, d, out): " \
+         "1 of 5 elements differ; at [4]: expected True, got False" in str(failed.value), str(failed.value)
+
+
 WEEK2_SEEN_BY_HIDDEN_ONLY = [   # issue 49: wrong answers the visible checks passed; now a visible input shows each
   # the divmod rule with a constant of its own for each term: (i // 4) * 4 + i % 8 is not i
   ("the divmod rule", [('mod = Pat(Ops.MOD, (xp, Pat.cvar("c")))', 'mod = Pat(Ops.MOD, (xp, Pat.cvar("d")))'),
