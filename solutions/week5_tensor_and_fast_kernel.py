@@ -338,6 +338,7 @@ check("the same as uopc's Tensor.conv2d", conv2d(Tensor(img), Tensor(filt), 2, 1
 
 # %% tags=["hidden-test"]
 # POINTS: convolution as a view 3
+# SHORTCUTS alone: uopc.mixin.windows.WindowMixin.conv2d
 ### BEGIN HIDDEN TESTS
 _cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
           ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]

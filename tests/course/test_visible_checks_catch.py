@@ -222,6 +222,17 @@ def test_week4_two_plans_and_a_scripted_clock_are_visible(tmp_path, task, change
   assert says in str(failed.value), str(failed.value)
 
 
+def test_week6_warps_that_differ_are_visible(tmp_path):
+  """issue 49: a count that treats every warp as warp 0 scored full marks (each test index cost every warp the same)."""
+  if why := cl_unavailable(): pytest.skip(f"week 6's notebook runs device CL cells: {why}")
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("warp transactions", "index(w * warp + lane)", "index(lane)", "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "warp transactions")
+  assert "warp_transactions(x[(i//32 + 1) * i], 4 warps, itemsize=4): expected 10, got 4" in str(failed.value), \
+    str(failed.value)
+
+
 WEEK6_BARRIERS = [   # issue 49: both passed every visible check (PoCL runs a group's items in order) and scored 0
   ("no barrier after stage 1", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n", "  tile[lid] = m;\n"),
   ("the barrier before the store", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
