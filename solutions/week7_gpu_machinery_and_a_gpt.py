@@ -449,6 +449,8 @@ for _t in (1, 2, 10):
                _p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)}
   _faults["eps is inside the square root (sqrt(v_hat + eps), where AdamW has sqrt(v_hat) + eps)"] = \
     _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / np.sqrt(_vhat + 1e-8)
+  _faults["the decay is applied after the update ((p - lr m_hat / (sqrt(v_hat) + eps)) (1 - lr wd), where AdamW "
+          "decays the p it started from)"] = (_p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)) * (1 - 3e-3 * 0.1)
   try: gradelib.expect_close(_got, _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8),
                              f"adamw_step({_args}, t={_t}): new p", tol=1e-10)
   except AssertionError as _e:
