@@ -1,5 +1,6 @@
 # uopc: every target works from a fresh clone; `make setup` runs first where it is needed.
-#   make setup        create .venv and install exactly requirements.lock (versions and hashes), then uopc itself
+#   make setup [PYTHON=python3.12]   create .venv with a Python >= 3.11 (scripts/find_python.sh) and install exactly
+#                     requirements.lock (versions and hashes), then uopc itself
 #   make lock         re-resolve requirements.lock from pyproject.toml (after adding a dependency there)
 #   make demo         set up, then run the book's main example
 #   make test         set up, then ruff, pytest, strict nbval, notebook format and prose checks, assignments check
@@ -31,12 +32,16 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p
 
 .PHONY: setup lock demo test notebooks outputs assignments grade grade-all gradescope bwrap check release clean
 
-setup: $(STAMP)
+# PYTHON=/path/to/python3.12 chooses the Python; else scripts/find_python.sh takes the newest 3.11-3.13 on PATH, stops
+# below 3.11 with the command that installs one here, and replaces a .venv of a Python below 3.11 (or not PYTHON=)
+setup:
+	@sh scripts/find_python.sh $(VENV)
+	@$(MAKE) --no-print-directory -q $(STAMP) || $(MAKE) --no-print-directory $(STAMP)
 	@# an empty font cache makes matplotlib print a warning on stderr, which fails the first plotting cell
 	@$(PY) -c "import matplotlib.pyplot"
 
 $(PY):
-	python3 -m venv $(VENV)
+	@sh scripts/find_python.sh $(VENV)
 
 $(STAMP): pyproject.toml $(LOCK) | $(PY)
 	$(PY) -m pip install --require-hashes -r $(LOCK)

@@ -600,7 +600,8 @@ print(f"N={N} reshape-simplify off: {t_slow * 1e3:9.1f} ms")
 print(f"slowdown: {t_slow / t_fast:.0f}x at N = {N}")
 
 # %% [markdown]
-# The book measured 240 times at N = 512 (NOTES 12 recorded 250x), on its own machine. The work of the slow kernel
+# The slowdown printed above is this machine's, at this N. The book measured 240 times at N = 512 (NOTES 12 recorded
+# 250x) on its own machine: two times on two machines, so the two ratios need not agree. The work of the slow kernel
 # grows as N^3 against the fast one's N^2, so the ratio of the work grows like N; the ratio of the times need not
 # follow it exactly, since part of the fast version's time at small N does not grow with N^2 (exercise 6 fits the
 # exponents).

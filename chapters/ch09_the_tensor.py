@@ -616,6 +616,8 @@ def windows_1d(x, k, s=1):
   o, lead = (n - k) // s + 1, x.shape[:-1]
   rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)    # x repeated k + 1 times
   rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)   # row a: x[a], x[a+1], ...
+  if o * s > n + 1:   # a stride past the window by more than one: the groups of s run off the row; pad, never read
+    rows = rows.pad([None] * len(lead) + [None, (0, o * s - n - 1)])
   cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
   return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
 
@@ -649,6 +651,10 @@ for stride, padding in ((1, 0), (2, 1)):
   mine = my_conv2d(Tensor(img), Tensor(filt), stride, padding)
   print(f"stride {stride}, padding {padding}: shape {mine.shape}, matches NumPy:",
         np.allclose(mine.numpy(), np_conv2d(img, filt, stride, padding), atol=1e-5))
+# 1 x 1 with stride 3: the stride passes the window by two (windows_1d pads the row so its groups of s fit)
+point = np.random.default_rng(9).standard_normal((4, 3, 1, 1)).astype(np.float32)
+print("1 x 1, stride 3: matches NumPy:", np.allclose(my_conv2d(Tensor(img), Tensor(point), 3).numpy(),
+                                                     np_conv2d(img, point, 3), atol=1e-5))
 
 # %% [markdown]
 # What does the kernelizer make of it? The repeated axis is read at `(a*(n+1) + b) % n`, and the index algebra

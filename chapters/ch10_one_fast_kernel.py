@@ -67,7 +67,7 @@ print(f"ridge point    {FMA / BW:8.1f} FLOP/byte")
 
 # %% [markdown]
 # The ridge point says how much arithmetic a kernel must do per byte of DRAM traffic before memory stops being
-# its limit. On this machine it is the ridge printed above, a few FLOPs per byte (tens per float loaded): any kernel
+# its limit. On this machine it is the ridge printed above (per byte; four times that per float loaded): any kernel
 # that does a handful of operations per element (an elementwise op, a softmax, a row sum) is memory-bound, and
 # its best possible speed is set by the bandwidth line, not by the peak.
 #

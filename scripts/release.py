@@ -40,6 +40,7 @@ HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}
 
 STUDENT_MAKEFILE = """\
 # uopc, the student's tree (written by the instructor's `make release`).
+#   make setup [PYTHON=python3.12]   make .venv with a Python >= 3.11 and install the pinned packages
 #   make demo          set up, then run the book's main example (examples/flash_attention.py 1024 64)
 #   make test          set up, then ruff, pytest (uopc's tests and your assignments' visible checks), strict nbval
 #                      on the chapter notebooks, notebook format check
@@ -60,11 +61,15 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg -p
 
 .PHONY: setup demo test check grade notebooks outputs clean
 
-setup: $(STAMP)
+# PYTHON=/path/to/python3.12 chooses the Python; else scripts/find_python.sh takes the newest 3.11-3.13 on PATH, stops
+# below 3.11 with the command that installs one here, and replaces a .venv of a Python below 3.11 (or not PYTHON=)
+setup:
+\t@sh scripts/find_python.sh $(VENV)
+\t@$(MAKE) --no-print-directory -q $(STAMP) || $(MAKE) --no-print-directory $(STAMP)
 \t@$(PY) -c "import matplotlib.pyplot"
 
 $(PY):
-\tpython3 -m venv $(VENV)
+\t@sh scripts/find_python.sh $(VENV)
 
 LOCK := requirements.lock
 

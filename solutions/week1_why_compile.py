@@ -419,6 +419,16 @@ def fused_source() -> str:
 fused = MiniProgram(fused_source(), "fused")
 fused(a, b, c, d, out, n)
 check("fused(a, b, c, d) against NumPy's a * b + c * d - a", out, a * b + c * d - a, atol=1e-5)
+# guard zones: each array the middle of a bigger one whose 16 elements on either side hold a value nothing computes;
+# C does not stop a loop that runs past n (i <= n), it writes whatever lies there: here, a guard
+G, m = 16, 1001
+padded = [np.full(m + 2 * G, 12345.0, np.float32) for _ in range(5)]
+for p, x in zip(padded, (a, b, c, d)): p[G:G + m] = x[:m]
+fused(*[p[G:G + m] for p in padded], m)
+check("fused(..., n = 1001): the 16 elements before and after each array untouched (a, b, c, d, out)",
+      [bool((p[:G] == 12345.0).all() and (p[G + m:] == 12345.0).all()) for p in padded], [True] * 5)
+check("fused(..., n = 1001) in the guarded arrays against NumPy", padded[4][G:G + m],
+      a[:m] * b[:m] + c[:m] * d[:m] - a[:m], atol=1e-5)
 
 # %% tags=["nbval-ignore-output"]
 fused = MiniProgram(fused_source(), "fused")
@@ -439,9 +449,13 @@ record("fused", fused_source())
 for _n in (1, 7, 1000):
   _r = seeded(_n)
   _a, _b, _c, _d = (_r.standard_normal(_n).astype(np.float32) for _ in range(4))
-  (_out,) = run_c(recorded["fused"], "fused", [_a, _b, _c, _d, np.full(_n, np.nan, np.float32), _n], outputs=[4],
-                  what=f"fused, n = {_n}")
-  gradelib.expect_close(_out, _a * _b + _c * _d - _a, f"fused, n = {_n}: out", tol=1e-5)
+  # out has 16 elements more than n, all NaN: a loop that runs past n (i <= n) writes there
+  (_out,) = run_c(recorded["fused"], "fused", [_a, _b, _c, _d, np.full(_n + 16, np.nan, np.float32), _n],
+                  outputs=[4], what=f"fused, n = {_n}")
+  gradelib.expect_close(_out[:_n], _a * _b + _c * _d - _a, f"fused, n = {_n}: out", tol=1e-5)
+  if not np.isnan(_out[_n:]).all():
+    raise AssertionError(f"fused, n = {_n}: wrote past out[{_n - 1}] (out[{_n + int(np.argmin(np.isnan(_out[_n:])))}]"
+                         f" changed): the loop runs past n")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]

@@ -47,6 +47,7 @@ from uopc.symbolic import evaluate, ranges_in, simplify, symbolic_rules  # noqa:
 from uopc.render_c import render_c
 from uopc.runtime import Program
 from uopc.checks import check, check_threads_agree
+from uopc.races import check_no_races
 
 f32, i32 = dtypes.f32, dtypes.i32
 
@@ -148,7 +149,8 @@ def divmod_rules() -> list:
 # %%
 x = i * 5 + j
 for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16) * 16 + x % 16, x),
-                ((i // 4) * 4 + j % 4, None)):   # None: two different x, nothing to rewrite
+                ((i // 4) * 4 + j % 4, None),    # None: two different x, nothing to rewrite
+                ((i // 4) * 4 + i % 8, None)):   # two different constants: not x either
   r = simplify_with(e, divmod_rules())
   print(f"{e.render():40} -> {r.render():40}")
   check(f"{e.render()} rewritten by divmod_rules", r.render(), simplify_with(e, []).render() if want is None
@@ -156,8 +158,8 @@ for e, want in (((i // 4) * 4 + i % 4, i), (i % 8 + (i // 8) * 8, i), ((x // 16)
   check(f"a point where {e.render()} and its rewrite differ", disagreement(e, r), None)
 
 # %% [markdown]
-# Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last (two different x) stays as it
-# is; every check `ok`.
+# Expected: the first three become `ridx0`, `ridx0` and `((ridx0*5)+ridx1)`; the last two (two different x, two
+# different constants) stay as they are; every check `ok`.
 
 # %% tags=["hidden-test"]
 # POINTS: the divmod rule 2
@@ -313,8 +315,10 @@ def run_argmax(build, a: np.ndarray, threads: int | None = None) -> np.ndarray:
   return out
 
 
-a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4]], np.float32)
-src = render_c(argmax_program(3, 4), "argmax")
+# ties, and two rows all negative: one with its maximum first, one with it away from column 0 (a running max that
+# starts at 0 instead of -inf finds no element above it there)
+a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4], [-3, -1, -2, -4]], np.float32)
+src = render_c(argmax_program(4, 4), "argmax")
 print(src)
 lines = src.splitlines()
 check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop)",
@@ -322,16 +326,20 @@ check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a TH
 parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)
 check("accumulators declared before the parallel loop (one variable shared by all its threads)",
       [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))], [])
-check("argmax_program(3, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
+check("argmax_program(4, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
 big = np.random.default_rng(0).standard_normal((300, 11)).astype(np.float32)
+# read from the program, not a run: the same verdict on any machine, any number of threads, with or without OpenMP
+check_no_races("argmax_program(300, 11): no two iterations of its THREAD loop share an element",
+               argmax_program(300, 11))
 check_threads_agree("argmax_program(300, 11) on 8 threads and on one", lambda t: run_argmax(argmax_program, big, t))
 check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
 
 # %% [markdown]
-# Expected: five `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0]` for `a`, the same
-# values on 8 threads as on one, and the same as NumPy on random rows. The index update uses the comparison with the
-# *old* maximum, so it must read the max before the max's own update stores the new one: both come from the same
-# load, made before either store.
+# Expected: six `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0 1]` for `a`, no race in
+# the program (`uopc.races` reads its indices: state placed outside the THREAD loop is one variable that all its
+# iterations share), the same values on 8 threads as on one, and the same as NumPy on random rows. The index
+# update uses the comparison with the *old* maximum, so it must read the max before the max's own update stores the
+# new one: both come from the same load, made before either store.
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
@@ -373,6 +381,8 @@ for _what, _a in _cases:
 # POINTS: running argmax 1 structure
 ### BEGIN HIDDEN TESTS
 record("src", str(render_c(argmax_program(16, 8), "argmax")))
+from uopc.races import thread_races as _thread_races   # the visible check's analysis: a race on any machine
+record("races", [str(_race) for _race in _thread_races(argmax_program(16, 8)) if _race.certain])
 # JUDGE
 _lines = gradelib.text(recorded["src"], "argmax_program(16, 8)").splitlines()
 _par = next((n for n, line in enumerate(_lines) if "#pragma omp parallel for" in line), None)
@@ -380,6 +390,7 @@ assert _par is not None, "argmax_program: no parallel loop (make the row loop Ax
 _outside = [line.strip() for line in _lines[:_par] if re.match(r"\s*(float|int) acc\d+", line)]
 assert not _outside, (f"argmax_program: {', '.join(_outside)} declared outside the parallel loop: one variable "
                       f"shared by every thread (place it with .after(i), not .after())")
+if recorded["races"]: raise AssertionError(f"argmax_program(16, 8): {recorded['races'][0]}")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -434,14 +445,17 @@ def run_prefix_sum(a: np.ndarray, threads: int | None = None) -> np.ndarray:
 print(render_c(prefix_sum_program(5), "cumsum"))
 print(run_prefix_sum(np.arange(1, 9)))
 x8 = np.random.default_rng(1).standard_normal(1000)
+check_no_races("prefix_sum_program(1000): no two iterations of a THREAD loop share an element",
+               prefix_sum_program(1000))
 check_threads_agree("run_prefix_sum of 1000 numbers, on 8 threads and on one", lambda t: run_prefix_sum(x8, t))
 check("run_prefix_sum(1..8) against np.cumsum", run_prefix_sum(np.arange(1, 9)), np.cumsum(np.arange(1, 9)), rtol=1e-6)
 check("run_prefix_sum of 1000 random numbers against np.cumsum", run_prefix_sum(x8), np.cumsum(x8), atol=1e-3)
 
 # %% [markdown]
-# Expected: one loop, no pragma, `[ 1.  3.  6. 10. 15. 21. 28. 36.]` and three `ok` lines. Made a THREAD loop, the
+# Expected: one loop, no pragma, `[ 1.  3.  6. 10. 15. 21. 28. 36.]` and four `ok` lines. Made a THREAD loop, the
 # kernel is still right on one thread; on several, each thread starts its share of the loop from a running value
-# the others are changing, and the first check says so.
+# the others are changing: the first check says so from the program itself (the running value, `acc0[0]`, is one
+# element every iteration stores), on any machine, even one whose kernels run on one thread.
 
 # %% tags=["hidden-test"]
 # POINTS: prefix sum 2
@@ -462,7 +476,11 @@ def _run_prefix_sum(_a, _threads):
 for _n in (1, 2, 17, 1000):
   record(f"n = {_n}", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 8))
   record(f"n = {_n}, one thread", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 1))
+from uopc.races import thread_races as _thread_races  # noqa: F811
+record("prefix sum races", [str(_race) for _race in _thread_races(prefix_sum_program(1000)) if _race.certain])
 # JUDGE
+if recorded["prefix sum races"]:
+  raise AssertionError(f"prefix_sum_program(1000): {recorded['prefix sum races'][0]}")
 for _n in (1, 2, 17, 1000):
   _a = seeded(_n).standard_normal(_n).astype(np.float32)
   _want = np.cumsum(_a.astype(np.float64))

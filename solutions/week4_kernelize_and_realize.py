@@ -316,9 +316,18 @@ check("the second run's output (other inputs)", out2.reshape(128, 16), reference
 check("the second run kept the first run's temporaries (the same arrays)",
       [a is b for a, b in zip(runner.temps[id(plan)], kept)], [True] * len(kept))
 check("the two runs' outputs share memory", np.shares_memory(out1, out2), False)
+# a second plan, of another shape, on the same runner: its own temporaries (not the first plan's), of its own sizes
+small = [np.random.default_rng(7).standard_normal((64, 8)).astype(np.float32) for _ in range(3)]
+small_roots, small_inputs = normalize([attention(*map(Tensor, small)).uop])
+small_plan = make_plan(small_roots, False, DefaultOpt)
+(out3,) = runner.run(small_plan, small_inputs)
+check("a second plan (N = 64, d = 8) on the same runner: its output", out3.reshape(64, 8), reference(*small),
+      rtol=1e-4, atol=1e-5)
+check("the second plan's temporaries: its own arrays, of its own sizes",
+      [t.size for t in runner.temps.get(id(small_plan), [])], [n for _, n in small_plan.temps])
 
 # %% [markdown]
-# Expected: four `ok` lines.
+# Expected: six `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: reused temporaries 2
@@ -441,11 +450,38 @@ check_below("the kernels' best times added up (s), against the whole call's time
 copy, product = sorted(rows, key=lambda row: row[2])   # the copy does no arithmetic
 check("the product (the kernel that counts FLOPs) took longer than the copy", product[1] > copy[1], True)
 
+# %%
+# a clock that only the kernels move, by times set here: each row's seconds must be that kernel's best of its runs
+from types import SimpleNamespace
+from unittest import mock
+scripted = [[0.004, 0.001, 0.002], [0.003, 0.006, 0.005]]   # per kernel, per run: the best is neither first nor last
+clock = {"now": 0.0, "calls": [0] * len(mm_plan.kernels)}
+
+
+def ticking(k: int, prg):
+  def run(*args):
+    prg(*args)
+    clock["now"] += scripted[k][clock["calls"][k] % 3]
+    clock["calls"][k] += 1
+  return run
+
+
+fake_plan = SimpleNamespace(temps=mm_plan.temps, outs=mm_plan.outs, kernels=[
+  SimpleNamespace(name=kern.name, flops=kern.flops, args=kern.args, prg=ticking(k, kern.prg))
+  for k, kern in enumerate(mm_plan.kernels)])
+now = lambda: clock["now"]
+with mock.patch("time.perf_counter", now), mock.patch("time.monotonic", now), mock.patch("time.time", now):
+  _, fake_rows = debug_report(fake_plan, inputs, reps=3)
+check("debug_report's seconds under a clock only the kernels move (each kernel's best of 3 runs)",
+      [row[1] for row in fake_rows], [min(times) for times in scripted], rtol=1e-9, atol=0)
+
 # %% [markdown]
 # Expected: two lines like the one above (the copy's rate is 0.00 GFLOP/s: it does no arithmetic; the product's
-# depends on the machine), and five `ok` lines. A kernel's best time is never longer than its share of a run, so the
-# best times of one run's kernels add up to less than the call's time divided by the runs; a time that counts more
-# than the kernel (every kernel given the run's time, or the runs' times added) does not.
+# depends on the machine), five `ok` lines, and one for the scripted clock. A kernel's best time is never longer
+# than its share of a run, so the best times of one run's kernels add up to less than the call's time divided by the
+# runs; a time that counts more than the kernel (every kernel given the run's time, or the runs' times added) does
+# not; and under a clock that only the kernels move, the best of each kernel's scripted times is what comes back,
+# not the last one.
 
 # %% tags=["hidden-test"]
 # POINTS: DEBUG lines 1

@@ -266,6 +266,8 @@ def windows_1d(x: Tensor, k: int, s: int = 1) -> Tensor:
   o, lead = (n - k) // s + 1, x.shape[:-1]
   rep = x.unsqueeze(-2).expand(*lead, k + 1, n).reshape(*lead, (k + 1) * n)
   rows = rep.shrink([None] * len(lead) + [(0, k * (n + 1))]).reshape(*lead, k, n + 1)
+  if o * s > n + 1:   # a stride past the window by more than one: the groups of s run off the row; pad, never read
+    rows = rows.pad([None] * len(lead) + [None, (0, o * s - n - 1)])
   cols = rows.shrink([None] * len(lead) + [None, (0, o * s)]).reshape(*lead, k, o, s)
   return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
 
@@ -281,6 +283,10 @@ w1 = rng.standard_normal((4, 3, 3))
 ref1 = np.stack([np.einsum("nck,fck->nf", np.pad(x1, [(0, 0), (0, 0), (1, 1)])[:, :, i * 2:i * 2 + 3], w1)
                  for i in range(5)], -1)
 print("conv1d, stride 2, padding 1, matches NumPy:", np.allclose(conv1d(Tensor(x1), Tensor(w1), 2, 1).numpy(), ref1))
+w_point = np.random.default_rng(9).standard_normal((4, 3, 1))   # 1 wide, stride 3: the stride passes it by two
+ref_point = np.einsum("nct,fc->nft", x1[:, :, ::3], w_point[..., 0])
+print("conv1d, 1-wide kernel, stride 3, matches NumPy:",
+      np.allclose(conv1d(Tensor(x1), Tensor(w_point), 3).numpy(), ref_point))
 
 # %% [markdown]
 # **Your task.** `conv2d(x, w, stride, padding)`: x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow) with
@@ -338,6 +344,7 @@ check("the same as uopc's Tensor.conv2d", conv2d(Tensor(img), Tensor(filt), 2, 1
 
 # %% tags=["hidden-test"]
 # POINTS: convolution as a view 3
+# SHORTCUTS alone: uopc.mixin.windows.WindowMixin.conv2d
 ### BEGIN HIDDEN TESTS
 _cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
           ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]

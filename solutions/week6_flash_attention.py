@@ -1429,11 +1429,13 @@ for name, fn in [("x[i]", lambda i: i), ("x[2*i]", lambda i: 2 * i), ("x[1024*i]
   print(f"{name:<46} {warp_transactions(fn, 4):>4} transactions for 4 warps")
 for name, fn, itemsize, want in (("x[i]", lambda i: i, 4, 4), ("x[2*i]", lambda i: 2 * i, 4, 8),
                                  ("x[2*i], 8-byte elements", lambda i: 2 * i, 8, 16),
-                                 ("x[1024*i]", lambda i: 1024 * i, 4, 128)):
+                                 ("x[1024*i]", lambda i: 1024 * i, 4, 128),
+                                 # warps that differ: warp w reads with stride w + 1 (1, 2, 3 and 4 segments)
+                                 ("x[(i//32 + 1) * i]", lambda i: (i // 32 + 1) * i, 4, 10)):
   check(f"warp_transactions({name}, 4 warps, itemsize={itemsize})", warp_transactions(fn, 4, itemsize), want)
 
 # %% [markdown]
-# Expected: four lines of counts (the first three are those the checks expect), then four `ok` lines.
+# Expected: four lines of counts (the first three are those the checks expect), then five `ok` lines.
 
 # %% tags=["hidden-test"]
 # POINTS: warp transactions 2
@@ -1442,12 +1444,16 @@ for _name, _fn, _warps, _size in [
     ("x[i]", lambda i: i, 4, 4), ("x[2*i]", lambda i: 2 * i, 4, 4), ("x[1024*i]", lambda i: 1024 * i, 2, 4),
     ("x[7], a broadcast", lambda i: 7, 3, 4), ("x[i+16], misaligned by half a segment", lambda i: i + 16, 1, 4),
     ("doubles x[i], 256 bytes a warp", lambda i: i, 2, 8),
-    ("x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32, 4, 4)]:
+    ("x[(i%32)*32 + i//32]", lambda i: (i % 32) * 32 + i // 32, 4, 4),
+    ("x[(i//32 + 2) * i], a stride per warp", lambda i: (i // 32 + 2) * i, 3, 4)]:
   record(_name, warp_transactions(_fn, _warps, itemsize=_size))
 # JUDGE
+# warp w reads elements (w + 2) * i: its own stride, so the warps' counts differ (a count of warp 0 times n fails)
+_STRIDED = sum(len({(_w * 32 + _l) * (_w + 2) * 4 // 128 for _l in range(32)}) for _w in range(3))
 for _name, _warps, _size, _want in [("x[i]", 4, 4, 4), ("x[2*i]", 4, 4, 8), ("x[1024*i]", 2, 4, 64),
                                     ("x[7], a broadcast", 3, 4, 3), ("x[i+16], misaligned by half a segment", 1, 4, 2),
-                                    ("doubles x[i], 256 bytes a warp", 2, 8, 4), ("x[(i%32)*32 + i//32]", 4, 4, 128)]:
+                                    ("doubles x[i], 256 bytes a warp", 2, 8, 4), ("x[(i%32)*32 + i//32]", 4, 4, 128),
+                                    ("x[(i//32 + 2) * i], a stride per warp", 3, 4, _STRIDED)]:
   gradelib.expect_equal(recorded[_name], _want,
                         f"warp_transactions for {_name}, {_warps} warps of {_size}-byte elements")
 ### END HIDDEN TESTS
@@ -1509,6 +1515,13 @@ def row_max_kernel(width: int, n: int) -> str:
 
 
 # %%
+# read from the source, not from a run: PoCL runs a work-group's items one after another, so a missing barrier
+# still gives right values there (uopc.races: every read of another item's slot after a barrier, on every way to it)
+from uopc.races import check_local_barriers
+check_local_barriers("row_max_kernel(64, 512): each read of another work-item's slot after a barrier",
+                     row_max_kernel(64, 512))
+
+# %%
 # %%needs CL
 _x = np.random.default_rng(12).standard_normal((6, 512)).astype(np.float32)
 _x[2] -= 10                                   # a row whose elements are all negative
@@ -1520,7 +1533,7 @@ got = run_cl(row_max_kernel(128, 128), "row_max", [_x], np.empty(5, np.float32),
 check("row_max_kernel(128, 128) (one element a work-item), all negative, against NumPy", got, _x.max(1))
 
 # %% [markdown]
-# Expected: two `ok` lines.
+# Expected: three `ok` lines: the barriers read from the source (on any machine), then the two runs on device CL.
 
 # %% tags=["hidden-test"]
 # POINTS: row max kernel 3
@@ -1529,9 +1542,11 @@ for _rows, _width, _n in [(7, 128, 1024), (3, 256, 256), (9, 16, 80), (1, 2, 6),
   record(f"src {_width}, {_n}", str(row_max_kernel(_width, _n)))
 # JUDGE
 # built and launched by the grader (PoCL, in a sandbox of its own), never through the notebook's run_cl
+from uopc.races import opencl_local_races as _opencl_local_races
 for _rows, _width, _n in [(7, 128, 1024), (3, 256, 256), (9, 16, 80), (1, 2, 6), (4, 32, 4096)]:
   _what = f"row_max_kernel({_width}, {_n})"
   _src = gradelib.text(recorded[f"src {_width}, {_n}"], _what)
+  if _races := _opencl_local_races(_src): raise AssertionError(f"{_what}: {_races[0]}")   # as the visible check reads
   _x = seeded(_rows, _width, _n).standard_normal((_rows, _n)).astype(np.float32)
   _x[0] -= 10                                 # every element of the first row negative
   _out = launch_cl(_src, "row_max", [_x], ((_rows,), "float32"), (_rows * _width,), (_width,), what=_what)

@@ -284,12 +284,19 @@ _r = seeded(5)
 _A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
 _fa, _fb, _fc = wmma.to_fragments(_A, hw.a), wmma.to_fragments(_B, hw.b), np.zeros((32, 4), np.float32)
 record("D", mma_emulated(hw, _fa, _fb, _fc))
+# float16 A and B fragments, as m16n8k16 takes them: D is still float32 (a product in the fragments' dtype is not)
+_f16 = [wmma.to_fragments(_X.astype(np.float16), _op) for _X, _op in ((_A, hw.a), (_B, hw.b))]
+record("D f16", mma_emulated(hw, *_f16, _r.standard_normal((32, 4)).astype(np.float32)))
 # JUDGE
 _r, _hw = seeded(5), _wmma.M16N8K16
 _A, _B = _r.standard_normal((16, 16)).astype(np.float32), _r.standard_normal((16, 8)).astype(np.float32)
 _fa, _fb, _fc = _wmma.to_fragments(_A, _hw.a), _wmma.to_fragments(_B, _hw.b), np.zeros((32, 4), np.float32)
 gradelib.expect_close(recorded["D"], _wmma.mma(_hw, _fa, _fb, _fc),
                       "mma_emulated(m16n8k16, random A and B, C = 0): the D fragments (32 lanes x 4)")
+_f16 = [_wmma.to_fragments(_X.astype(np.float16), _op) for _X, _op in ((_A, _hw.a), (_B, _hw.b))]
+gradelib.expect_close(recorded["D f16"], _wmma.mma(_hw, *_f16, _r.standard_normal((32, 4)).astype(np.float32)),
+                      "mma_emulated(m16n8k16, float16 A and B fragments, random C): the D fragments, computed in "
+                      "float32 (not in the fragments' float16)")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
@@ -442,6 +449,8 @@ for _t in (1, 2, 10):
                _p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)}
   _faults["eps is inside the square root (sqrt(v_hat + eps), where AdamW has sqrt(v_hat) + eps)"] = \
     _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / np.sqrt(_vhat + 1e-8)
+  _faults["the decay is applied after the update ((p - lr m_hat / (sqrt(v_hat) + eps)) (1 - lr wd), where AdamW "
+          "decays the p it started from)"] = (_p - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8)) * (1 - 3e-3 * 0.1)
   try: gradelib.expect_close(_got, _p * (1 - 3e-3 * 0.1) - 3e-3 * _mhat / (np.sqrt(_vhat) + 1e-8),
                              f"adamw_step({_args}, t={_t}): new p", tol=1e-10)
   except AssertionError as _e:

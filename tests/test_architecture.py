@@ -65,7 +65,7 @@ def uopc_imports(path: Path) -> set[str]:
 # viewer (a tool) listens to it.
 FLOORS = [
   ("ground", "errors helpers ops dtype options trace capture checks plancache"),   # imports nothing of the compiler
-  ("ir", "uop symbolic signature linearize"),            # the UOp graph, index algebra, ordered lines
+  ("ir", "uop symbolic signature linearize races"),      # the UOp graph, index algebra, ordered lines, races
   ("lowering", "rangeify codegen"),                       # tensor-level bodies -> loop programs
   ("rendering", "renderer render_c render_gpu render_step"),   # loop programs -> source text and its signature
   ("runtime", "runtime device"),                          # compile, load, call; a device is a row of tables

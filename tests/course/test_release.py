@@ -110,7 +110,7 @@ def test_the_student_readme_is_its_own_and_names_only_what_the_tree_has(tree):
   for p in sorted((tree / "assignments").glob("*.ipynb")): assert f"`assignments/{p.name}`" in text
   # the Python both READMEs promise is pyproject's (3.11: cuda-bindings, which chapters 12-13 compile CUDA with)
   assert 'requires-python = ">=3.11"' in (tree / "pyproject.toml").read_text() and sys.version_info >= (3, 11)
-  assert "(3.11 or later" in text and "(3.11 or later" in (ROOT / "README.md").read_text()
+  assert "Python 3.11 or later" in text and "Python 3.11 or later" in (ROOT / "README.md").read_text()
   for path in re.findall(r"`([\w./-]+/[\w./-]*)`", text):   # every file or folder it names, but what setup makes
     assert path.startswith((".venv/", "~")) or (tree / path).exists(), path
   makes = [c for c in readme_commands(tree) if c.startswith("make")]

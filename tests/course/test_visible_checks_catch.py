@@ -49,8 +49,7 @@ def planted(name: str, wrong: list) -> nbformat.NotebookNode:
   return nb
 
 
-@pytest.mark.parametrize("week", [pytest.param(w, marks=needs_openmp) if w == 2 else w   # week 2's is a race
-                                  for w in sorted(WEEKS)])
+@pytest.mark.parametrize("week", sorted(WEEKS))   # week 2's race is read from the program: no OpenMP needed
 def test_a_wrong_answer_fails_its_visible_checks_with_a_message(week, tmp_path):
   if week == 6 and (why := cl_unavailable()): pytest.skip(f"week 6's row max kernel runs on device CL: {why}")
   name, wrong = WEEKS[week], wrongs(week)
@@ -150,16 +149,16 @@ def test_a_race_is_named_a_race():
 
 
 WEEK2_FAULTS = [   # the two faults of issue 43: a race that passed on one thread, a check that stopped bare
-  ("prefix sum", "k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)", "a data race: on 8 threads"),
+  ("prefix sum", "k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)",
+   "a race: in THREAD loop ridx0 (0 <= ridx0 < 1000), one iteration stores to acc0[0] and another loads acc0[0]"),
   ("running argmax", "i = range_(R, 0, AxisType.THREAD)", "i = range_(R, 0)",
    "'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop): expected 1, got 0"),
 ]
 
 
-@needs_openmp
 def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their_messages(tmp_path, monkeypatch):
-  """What `make check WEEK=2` says of each (its pytest run, with its OpenMP environment: the race is found on 8
-  threads whatever OMP_NUM_THREADS says)."""
+  """What `make check WEEK=2` says of each: the race is read from the program (uopc.races), so it is reported
+  whatever OMP_NUM_THREADS says and where kernels build without OpenMP (issue 49: it passed 1 run in 2)."""
   name = WEEKS[2]
   path = tmp_path / f"{name}.ipynb"
   nbformat.write(planted(name, [Wrong(task, old, new, "") for task, old, new, _ in WEEK2_FAULTS]), path)
@@ -169,6 +168,90 @@ def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their
     assert f"task {task!r}, code cell " in message and "In [" in message and "AssertionError: " in message, message
     assert says in message, message
     assert "StopIteration" not in message, message
+
+
+def test_week1_a_loop_past_n_writes_into_a_guard_zone(tmp_path):
+  """issue 49: `i <= n` wrote one float past out and scored full marks; the guarded arrays show it."""
+  name = WEEKS[1]
+  path = tmp_path / f"{name}.ipynb"
+  loop = "for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i]"
+  nbformat.write(planted(name, [Wrong("a fused kernel", loop, loop.replace("i < n", "i <= n"), "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "a fused kernel")
+  assert "fused(..., n = 1001): the 16 elements before and after each array untouched (a, b, c, d, out): " \
+         "1 of 5 elements differ; at [4]: expected True, got False" in str(failed.value), str(failed.value)
+
+
+WEEK2_SEEN_BY_HIDDEN_ONLY = [   # issue 49: wrong answers the visible checks passed; now a visible input shows each
+  # the divmod rule with a constant of its own for each term: (i // 4) * 4 + i % 8 is not i
+  ("the divmod rule", [('mod = Pat(Ops.MOD, (xp, Pat.cvar("c")))', 'mod = Pat(Ops.MOD, (xp, Pat.cvar("d")))'),
+                       ("(div_mul, mod)), lambda x, c: x", "(div_mul, mod)), lambda x, c, d: x"),
+                       ("(mod, div_mul)), lambda x, c: x", "(mod, div_mul)), lambda x, c, d: x")],
+   "((ridx0//4)*4)+(ridx0%8)) rewritten by divmod_rules: expected"),
+  # the running max started at 0.0, not -inf: a row all negative with its maximum away from column 0
+  ("running argmax", [("m.index(0).store(-math.inf)", "m.index(0).store(0.0)")],
+   "argmax_program(4, 4) on a: 1 of 4 elements differ; at [3]: expected 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("task, changes, says", WEEK2_SEEN_BY_HIDDEN_ONLY)
+def test_week2_two_constants_and_an_all_negative_row_are_visible(tmp_path, task, changes, says):
+  name = WEEKS[2]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong(task, old, new, "") for old, new in changes]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
+  assert says in str(failed.value), str(failed.value)
+
+
+WEEK4_SEEN_BY_HIDDEN_ONLY = [   # issue 49: full marks, though wrong
+  # every plan handed the first plan's temporaries (every test ran one plan)
+  ("reused temporaries", [("if id(plan) not in self.temps: self.temps", "if not self.temps: self.temps"),
+                          ("inputs, self.temps[id(plan)])", "inputs, next(iter(self.temps.values())))")],
+   "the second plan's temporaries: its own arrays, of its own sizes: expected"),
+  # the last run's time, not the best
+  ("DEBUG lines", [("min(times[k])", "times[k][-1]")],
+   "debug_report's seconds under a clock only the kernels move (each kernel's best of 3 runs)"),
+]
+
+
+@pytest.mark.parametrize("task, changes, says", WEEK4_SEEN_BY_HIDDEN_ONLY)
+def test_week4_two_plans_and_a_scripted_clock_are_visible(tmp_path, task, changes, says):
+  name = WEEKS[4]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong(task, old, new, "") for old, new in changes]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
+  assert says in str(failed.value), str(failed.value)
+
+
+def test_week6_warps_that_differ_are_visible(tmp_path):
+  """issue 49: a count that treats every warp as warp 0 scored full marks (each test index cost every warp the same)."""
+  if why := cl_unavailable(): pytest.skip(f"week 6's notebook runs device CL cells: {why}")
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("warp transactions", "index(w * warp + lane)", "index(lane)", "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "warp transactions")
+  assert "warp_transactions(x[(i//32 + 1) * i], 4 warps, itemsize=4): expected 10, got 4" in str(failed.value), \
+    str(failed.value)
+
+
+WEEK6_BARRIERS = [   # issue 49: both passed every visible check (PoCL runs a group's items in order) and scored 0
+  ("no barrier after stage 1", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n", "  tile[lid] = m;\n"),
+  ("the barrier before the store", "  tile[lid] = m;\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
+   "  barrier(CLK_LOCAL_MEM_FENCE);\n  tile[lid] = m;\n"),
+]
+
+
+@pytest.mark.parametrize("what, old, new", WEEK6_BARRIERS)
+def test_week6_a_missing_or_misplaced_barrier_fails_on_any_machine(tmp_path, what, old, new):
+  """Read from the kernel's source (uopc.races.opencl_local_races), in a cell that needs no device: it fails where CL
+  runs and where it does not."""
+  name = WEEKS[6]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("row max kernel", old, new, "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "row max kernel")
+  message = str(failed.value)
+  assert "row_max_kernel(64, 512): each read of another work-item's slot after a barrier: expected every read of " \
+         "another work-item's __local slot ordered by a barrier, got a race: the read tile[lid+s] is not ordered" \
+         in message, (what, message)
 
 
 def test_a_runaway_cell_costs_one_limit_and_every_task_says_what_happened(tmp_path, monkeypatch):
@@ -191,7 +274,6 @@ def test_a_runaway_cell_costs_one_limit_and_every_task_says_what_happened(tmp_pa
   assert "task 'two': not checked: the run stopped at task 'one', code cell 3" in str(two.value), str(two.value)
 
 
-@needs_openmp
 def test_a_copy_of_the_notebook_is_checked_where_it_is(tmp_path):
   """`make check WEEK=2 NB=<a copy>`: any name, any folder; the copy is run, never written; the harness's source is
   not printed, only each task's message; another week's notebook is refused by name."""
@@ -209,7 +291,7 @@ def test_a_copy_of_the_notebook_is_checked_where_it_is(tmp_path):
   make = ["make", "-s", "-o", ".venv/.installed-stamp", f"PY={sys.executable}"]
   r = subprocess.run([*make, "check", "WEEK=2", f"NB={mine}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert r.returncode != 0 and "3 skipped" in r.stdout and "1 failed" in r.stdout, r.stdout[-3000:]
-  assert "a data race" in r.stdout and "def test_visible_checks" not in r.stdout, r.stdout[-3000:]
+  assert "a race: in THREAD loop ridx0" in r.stdout and "def test_visible_checks" not in r.stdout, r.stdout[-3000:]
   assert mine.read_bytes() == before
   r = subprocess.run([*make, "check", "WEEK=3", f"NB={mine}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert r.returncode != 0 and "is not week 3's assignment" in r.stdout, r.stdout[-3000:]
