@@ -1,0 +1,191 @@
+"""Issue 48's attacks, each with an honest twin where the fix could punish honest work: a softmax that survives
+week 1's overflow case only in float64, cell magics around a graded definition, an error message that carries the
+hidden probe out through IPython's input history, a notebook whose code is too big to parse on the grader's host,
+a C include that names a header through a macro, and the uopc functions that answer a task unguarded.
+
+The fast tests run the grader's parts directly; the ones that grade a notebook run it in its sandbox (bubblewrap)."""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from assignment_grading import visible
+from test_grader_attacks import WEEK1, grade, rows_of
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "grader"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import notebook_code  # noqa: E402
+import redact  # noqa: E402
+import sandbox  # noqa: E402
+
+needs_bwrap = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
+TASK = "blocked attention"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  """The grader's own home and caches, as test_grader_attacks.py makes them."""
+  base = tmp_path_factory.mktemp("grader")
+  home, cache = base / "home", base / "cache"
+  (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
+  cache.mkdir()
+  return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
+          "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}, home, cache
+
+
+def week1_with(tmp: Path, name: str, source: str) -> Path:
+  """Week 1's solution as a student hands it in, with the blocked-attention cell's source replaced."""
+  book = visible(ROOT / "solutions" / f"{WEEK1}.ipynb")
+  (cell,) = [c for c in book.cells if c.cell_type == "code" and f"# TASK: {TASK}" in c.source]
+  cell.source = source
+  path = tmp / f"{name}.ipynb"
+  nbformat.write(book, path)
+  return path
+
+
+def graded_task(nb: Path, env) -> list[dict]:
+  score, _ = grade(nb, env[0], "--only", TASK)
+  return rows_of(score, TASK)
+
+
+# ---- item 8: week 1's overflow case is past float64's exp limit --------------------------------------------------
+NO_MAX_FLOAT64 = '''# TASK: blocked attention
+def blocked_attention(q, k, v, block=128):   # no max subtraction; np.sqrt(D) makes the scores float64
+  out = np.empty((len(q), v.shape[1]), np.float32)
+  for i0 in range(0, len(q), block):
+    p = np.exp(q[i0:i0 + block] @ k.T / np.sqrt(q.shape[-1]))
+    out[i0:i0 + block] = (p / p.sum(axis=-1, keepdims=True)) @ v
+  return out
+'''
+HONEST_FLOAT64 = '''# TASK: blocked attention
+def blocked_attention(q, k, v, block=128):   # the same in float64, with the max subtraction
+  out = np.empty((len(q), v.shape[1]), np.float32)
+  for i0 in range(0, len(q), block):
+    s = q[i0:i0 + block] @ k.T / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    out[i0:i0 + block] = (p / p.sum(axis=-1, keepdims=True)) @ v
+  return out
+'''
+
+
+@needs_bwrap
+def test_a_softmax_without_the_max_fails_in_float64_too(tmp_path, env):
+  """Before: the overflow case kept scores near 125, which float64's exp survives: 3 of 3 without the max."""
+  attack = graded_task(week1_with(tmp_path, "no_max_f64", NO_MAX_FLOAT64), env)
+  assert attack[0]["points"] == 0, attack
+  assert "in float64 too" in attack[0]["error"] and "scores up to 1000" in attack[0]["error"], attack[0]
+  honest = graded_task(week1_with(tmp_path, "honest_f64", HONEST_FLOAT64), env)
+  assert [r["points"] for r in honest] == [2, 1], honest
+
+
+# ---- item 7: cell magics hide no definition ------------------------------------------------------------------------
+def test_definitions_read_through_cell_and_line_magics():
+  """Before: `%%time` (and `%%capture`) turned the cell into one run_cell_magic call: no definition in it."""
+  cells = ["%%time\ndef under_time(x):\n  return x + 1\n",
+           "%%capture captured\nimport math\ndef under_capture(x):\n  return math.sqrt(x)\n",
+           "%timeit -n1 -r1 sum(range(3))\n!echo hi\ndef beside_magics(x):\n  return 2 * x\n",
+           "\n%%time\n%%capture\ndef nested(x):\n  return x\n",
+           "%%writefile f.py\ndef not_python_here(): pass\n",   # a file's text, not the notebook's code
+           "%%bash\necho no python\n"]
+  ns: dict = {}
+  exec(notebook_code.definitions(cells), ns)
+  assert ns["under_time"](1) == 2 and ns["under_capture"](16.0) == 4.0 and ns["beside_magics"](3) == 6
+  assert ns["nested"](5) == 5 and "not_python_here" not in ns
+
+
+@needs_bwrap
+def test_a_function_defined_under_time_is_measured(tmp_path, env):
+  """The honest twin: `%%time` over blocked_attention; before, the memory test said "the notebook defines no
+  function blocked_attention" (9 of 10)."""
+  rows = graded_task(week1_with(tmp_path, "under_time", "%%time\n" + HONEST_FLOAT64), env)
+  assert [r["points"] for r in rows] == [2, 1], rows
+
+
+# ---- item 4: feedback never quotes the hidden probe ----------------------------------------------------------------
+LEAK = '''# TASK: blocked attention
+def blocked_attention(q, k, v, block=128):   # the probe's cell, and the seed's, out through an exception
+  from IPython import get_ipython
+  raise ValueError("history: " + " || ".join(get_ipython().user_ns["In"][-3:]))
+'''
+
+
+def test_a_message_quoting_the_probe_is_withheld():
+  probe = "_r = seeded(_n)\nrecord(f'N={_n}', blocked_attention(*_case(_n, _d, _top), _block))\n"
+  r = redact.Redactor([probe, "SEED = 123456789\n"], 123456789, ["def mine():\n  raise ValueError('my own text')\n"])
+  leaked = "ValueError: history: record(f'N={_n}', blocked_attention(*_case(_n, _d, _top), _block)) ..."
+  assert r.clean(leaked) == "ValueError: (its message is withheld: it quotes the grader's hidden test)"
+  assert "withheld" in r.clean("RuntimeError: the seed was 123456789")
+  assert "withheld" in r.clean("ValueError: " + " ".join(f"{x / 7:.4f}" for x in range(12)))   # a printed input
+  assert r.clean("ValueError: my own text") == "ValueError: my own text"
+  assert r.clean("TypeError: unsupported operand type(s) for +: 'int' and 'str'").startswith("TypeError: unsupported")
+
+
+@needs_bwrap
+def test_feedback_never_carries_the_probes_source(tmp_path, env):
+  """Before: the row's error held the probe's cell (its loop, `seeded`, `record`) as IPython's history had it."""
+  rows = graded_task(week1_with(tmp_path, "leak", LEAK), env)
+  text = json.dumps(rows)
+  assert rows[0]["points"] == 0 and "withheld" in rows[0]["error"], rows
+  assert "seeded(" not in text and "record(" not in text and "_case" not in text, text
+
+
+# ---- item 5 (the host's side): a notebook is parsed in a capped child, and a big one is refused --------------------
+def notebook_bytes(code: str) -> bytes:
+  nb = new_notebook(cells=[new_markdown_cell("# Week 1: why compile"), new_code_cell(code)])
+  return nbformat.writes(nb).encode()
+
+
+def test_a_notebook_too_big_to_parse_is_refused_with_a_reason(tmp_path):
+  """Before: the grader's own process parsed any code up to 64 MB (a 3 MB cell took it 1.5 GB and minutes)."""
+  big = notebook_bytes("x = 1\n" * 200_000)   # 1.2 MB of code
+  with pytest.raises(ValueError, match=r"more than the 1,048,576 a submission may have"):
+    notebook_code.digest(big)
+  sys.path.insert(0, str(ROOT / "scripts"))
+  import grade as tool
+  path = tmp_path / "week1_big.ipynb"
+  path.write_bytes(big)
+  report = tool.grade(path, ROOT / "solutions" / f"{WEEK1}.ipynb")
+  assert report.total == 0 and "could not be read" in report.note and "1,048,576" in report.note, report.note
+  assert all(row["status"] == "skipped" for t in report.tasks.values() for row in t["tests"])
+
+
+def test_parsing_runs_under_a_memory_cap(monkeypatch):
+  """The child's address space is capped: one that cannot parse within it is an error, not the host's memory."""
+  monkeypatch.setattr(notebook_code, "MAX_MEMORY", 32 << 20)
+  monkeypatch.setattr(notebook_code, "_memo", None)
+  with pytest.raises(ValueError, match="MiB of memory"):
+    notebook_code.digest(notebook_bytes("def f(): pass\n"))
+  monkeypatch.undo()
+  monkeypatch.setattr(notebook_code, "_memo", None)
+  d = notebook_code.digest(notebook_bytes("%%time\ndef f(): pass\nprint(f())\n"))
+  assert d.cells == [(1, "%%time\ndef f(): pass\nprint(f())\n")] and "def f():" in d.defs
+  assert any("Week 1" in t for t in d.titles)
+
+
+# ---- item 3: C is checked as the grader's own preprocessor reads it ----------------------------------------------
+KERNEL = "void k(float* x, int n) {\n  #pragma omp parallel for\n  for (int i = 0; i < n; i++) x[i] = %s;\n}\n"
+HIDDEN_HEADERS = {   # each before: passed the header check read literally (the first: issue 48's attack)
+  "macro": ("#define H <stdio.h>\n#include H\n" + KERNEL % "1.0f", "not allowed"),
+  "path": ('#include "/usr/include/stdio.h"\n' + KERNEL % "1.0f", "/usr/include/stdio.h"),
+  "spelled asm": ("#define A __as##m__\n" + KERNEL % "1.0f" + "void j(void) { A(\"nop\"); }\n", "'__asm__'"),
+  "device": ('#define D "/dev/zero"\n#include D\n' + KERNEL % "1.0f", "could not be preprocessed"),
+  "made directive": ("#define P _Pragma(\"GCC optimize(\\\"O0\\\")\")\nP\n" + KERNEL % "1.0f", "directive"),
+}
+
+
+@needs_bwrap
+def test_a_header_hidden_behind_a_macro_is_refused(tmp_path, monkeypatch):
+  """The honest twin (math.h, string.h, OpenMP, INFINITY from math.h in the compiler's own pass) compiles."""
+  import outside
+  monkeypatch.setenv("UOPC_GRADER_KERNELS", str(tmp_path / "kernels"))
+  honest = "#include <math.h>\n#include <string.h>\n" + KERNEL % "sqrtf((float)i) + (INFINITY > 0)"
+  t0 = time.monotonic()
+  got = outside.build([honest] + [src for src, _ in HIDDEN_HEADERS.values()], sandboxed=True)
+  assert isinstance(got[honest], Path) and got[honest].is_file(), got[honest]
+  for name, (src, says) in HIDDEN_HEADERS.items():
+    assert isinstance(got[src], str) and says in got[src], (name, got[src])
+  assert time.monotonic() - t0 < 240   # the device read stopped at a limit (a generous bound: a shared machine)
