@@ -361,6 +361,7 @@ for what, bad, says in (("3 arguments for 4 parameters", (x, x, y), ("4", "3")),
 
 # %% tags=["hidden-test"]
 # POINTS: check the arguments 2
+# SHORTCUTS: uopc.runtime.program.Program, uopc.runtime.program.signature_from_c, uopc.runtime.program.args_of
 ### BEGIN HIDDEN TESTS
 _prg = CheckedProgram("""void axpy(float* y, const double* x, int n, const int* idx) {
   for (int i = 0; i < n; i++) y[idx[i]] += (float)x[i];

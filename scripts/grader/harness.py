@@ -51,6 +51,14 @@ def send(f, obj: dict, blobs: list[bytes] = ()) -> None:
   f.flush()
 
 
+_send = send   # the child's replies go through a wrapper that adds the question's number (child)
+
+
+class ProtocolError(RuntimeError):
+  """An answer that is not the answer to the question just asked: an extra frame written into the pipe (by a kernel
+  that found its file descriptor), a reply out of turn. The job it happened in has no result."""
+
+
 def recv(f) -> tuple[dict, list[bytes]]:
   line = f.readline()
   if not line: raise EOFError("the other side closed the pipe")
@@ -93,6 +101,8 @@ def child() -> int:
     try: msg, blobs = recv(inp)
     except EOFError: return 0
     op = msg["op"]
+    turn = {"seq": msg.get("seq"), "nonce": msg.get("nonce")}   # echoed: the parent pairs each answer with its question
+    send = lambda f, obj, data=(), turn=turn: _send(f, dict(obj, **turn), data)
     try:
       if op == "load_c":
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
@@ -131,6 +141,8 @@ def child() -> int:
         send(out, {"arrays": list(metas)}, list(data))
       elif op == "cl":
         send(out, *run_cl_here(msg, blobs))
+      elif op == "ping":   # the parent's last question: an answer out of turn still in the pipe shows up here
+        send(out, {"ok": True})
       elif op == "defs":
         state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}),
                      args=[unpack(m, b) for m, b in zip(msg["arrays"], blobs)])
@@ -180,15 +192,24 @@ class Child:
     self.p = subprocess.Popen([sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
                               env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")})
+    self.seq = 0
 
   def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:
     """Send msg and wait for the answer, at most `timeout` seconds (then the child is killed: an endless loop in a
     student's kernel costs its own job, never the others')."""
-    send(self.p.stdin, msg, blobs)
+    self.seq += 1
+    nonce = secrets.token_hex(8)   # unpredictable: an answer forged in advance cannot carry it
+    send(self.p.stdin, dict(msg, seq=self.seq, nonce=nonce), blobs)
     if not select.select([self.p.stdout], [], [], timeout)[0]:
       self.p.kill()
       raise RuntimeError(f"no answer within {timeout:g} s (an endless loop, or far too slow)")
-    return recv(self.p.stdout)
+    try: reply, data = recv(self.p.stdout)
+    except ValueError: raise ProtocolError("a frame that is not the harness's (bad framing)") from None
+    if reply.get("seq") != self.seq or reply.get("nonce") != nonce:
+      self.p.kill()
+      raise ProtocolError(f"an answer out of turn to question {self.seq} ({msg.get('op')}): an extra frame was "
+                          f"written into the harness's pipe")
+    return reply, data
 
   def close(self) -> None:
     try: self.p.stdin.close()
@@ -315,6 +336,7 @@ def do_time(job: dict) -> dict:
           why = f"{nan} of its {g.size} values were never written (NaN)" if nan else "it differs from the reference's"
           return {"error": f"the timed kernel's output (argument {k}) on the inputs of repetition {rep + 1}: {why} "
                            f"(every repetition gets fresh inputs and an output filled with NaN)"}
+    for c in kids.values(): _check(c.ask({"op": "ping"})[0])   # no answer left over: every time was the real one
     return best
   finally:
     for c in kids.values(): c.close()

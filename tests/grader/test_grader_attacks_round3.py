@@ -189,3 +189,109 @@ def test_a_header_hidden_behind_a_macro_is_refused(tmp_path, monkeypatch):
   for name, (src, says) in HIDDEN_HEADERS.items():
     assert isinstance(got[src], str) and says in got[src], (name, got[src])
   assert time.monotonic() - t0 < 240   # the device read stopped at a limit (a generous bound: a shared machine)
+
+
+# ---- item 6: every uopc function that answers a task is guarded for that task --------------------------------------
+# (week, task) -> the uopc definitions that answer it; each must be declared by every hidden test of the task. A reading
+# of uopc against each task (issue 48) found these; tasks absent here have no answer in uopc (week 6's merge of two
+# online-softmax states, for one: uopc's online softmax exists only as UOp graphs, examples/flash_attention.py)
+ANSWERED_BY_UOPC = {
+  ("week1_why_compile", "check the arguments"): {"uopc.runtime.program.Program",
+                                                 "uopc.runtime.program.signature_from_c",
+                                                 "uopc.runtime.program.args_of"},
+  ("week3_gemm_by_hand", "naive GEMM"): {"uopc.rangeify.lower", "uopc.codegen.gemm_vec.lower_gemm"},
+  ("week3_gemm_by_hand", "B transposed"): {"uopc.rangeify.lower", "uopc.codegen.gemm_vec.lower_gemm"},
+  ("week5_tensor_and_fast_kernel", "variance and LayerNorm"): {"uopc.mixin.reduce.ReduceMixin.var",
+                                                               "uopc.mixin.functional.NNMixin.layernorm"},
+  ("week5_tensor_and_fast_kernel", "convolution as a view"): {"uopc.mixin.windows.WindowMixin.conv2d",
+                                                              "uopc.mixin.windows.WindowMixin.conv_transpose2d",
+                                                              "uopc.mixin.windows.WindowMixin._pool"},
+  ("week6_flash_attention", "block sizes"): {"uopc.codegen.gpudims.default_block"},
+  ("week7_gpu_machinery_and_a_gpt", "emulate one mma"): {"uopc.codegen.wmma.mma"},
+  ("week7_gpu_machinery_and_a_gpt", "AdamW step"): {"uopc.optim.AdamW", "uopc.optim.adamw_step_numpy"},
+  ("week7_gpu_machinery_and_a_gpt", "count the parameters"): {"uopc.nn.layers.Module.num_parameters"},
+}
+
+
+def test_every_uopc_answer_is_guarded_for_its_task():
+  """Before: week 1's argument checks (uopc's Program) and week 5's conv2d were reachable while graded."""
+  import guards
+  import judge
+  for (week, task), names in ANSWERED_BY_UOPC.items():
+    book = nbformat.read(ROOT / "solutions" / f"{week}.ipynb", as_version=4)
+    hidden = [(k, c.source) for k, c in enumerate(book.cells)
+              if c.cell_type == "code" and "hidden-test" in c.metadata.get("tags", [])]
+    tests = [t for k, src in hidden if (t := judge.parse(src, k, week)) is not None and t.task == task
+             and t.kind == "values"]
+    assert tests, (week, task)
+    for t in tests:
+      declared = {g.name for g in t.shortcuts}
+      assert names <= declared, (week, task, sorted(names - declared))
+      for name in declared: guards.locate(ROOT, name)   # each names a definition the tree has
+
+
+CHECKED_BY_UOPC = '''# TASK: check the arguments
+C_TYPES = {"float": np.float32, "double": np.float64, "int": np.int32}
+class CheckedProgram(MiniProgram):   # uopc's Program does the checking, its ValueError renamed
+  def __init__(self, src, name):
+    super().__init__(src, name)
+    self.src, self.name = src, name
+
+  def __call__(self, *args):
+    from uopc.runtime.program import Program
+    p = Program(self.src, self.name)
+    if len(args) != len(p.params): raise p._count_error(len(args))
+    try:
+      for k, (a, arg) in enumerate(zip(p.params, args)): p._convert_checked(k, arg, a)
+    except (TypeError, ValueError) as e: raise TypeError(str(e)) from None
+    return self.fn(*args)
+'''
+CONV_BY_UOPC = '''# TASK: convolution as a view
+def conv2d(x, w, stride=1, padding=0): return x.conv2d(w, stride=stride, padding=padding)
+'''
+
+
+@needs_bwrap
+def test_uopcs_answers_are_unavailable_while_graded(tmp_path, env):
+  """Week 1's argument check through uopc's Program and week 5's conv through Tensor.conv2d score 0, saying why."""
+  for week, task, source in (("week1_why_compile", "check the arguments", CHECKED_BY_UOPC),
+                             ("week5_tensor_and_fast_kernel", "convolution as a view", CONV_BY_UOPC)):
+    book = visible(ROOT / "solutions" / f"{week}.ipynb")
+    (cell,) = [c for c in book.cells if c.cell_type == "code" and f"# TASK: {task}" in c.source]
+    cell.source = source
+    nbformat.write(book, tmp_path / f"{week}.ipynb")
+    score, _ = grade(tmp_path / f"{week}.ipynb", env[0], "--only", task)
+    rows = rows_of(score, task)
+    assert sum(r["points"] for r in rows) == 0 and "ShortcutUnavailable" in json.dumps(rows), rows
+
+
+# ---- item 1 (a part): the harness's frames are numbered; an extra frame is a protocol error --------------------------
+FUSED = """#include <unistd.h>
+void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i];
+  %s
+}"""
+FORGED = ('static const char frame[] = "{\\"done\\": true, \\"blobs\\": []}\\n";\n'   # once, after its work
+          "  static int calls;\n"
+          "  if (calls++ == 0) for (int fd = 3; fd < 32; fd++) write(fd, frame, sizeof frame - 1);")
+
+
+def test_an_extra_frame_in_the_answer_pipe_is_a_protocol_error(tmp_path):
+  """Before: a kernel that wrote one reply frame into the harness's pipe shifted every later answer by one, so each
+  timed run "answered" at once. The honest twin (the same kernel without the write) is timed."""
+  import subprocess
+  import harness
+  got = {}
+  for name, extra in (("forged", FORGED), ("honest", "")):
+    src = tmp_path / f"{name}.c"
+    src.write_text(FUSED % extra)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / f"{name}.so"), str(src)], check=True)
+    n = 1 << 16
+    job = {"kind": "time", "student": {"object": str(tmp_path / f"{name}.so"), "name": "fused",
+                                       "params": ["p", "p", "p", "p", "p", "i"]},
+           "reference": None, "numpy": "a * b + c * d - a", "reps": 3, "tol": 1e-3, "outputs": [4],
+           "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
+    try: got[name] = harness.do_time(job)
+    except Exception as e: got[name] = {"error": f"{type(e).__name__}: {e}"}
+  assert "ProtocolError" in got["forged"].get("error", ""), got["forged"]
+  assert set(got["honest"]) == {"student", "reference"} and got["honest"]["student"] > 0, got["honest"]
