@@ -11,7 +11,10 @@ through a pipe, and takes every measurement itself:
   own, taking turns; every repetition gets inputs drawn here and then (unpredictable), outputs filled with NaN, and
   is checked against the reference's output on the same inputs before the next; the time of a repetition is this
   process's clock from "run" sent to "done" received. A kernel that skips its work, caches an earlier answer or
-  returns before it is done fails the check of that repetition.
+  returns before it is done fails the check of that repetition. After the warm-up the student's child is locked
+  (lockdown.py: a seccomp filter on every thread), and it is stopped (SIGSTOP) while the reference runs.
+Every question to a child carries a number and a fresh nonce, which its answer must echo: an extra frame a kernel
+writes into the pipe is a ProtocolError, never an answer (a last `ping` finds one left over).
 - `peak`: the student's definitions (the imports, functions and classes of the notebook, nothing else: no cell's
   statements run) executed in a child, which then calls the graded function; the peak is the child's maximum
   resident memory as the kernel counts it (wait4's ru_maxrss, of the child and anything it started) less its
@@ -29,6 +32,7 @@ import math
 import os
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +100,7 @@ def child() -> int:
   for fd in (0, 1): os.dup2(null, fd)
   sys.stdout = sys.stderr = open(os.devnull, "w")
   import numpy as np
+  import lockdown   # now: once locked, this process can open no file, so nothing is imported after
   state: dict = {}
   while True:
     try: msg, blobs = recv(inp)
@@ -104,6 +109,8 @@ def child() -> int:
     turn = {"seq": msg.get("seq"), "nonce": msg.get("nonce")}   # echoed: the parent pairs each answer with its question
     send = lambda f, obj, data=(), turn=turn: _send(f, dict(obj, **turn), data)
     try:
+      if op in ("load_c", "load_numpy"):   # no other process of this UID may read or write this one's memory
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
       if op == "load_c":
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
         fn = getattr(lib, msg["name"])
@@ -141,6 +148,8 @@ def child() -> int:
         send(out, {"arrays": list(metas)}, list(data))
       elif op == "cl":
         send(out, *run_cl_here(msg, blobs))
+      elif op == "lock":   # the student's timed process, after its warm-up (lockdown.py)
+        send(out, {"ok": True, "unlocked": lockdown.lock()})
       elif op == "ping":   # the parent's last question: an answer out of turn still in the pipe shows up here
         send(out, {"ok": True})
       elif op == "defs":
@@ -293,6 +302,23 @@ class Shared:
     os.close(self.fd)
 
 
+def _pause(c: Child) -> None:
+  """Stop every thread of c's process (SIGSTOP) and wait until it is stopped (5 s at most)."""
+  os.kill(c.p.pid, signal.SIGSTOP)
+  end = time.monotonic() + 5
+  while time.monotonic() < end:
+    try:
+      with open(f"/proc/{c.p.pid}/stat") as f: state = f.read().rpartition(")")[2].split()[0]
+    except OSError: return   # it has ended: nothing of it runs
+    if state in ("T", "t", "Z", "X"): return
+    time.sleep(0.0005)
+
+
+def _resume(c: Child) -> None:
+  try: os.kill(c.p.pid, signal.SIGCONT)
+  except ProcessLookupError: pass
+
+
 def do_time(job: dict) -> dict:
   """Best-of-reps seconds of the student's object and the reference, taking turns, each repetition checked."""
   import numpy as np
@@ -318,16 +344,20 @@ def do_time(job: dict) -> dict:
       sh = shared[who]
       _check(c.ask({"op": "map", "fd": sh.fd, "size": sh.size, "arrays": sh.metas, "args": args})[0])
     best = {"student": math.inf, "reference": math.inf}
+    unlocked = None
     for rep in range(job["reps"] + 1):   # the first is a warm-up, checked but not timed
       fresh = [make[a[0]](tuple(a[1])) for a in specs]
       got = {}
       for who, c in kids.items():
         for dst, src in zip(shared[who].arrays, fresh): dst[...] = src
+        if who == "reference": _pause(kids["student"])   # nothing of the student's runs while the reference does
         t0 = time.perf_counter()
         reply, _ = c.ask({"op": "run"})
         dt = time.perf_counter() - t0
         _check(reply)
         _check(c.ask({"op": "settle"})[0])
+        if who == "reference": _resume(kids["student"])
+        elif rep == 0: unlocked = _check(c.ask({"op": "lock"})[0]).get("unlocked")   # its OpenMP team is up
         got[who] = [np.array(shared[who].arrays[k]) for k in slots]
         if rep: best[who] = min(best[who], dt)
       for k, g, w in zip(job["outputs"], got["student"], got["reference"]):
@@ -337,7 +367,7 @@ def do_time(job: dict) -> dict:
           return {"error": f"the timed kernel's output (argument {k}) on the inputs of repetition {rep + 1}: {why} "
                            f"(every repetition gets fresh inputs and an output filled with NaN)"}
     for c in kids.values(): _check(c.ask({"op": "ping"})[0])   # no answer left over: every time was the real one
-    return best
+    return best if unlocked is None else dict(best, unfiltered=str(unlocked))
   finally:
     for c in kids.values(): c.close()
     for sh in shared.values(): sh.close()

@@ -295,3 +295,45 @@ def test_an_extra_frame_in_the_answer_pipe_is_a_protocol_error(tmp_path):
     except Exception as e: got[name] = {"error": f"{type(e).__name__}: {e}"}
   assert "ProtocolError" in got["forged"].get("error", ""), got["forged"]
   assert set(got["honest"]) == {"student", "reference"} and got["honest"]["student"] > 0, got["honest"]
+
+
+# ---- item 2 (a part): after its warm-up the timed process opens nothing, signals no one, starts no thread --------
+PROBING = """#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+static int calls;
+static void* nothing(void* p) { return p; }
+void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  int opened = -1, signalled = -1, started = -1;
+  if (calls++ > 0) {   /* after the warm-up: what an attack on the reference would need */
+    opened = open("/proc/self/status", O_RDONLY);
+    signalled = kill(getppid(), 0);
+    pthread_t t;
+    started = pthread_create(&t, 0, nothing, 0);
+  }
+  float spoil = (opened >= 0 || signalled == 0 || started == 0) ? NAN : 0.0f;
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i] + spoil;
+}"""
+
+
+def test_the_timed_process_is_locked_after_its_warm_up(tmp_path):
+  """Before: a kernel could open /proc, signal the reference (SIGSTOP) and start spinning threads at any call; now
+  each of those fails with EPERM once the warm-up is over, so this kernel's outputs stay right and it is timed."""
+  import subprocess
+  import harness
+  import ctypes.util
+  if ctypes.util.find_library("seccomp") is None:
+    pytest.skip("libseccomp is not installed")
+  src = tmp_path / "probing.c"
+  src.write_text(PROBING)
+  subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(tmp_path / "probing.so"), str(src)],
+                 check=True)
+  n = 1 << 14
+  job = {"kind": "time", "student": {"object": str(tmp_path / "probing.so"), "name": "fused",
+                                     "params": ["p", "p", "p", "p", "p", "i"]},
+         "reference": None, "numpy": "a * b + c * d - a", "reps": 3, "tol": 1e-3, "outputs": [4],
+         "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
+  got = harness.do_time(job)
+  assert set(got) == {"student", "reference"} and got["student"] > 0, got
