@@ -338,8 +338,8 @@ def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed:
   r = redact.Redactor(hidden, seed, [src for _, src in cells])
   report.note = r.clean(report.note)
   for e in [*report.student_cells["errors"], *report.stops]: e["error"] = r.clean(e["error"])
-  for task in report.tasks.values():
-    for row in task["tests"]: row["error"] = r.clean(row["error"])
+  for task in report.tasks.values():   # a judge's message shows the expected values by design: no numbers rule
+    for row in task["tests"]: row["error"] = r.clean(row["error"], numbers=row.pop("_sandbox", True))
 
 
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
@@ -419,7 +419,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     for k, t in enumerate(tests):
       status, error, secs = _probe_outcome(by_test[k], k)
       rows[k] = {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status, "error": error,
-                 "seconds": secs}
+                 "seconds": secs, "_sandbox": status != "ok"}   # whose text: the sandbox's, or the judge's
       values = [rows[u] for u in range(k) if tests[u].task == t.task and tests[u].kind == "values"]
       if t.kind != "values" and any(v["status"] != "ok" for v in values):
         rows[k].update(status="skipped", error=f"not run: {t.kind} points count only once the values of this task "
@@ -444,6 +444,13 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       for k in missed:
         if again[k]["status"] == "ok": rows[k].update(status="ok", error="")
     clock.lap("judges")
+    # an answer out of turn in the harness's pipe (harness.ProtocolError, seen by a judge's run or timing): nothing
+    # that task's code answered can be believed, so every test of the task scores 0
+    broken = {t.task for k, t in enumerate(tests) if "ProtocolError" in rows[k]["error"] and not rows[k]["_sandbox"]}
+    for k, t in enumerate(tests):
+      if t.task in broken and "ProtocolError" not in rows[k]["error"]:
+        rows[k].update(status="error", error="not counted: an answer out of turn (a protocol error) in another run "
+                                             "of this task")
     for k, t in enumerate(tests):   # structure and speed count only once the task's values are right
       values_ok = all(rows[u]["status"] == "ok" for u, x in enumerate(tests) if x.task == t.task and x.kind == "values")
       if t.kind != "values" and not values_ok and rows[k]["status"] in ("ok", "error"):

@@ -41,20 +41,21 @@ class Redactor:
         else: self.spans.update(line[i:i + SPAN] for i in range(len(line) - SPAN + 1))
     self.lengths = sorted({len(s) for s in self.spans})
 
-  def quotes(self, text: str) -> str | None:
-    """What of the hidden test text quotes, or None."""
+  def quotes(self, text: str, numbers: bool = True) -> str | None:
+    """What of the hidden test text quotes, or None (numbers: whether a run of numbers counts, as it does for a text
+    the sandbox wrote; a judge's own message quotes expected values by design)."""
     flat = _collapse(text)
     for n in self.lengths:
       for i in range(len(flat) - n + 1):
         piece = flat[i:i + n]
         if piece in self.spans and piece not in self.own: return "the grader's hidden test"
     if len(self.seed) >= MIN_SEED and self.seed in flat and self.seed not in self.own: return "the grading's seed"
-    if len(DECIMAL.findall(flat)) >= NUMBERS: return "many numbers, as a hidden input printed would"
+    if numbers and len(DECIMAL.findall(flat)) >= NUMBERS: return "many numbers, as a hidden input printed would"
     return None
 
-  def clean(self, text: str) -> str:
+  def clean(self, text: str, numbers: bool = True) -> str:
     if not isinstance(text, str) or not text: return text
-    what = self.quotes(text)
+    what = self.quotes(text, numbers)
     if what is None: return text
     m = NAME.match(text)
     return (f"{m.group(1)}: " if m else "") + WITHHELD.format(what=what)

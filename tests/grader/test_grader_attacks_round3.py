@@ -119,7 +119,9 @@ def test_a_message_quoting_the_probe_is_withheld():
   leaked = "ValueError: history: record(f'N={_n}', blocked_attention(*_case(_n, _d, _top), _block)) ..."
   assert r.clean(leaked) == "ValueError: (its message is withheld: it quotes the grader's hidden test)"
   assert "withheld" in r.clean("RuntimeError: the seed was 123456789")
-  assert "withheld" in r.clean("ValueError: " + " ".join(f"{x / 7:.4f}" for x in range(12)))   # a printed input
+  printed = " ".join(f"{x / 7:.4f}" for x in range(12))
+  assert "withheld" in r.clean("ValueError: " + printed)   # a printed input, in a text the sandbox wrote
+  assert r.clean("AssertionError: expected " + printed, numbers=False).endswith(printed)   # a judge's own message
   assert r.clean("ValueError: my own text") == "ValueError: my own text"
   assert r.clean("TypeError: unsupported operand type(s) for +: 'int' and 'str'").startswith("TypeError: unsupported")
 
