@@ -339,3 +339,28 @@ def test_the_timed_process_is_locked_after_its_warm_up(tmp_path):
          "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
   got = harness.do_time(job)
   assert set(got) == {"student", "reference"} and got["student"] > 0, got
+
+
+UNEVEN = """#include <unistd.h>
+static int calls;
+void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i];
+  if (++calls != 3) usleep(20000);   /* every run takes 20 ms or more, but one */
+}"""
+
+
+def test_a_repetition_out_of_band_is_rerun_not_taken_as_the_best(tmp_path):
+  """Before: the best of the repetitions was taken, so one undisturbed-looking fast run (a run whose neighbours were
+  all 20 ms or more) was the kernel's time; now a run outside 0.5-2x its side's median is rerun and left out."""
+  import subprocess
+  import harness
+  src = tmp_path / "uneven.c"
+  src.write_text(UNEVEN)
+  subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "uneven.so"), str(src)], check=True)
+  n = 1 << 12
+  job = {"kind": "time", "student": {"object": str(tmp_path / "uneven.so"), "name": "fused",
+                                     "params": ["p", "p", "p", "p", "p", "i"]},
+         "reference": None, "numpy": "a * b + c * d - a", "reps": 5, "tol": 1e-3, "outputs": [4],
+         "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
+  got = harness.do_time(job)
+  assert got["student"] >= 0.02, got   # usleep(20000) sleeps at least that long: a lower bound, not a measurement
