@@ -26,7 +26,8 @@ MAX_CODE = 1 << 20          # characters of code in all the student's cells toge
 MAX_MEMORY = 2 << 30        # bytes of address space the parsing child may map
 MAX_CPU = 60                # seconds of CPU time it may use
 MAX_WALL = 120              # seconds it may take in all
-MAX_DIGEST = 4 * MAX_CODE + (1 << 20)   # bytes of JSON it may send back (code, definitions, escapes)
+MAX_TITLES, MAX_TITLE = 1000, 2000   # markdown cells, and characters of each, sent back (the week is read there)
+MAX_DIGEST = 4 * (2 * MAX_CODE + MAX_TITLES * MAX_TITLE) + (1 << 20)   # bytes of UTF-8 JSON it may send back
 # cell magics whose body IPython runs as Python code of the notebook (its definitions stay): read as that body
 BODY_MAGICS = frozenset({"time", "capture", "timeit", "prun"})
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -88,7 +89,7 @@ def _read(data: bytes) -> dict:
     return {"error": f"its code cells hold {size:,} characters, more than the {MAX_CODE:,} a submission may have"}
   name = nb.metadata.get("uopc", {}).get("assignment") if isinstance(nb.metadata.get("uopc"), dict) else None
   titles = [c.source for c in nb.cells if c.get("cell_type") == "markdown" and isinstance(c.get("source"), str)]
-  return {"assignment": name if isinstance(name, str) else None, "titles": [t[:2000] for t in titles][:1000],
+  return {"assignment": name if isinstance(name, str) else None, "titles": [t[:MAX_TITLE] for t in titles][:MAX_TITLES],
           "cells": cells, "defs": definitions([src for _, src in cells])}
 
 
@@ -112,10 +113,11 @@ def digest(data: bytes) -> Digest:
                        timeout=MAX_WALL, preexec_fn=_limits, env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"})
   except subprocess.TimeoutExpired:
     raise ValueError(f"reading its code took more than {MAX_WALL} s") from None
-  if r.returncode != 0 or len(r.stdout) > MAX_DIGEST:
+  if r.returncode != 0:
     raise ValueError(f"reading its code took more than {MAX_MEMORY >> 20:,} MiB of memory or {MAX_CPU} s of CPU "
                      f"(status {r.returncode})")
-  try: got = json.loads(r.stdout)
+  if len(r.stdout) > MAX_DIGEST: raise ValueError("what it holds is too much to read back")
+  try: got = json.loads(r.stdout.decode("utf-8"))
   except ValueError: raise ValueError("reading it gave no answer") from None
   if "error" in got: raise ValueError(str(got["error"]))
   d = Digest(got["assignment"], [str(t) for t in got["titles"]], [(int(k), str(s)) for k, s in got["cells"]],
@@ -128,4 +130,4 @@ if __name__ == "__main__":
   try: out = _read(sys.stdin.buffer.read())
   except MemoryError: sys.exit(3)   # past the cap: the grader says which
   except RecursionError: out = {"error": "its code is nested too deeply to be read"}
-  sys.stdout.write(json.dumps(out))
+  sys.stdout.buffer.write(json.dumps(out, ensure_ascii=False).encode("utf-8", "surrogatepass"))
