@@ -335,7 +335,7 @@ def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed:
   hidden test, the seed or a printed input withheld (redact.py): feedback carries the student's text and the
   tasks' public messages only."""
   hidden = [t.probe for t in tests] + [setup_source(seed)] + [json.dumps(f)[:65536] for f in fixtures.values()]
-  r = redact.Redactor(hidden, seed, [src for _, src in cells])
+  r = redact.Redactor(hidden, seed, [src for _, src in cells], [t.judge or "" for t in tests])
   report.note = r.clean(report.note)
   for e in [*report.student_cells["errors"], *report.stops]: e["error"] = r.clean(e["error"])
   for task in report.tasks.values():   # a judge's message shows the expected values by design: no numbers rule

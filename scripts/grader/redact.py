@@ -5,20 +5,23 @@ A probe runs in the student's kernel (runner.py), so while it runs, the student'
 an exception message is the way back out, into the feedback. Every text that came from the sandbox or quotes what it
 recorded (a probe's or a cell's error, the runner's note, a judge's message) passes `Redactor.clean` before it is
 reported: a text that quotes a piece of a hidden test (any SPAN characters of a line of a probe or of the setup
-cell, where that piece is not also the student's own code), the seed, or a run of numbers as long as a printed
-array, is replaced by its exception's name and a sentence saying that its message was withheld and why.
+cell, unless that piece is also the student's own code or inside a string a judge says), the seed, or (in a text
+the sandbox wrote) a run of numbers as long as a printed array, is replaced by its exception's name and a sentence
+saying that its message was withheld and why.
 
 What this does not stop: a student who encodes what they read (in words, one character per cell error...) gets it
 out; the end of that is a process that never holds the probe (issue 48, item 1: the judge chooses the inputs and asks
 for outputs only).
 """
 from __future__ import annotations
+import ast
 import re
 
 SPAN = 24              # characters of a hidden line that count as quoting it
 MIN_LINE = 12          # a shorter line (`# JUDGE`, `_r = seeded(5)`) is no secret on its own
 MIN_SEED = 6           # digits of a seed worth looking for (the grader's are 9 or 10; a test's `--seed 27` is not)
 NUMBERS = 8            # decimal numbers in one message that read as a printed input array
+EDGES = " \t,;:()[]{}'\"=+-*/"   # what surrounds a string or a call in code, stripped before the public check
 DECIMAL = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
 NAME = re.compile(r"^([A-Za-z_][\w.]{0,80}):\s")
 WITHHELD = "(its message is withheld: it quotes {what})"
@@ -27,11 +30,22 @@ WITHHELD = "(its message is withheld: it quotes {what})"
 def _collapse(text: str) -> str: return " ".join(str(text).split())
 
 
+def _literals(sources) -> list[str]:
+  """The string literals of Python sources, f-strings' constant parts included."""
+  out = []
+  for source in sources:
+    try: tree = ast.parse(source)
+    except (SyntaxError, ValueError): continue
+    out += [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+  return out
+
+
 class Redactor:
-  def __init__(self, hidden: list[str], seed: int, own: list[str]):
-    """hidden: the sources of the probes and of the setup cell that ran in the sandbox; own: the student's cells."""
+  def __init__(self, hidden: list[str], seed: int, own: list[str], public: list[str] = ()):
+    """hidden: the sources of the probes and of the setup cell that ran in the sandbox; own: the student's cells;
+    public: the judges' sources, whose string literals are what a judge says (its messages quote them by design)."""
     self.seed = str(seed)
-    self.own = _collapse("\n".join(own))
+    self.own = _collapse("\n".join(own)) + "\0" + "\0".join(_collapse(s) for s in _literals(public))
     self.spans: set[str] = set()
     for source in hidden:
       for line in source.splitlines():
@@ -48,7 +62,9 @@ class Redactor:
     for n in self.lengths:
       for i in range(len(flat) - n + 1):
         piece = flat[i:i + n]
-        if piece in self.spans and piece not in self.own: return "the grader's hidden test"
+        if piece not in self.spans: continue
+        core = piece.strip(EDGES)   # a piece that is public text (a judge's string) but for the code around it
+        if len(core) >= MIN_LINE and core not in self.own: return "the grader's hidden test"
     if len(self.seed) >= MIN_SEED and self.seed in flat and self.seed not in self.own: return "the grading's seed"
     if numbers and len(DECIMAL.findall(flat)) >= NUMBERS: return "many numbers, as a hidden input printed would"
     return None

@@ -122,6 +122,8 @@ def test_a_message_quoting_the_probe_is_withheld():
   printed = " ".join(f"{x / 7:.4f}" for x in range(12))
   assert "withheld" in r.clean("ValueError: " + printed)   # a printed input, in a text the sandbox wrote
   assert r.clean("AssertionError: expected " + printed, numbers=False).endswith(printed)   # a judge's own message
+  said = redact.Redactor([probe], 1, [], ['expect_equal(recorded["x"], 3, "blocked_attention(*_case(_n, _d, _top)")'])
+  assert "withheld" not in said.clean("AssertionError: blocked_attention(*_case(_n, _d, _top): expected 3")
   assert r.clean("ValueError: my own text") == "ValueError: my own text"
   assert r.clean("TypeError: unsupported operand type(s) for +: 'int' and 'str'").startswith("TypeError: unsupported")
 
