@@ -330,7 +330,16 @@ def _settle(later: list[int], rows: dict, J: Judging, batch, clock) -> None:
   for k in later: rows[k].update(status="error", error="the judge asked for a run no sandbox made")
 
 
-def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed: int, cells: list) -> None:
+def _strings(value, out: list[str]) -> list[str]:
+  """Every string inside a recorded value (plain data: dicts, lists, tuples)."""
+  if isinstance(value, str): out.append(value)
+  elif isinstance(value, dict): [_strings(v, out) for v in (*value.keys(), *value.values())]
+  elif isinstance(value, (list, tuple)): [_strings(v, out) for v in value]
+  return out
+
+
+def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed: int, cells: list,
+            values: dict) -> None:
   """Every text of the report that the sandbox wrote or a judge built from recorded values, with any that quotes a
   hidden test, the seed or a printed input withheld (redact.py): feedback carries the student's text and the
   tasks' public messages only."""
@@ -338,8 +347,15 @@ def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed:
   r = redact.Redactor(hidden, seed, [src for _, src in cells], [t.judge or "" for t in tests])
   report.note = r.clean(report.note)
   for e in [*report.student_cells["errors"], *report.stops]: e["error"] = r.clean(e["error"])
-  for task in report.tasks.values():   # a judge's message shows the expected values by design: no numbers rule
-    for row in task["tests"]: row["error"] = r.clean(row["error"], numbers=row.pop("_sandbox", True))
+  for task in report.tasks.values():
+    for row in task["tests"]:
+      sandbox, k = row.pop("_sandbox", True), row.pop("_test", None)
+      if sandbox: row["error"] = r.clean(row["error"])
+      # a judge's message names hidden inputs by design; what it can quote of the student's is what they recorded
+      elif any(r.quotes(s, numbers=False) for s in _strings(values.get(k), [])):
+        name = redact.NAME.match(row["error"])
+        row["error"] = (f"{name.group(1)}: " if name else "") + redact.WITHHELD.format(
+          what="what a probe recorded, which quotes the grader's hidden test")
 
 
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
@@ -419,7 +435,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     for k, t in enumerate(tests):
       status, error, secs = _probe_outcome(by_test[k], k)
       rows[k] = {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status, "error": error,
-                 "seconds": secs, "_sandbox": status != "ok"}   # whose text: the sandbox's, or the judge's
+                 "seconds": secs, "_sandbox": status != "ok", "_test": k}   # whose text: the sandbox's, or a judge's
       values = [rows[u] for u in range(k) if tests[u].task == t.task and tests[u].kind == "values"]
       if t.kind != "values" and any(v["status"] != "ok" for v in values):
         rows[k].update(status="skipped", error=f"not run: {t.kind} points count only once the values of this task "
@@ -461,7 +477,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       report.tasks[t.task]["points"] += row["points"]
       report.total += row["points"]
       report.tasks[t.task]["tests"].append(row)
-    _redact(report, tests, fixtures, seed, cells)
+    _redact(report, tests, fixtures, seed, cells, J.values)
   finally:
     shutil.rmtree(job, ignore_errors=True)
   return report

@@ -50,7 +50,7 @@ class Redactor:
     for source in hidden:
       for line in source.splitlines():
         line = _collapse(line)
-        if len(line) < MIN_LINE: continue
+        if len(line) < MIN_LINE or line.startswith("#"): continue   # a comment (POINTS, SHORTCUTS) is public text
         if len(line) <= SPAN: self.spans.add(line)
         else: self.spans.update(line[i:i + SPAN] for i in range(len(line) - SPAN + 1))
     self.lengths = sorted({len(s) for s in self.spans})
