@@ -331,9 +331,11 @@ def _settle(later: list[int], rows: dict, J: Judging, batch, clock) -> None:
 
 
 def _strings(value, out: list[str]) -> list[str]:
-  """Every string inside a recorded value (plain data: dicts, lists, tuples)."""
-  if isinstance(value, str): out.append(value)
-  elif isinstance(value, dict): [_strings(v, out) for v in (*value.keys(), *value.values())]
+  """The exception messages inside a recorded value (the `raised` records a judge quotes; a recorded C source is
+  not quoted whole, and may name what its probe named)."""
+  if isinstance(value, dict):
+    if "raised" in value and isinstance(value.get("message"), str): out.append(value["message"])
+    for v in value.values(): _strings(v, out)
   elif isinstance(value, (list, tuple)): [_strings(v, out) for v in value]
   return out
 
