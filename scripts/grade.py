@@ -51,12 +51,15 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "grader")]
 import guards  # noqa: E402
 import judge  # noqa: E402
+import notebook_code  # noqa: E402
 import outside  # noqa: E402
+import redact  # noqa: E402
 from phases import Clock  # noqa: E402
 import release  # noqa: E402
 import sandbox  # noqa: E402
 import trusted  # noqa: E402
 from kernel import short  # noqa: E402
+from runner import setup_source  # noqa: E402
 
 ROOT = HERE.parent
 HIDDEN, SETUP = "hidden-test", "hidden-setup"
@@ -85,14 +88,11 @@ def read_submission(path: Path) -> bytes:
     return f.read(MAX_NOTEBOOK + 1)[:MAX_NOTEBOOK]
 
 
-def parse_notebook(data: bytes) -> nbformat.NotebookNode:
-  """The notebook in data, or a ValueError saying what it is not, never quoting it (a submission's bytes are not
-  written into feedback or a gradebook)."""
-  try: text = data.decode("utf-8")
-  except UnicodeDecodeError: raise ValueError("not UTF-8 text") from None
-  try: return nbformat.reads(text, as_version=4)
-  except Exception as e:   # nbformat's messages quote the file
-    raise ValueError(f"not a Jupyter notebook nbformat can read ({type(e).__name__})") from None
+def parse_notebook(data: bytes) -> notebook_code.Digest:
+  """What the grader reads of the notebook in data (its week, its code cells, their definitions), read in a child
+  under a memory and time cap (notebook_code.py), or a ValueError saying what it is not or which cap it passed,
+  never quoting it (a submission's bytes are not written into feedback or a gradebook)."""
+  return notebook_code.digest(data)
 
 
 class UsageError(ValueError):
@@ -130,11 +130,9 @@ def find_solution(student: Path, solutions: Path = ROOT / "solutions", data: byt
   try: nb = parse_notebook(read_submission(student) if data is None else data)
   except ValueError: nb = None   # unreadable: grade() scores it 0 if the name still says which week
   if nb is not None:
-    name = nb.metadata.get("uopc", {}).get("assignment")
     by_name = {p.stem: p for p in table.values()}
-    if isinstance(name, str) and name in by_name: return by_name[name]
-    title = next((c.source for c in nb.cells if c.get("cell_type") == "markdown" and isinstance(c.get("source"), str)
-                  and WEEK.search(c.source)), "")
+    if nb.assignment in by_name: return by_name[nb.assignment]
+    title = next((text for text in nb.titles if WEEK.search(text)), "")
     if m := WEEK.search(title):
       if int(m.group(1)) in table: return table[int(m.group(1))]
   return {p.name: p for p in table.values()}.get(student.name)
@@ -153,14 +151,6 @@ class Report:
   note: str = ""
   seed: int = 0
   phases: dict = field(default_factory=dict)   # seconds per phase (where the time goes): grader/phases.py
-
-
-def student_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
-  """(index in the notebook, code) of every code cell the student wrote (markdown and raw cells are not run, nor
-  cells tagged as the grader's: a solution notebook graded as a submission carries its hidden cells)."""
-  mine = lambda c: not {HIDDEN, SETUP} & set(c.get("metadata", {}).get("tags", []) or [])
-  return [(k, c.source) for k, c in enumerate(nb.cells) if c.get("cell_type") == "code"
-          and isinstance(c.get("source"), str) and c.source.strip() and mine(c)]
 
 
 _course: Path | None = None
@@ -202,7 +192,7 @@ def seed_cache(solution: Path) -> Path | None:
   job = Path(tempfile.mkdtemp(prefix="uopc-seed-"))
   try:
     nb = nbformat.read(assignment, as_version=4)
-    plan = {"cwd": sandbox.HOME, "cells": student_cells(nb), "probes": [], "seed": 0, "timeout": 120,
+    plan = {"cwd": sandbox.HOME, "cells": notebook_code.student_cells(nb), "probes": [], "seed": 0, "timeout": 120,
             "test_timeout": 60, "budget": 900, "export_cache": True}
     _run_sandbox(plan, job / "out", wall=1200)
     trusted.adopt(job / "out" / "sources")   # the given code's kernels, compiled by the grader, for every sandbox
@@ -340,6 +330,36 @@ def _settle(later: list[int], rows: dict, J: Judging, batch, clock) -> None:
   for k in later: rows[k].update(status="error", error="the judge asked for a run no sandbox made")
 
 
+def _strings(value, out: list[str]) -> list[str]:
+  """The exception messages inside a recorded value (the `raised` records a judge quotes; a recorded C source is
+  not quoted whole, and may name what its probe named)."""
+  if isinstance(value, dict):
+    if "raised" in value and isinstance(value.get("message"), str): out.append(value["message"])
+    for v in value.values(): _strings(v, out)
+  elif isinstance(value, (list, tuple)): [_strings(v, out) for v in value]
+  return out
+
+
+def _redact(report: Report, tests: list[judge.HiddenTest], fixtures: dict, seed: int, cells: list,
+            values: dict) -> None:
+  """Every text of the report that the sandbox wrote or a judge built from recorded values, with any that quotes a
+  hidden test, the seed or a printed input withheld (redact.py): feedback carries the student's text and the
+  tasks' public messages only."""
+  hidden = [t.probe for t in tests] + [setup_source(seed)] + [json.dumps(f)[:65536] for f in fixtures.values()]
+  r = redact.Redactor(hidden, seed, [src for _, src in cells], [t.judge or "" for t in tests])
+  report.note = r.clean(report.note)
+  for e in [*report.student_cells["errors"], *report.stops]: e["error"] = r.clean(e["error"])
+  for task in report.tasks.values():
+    for row in task["tests"]:
+      sandbox, k = row.pop("_sandbox", True), row.pop("_test", None)
+      if sandbox: row["error"] = r.clean(row["error"])
+      # a judge's message names hidden inputs by design; what it can quote of the student's is what they recorded
+      elif any(r.quotes(s, numbers=False) for s in _strings(values.get(k), [])):
+        name = redact.NAME.match(row["error"])
+        row["error"] = (f"{name.group(1)}: " if name else "") + redact.WITHHELD.format(
+          what="what a probe recorded, which quotes the grader's hidden test")
+
+
 def grade(student: Path, solution: Path | None = None, timeout: float = 120, test_timeout: float = 60,
           budget: float = 900, only: list[str] | None = None, seed: int | None = None,
           data: bytes | None = None) -> Report:
@@ -373,11 +393,11 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
                                                           "max": t.points, "status": "skipped", "error": "",
                                                           "seconds": 0.0})
     return report
-  cells = student_cells(nb)
+  cells = nb.cells
   job = Path(tempfile.mkdtemp(prefix="uopc-grade-"))
   clock = Clock(report.phases)
   try:
-    batch = outside.Batch(course_tree(), outside.definitions([src for _, src in cells]))
+    batch = outside.Batch(course_tree(), nb.defs)
     ns = judge.namespace(setup_cells(solution_nb), seed, **batch.functions())
     fixtures = {k: judge.make_fixture(t, ns) for k, t in enumerate(tests) if t.fixture is not None}
     J = Judging(tests, ns, fixtures, batch)
@@ -417,7 +437,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
     for k, t in enumerate(tests):
       status, error, secs = _probe_outcome(by_test[k], k)
       rows[k] = {"cell": t.cell, "kind": t.kind, "points": 0.0, "max": t.points, "status": status, "error": error,
-                 "seconds": secs}
+                 "seconds": secs, "_sandbox": status != "ok", "_test": k}   # whose text: the sandbox's, or a judge's
       values = [rows[u] for u in range(k) if tests[u].task == t.task and tests[u].kind == "values"]
       if t.kind != "values" and any(v["status"] != "ok" for v in values):
         rows[k].update(status="skipped", error=f"not run: {t.kind} points count only once the values of this task "
@@ -442,6 +462,13 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       for k in missed:
         if again[k]["status"] == "ok": rows[k].update(status="ok", error="")
     clock.lap("judges")
+    # an answer out of turn in the harness's pipe (harness.ProtocolError, seen by a judge's run or timing): nothing
+    # that task's code answered can be believed, so every test of the task scores 0
+    broken = {t.task for k, t in enumerate(tests) if "ProtocolError" in rows[k]["error"] and not rows[k]["_sandbox"]}
+    for k, t in enumerate(tests):
+      if t.task in broken and "ProtocolError" not in rows[k]["error"]:
+        rows[k].update(status="error", error="not counted: an answer out of turn (a protocol error) in another run "
+                                             "of this task")
     for k, t in enumerate(tests):   # structure and speed count only once the task's values are right
       values_ok = all(rows[u]["status"] == "ok" for u, x in enumerate(tests) if x.task == t.task and x.kind == "values")
       if t.kind != "values" and not values_ok and rows[k]["status"] in ("ok", "error"):
@@ -452,6 +479,7 @@ def grade(student: Path, solution: Path | None = None, timeout: float = 120, tes
       report.tasks[t.task]["points"] += row["points"]
       report.total += row["points"]
       report.tasks[t.task]["tests"].append(row)
+    _redact(report, tests, fixtures, seed, cells, J.values)
   finally:
     shutil.rmtree(job, ignore_errors=True)
   return report

@@ -336,15 +336,15 @@ check("conv2d(x, w, stride=2, padding=1)", conv2d(Tensor(img), Tensor(filt), 2, 
       np_conv2d(img, filt, 2, 1), rtol=1e-10, atol=1e-10)
 check("conv2d(x, w, stride=3, padding=2)", conv2d(Tensor(img), Tensor(filt), 3, 2).numpy(),
       np_conv2d(img, filt, 3, 2), rtol=1e-10, atol=1e-10)
-check("the same as uopc's Tensor.conv2d", conv2d(Tensor(img), Tensor(filt), 2, 1).numpy(),
-      Tensor(img).conv2d(Tensor(filt), stride=2, padding=1).numpy(), rtol=1e-10, atol=1e-10)
 
 # %% [markdown]
-# Expected: six `ok` lines.
+# Expected: five `ok` lines. (No check against uopc's own `Tensor.conv2d`: while this task is graded, it and the
+# window view under it, `_pool`, raise instead of answering.)
 
 # %% tags=["hidden-test"]
 # POINTS: convolution as a view 3
-# SHORTCUTS alone: uopc.mixin.windows.WindowMixin.conv2d
+# SHORTCUTS: uopc.mixin.windows.WindowMixin.conv2d, uopc.mixin.windows.WindowMixin.conv_transpose2d
+# SHORTCUTS: uopc.mixin.windows.WindowMixin._pool, uopc.mixin.torchlike.TorchMixin.unfold
 ### BEGIN HIDDEN TESTS
 _cases = [((2, 2, 7, 7), (3, 2, 3, 3), 1, 0), ((1, 3, 8, 6), (2, 3, 2, 3), 2, 1), ((2, 1, 9, 10), (5, 1, 4, 2), 3, 2),
           ((1, 4, 5, 5), (1, 4, 5, 5), 1, 2)]

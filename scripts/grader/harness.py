@@ -11,7 +11,10 @@ through a pipe, and takes every measurement itself:
   own, taking turns; every repetition gets inputs drawn here and then (unpredictable), outputs filled with NaN, and
   is checked against the reference's output on the same inputs before the next; the time of a repetition is this
   process's clock from "run" sent to "done" received. A kernel that skips its work, caches an earlier answer or
-  returns before it is done fails the check of that repetition.
+  returns before it is done fails the check of that repetition. After the warm-up the student's child is locked
+  (lockdown.py: a seccomp filter on every thread), and it is stopped (SIGSTOP) while the reference runs.
+Every question to a child carries a number and a fresh nonce, which its answer must echo: an extra frame a kernel
+writes into the pipe is a ProtocolError, never an answer (a last `ping` finds one left over).
 - `peak`: the student's definitions (the imports, functions and classes of the notebook, nothing else: no cell's
   statements run) executed in a child, which then calls the graded function; the peak is the child's maximum
   resident memory as the kernel counts it (wait4's ru_maxrss, of the child and anything it started) less its
@@ -25,10 +28,10 @@ import ctypes
 import hashlib
 import hmac
 import json
-import math
 import os
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +52,14 @@ def send(f, obj: dict, blobs: list[bytes] = ()) -> None:
   f.write(json.dumps(obj).encode() + b"\n")
   for b in blobs: f.write(b)
   f.flush()
+
+
+_send = send   # the child's replies go through a wrapper that adds the question's number (child)
+
+
+class ProtocolError(RuntimeError):
+  """An answer that is not the answer to the question just asked: an extra frame written into the pipe (by a kernel
+  that found its file descriptor), a reply out of turn. The job it happened in has no result."""
 
 
 def recv(f) -> tuple[dict, list[bytes]]:
@@ -88,12 +99,17 @@ def child() -> int:
   for fd in (0, 1): os.dup2(null, fd)
   sys.stdout = sys.stderr = open(os.devnull, "w")
   import numpy as np
+  import lockdown   # now: once locked, this process can open no file, so nothing is imported after
   state: dict = {}
   while True:
     try: msg, blobs = recv(inp)
     except EOFError: return 0
     op = msg["op"]
+    turn = {"seq": msg.get("seq"), "nonce": msg.get("nonce")}   # echoed: the parent pairs each answer with its question
+    send = lambda f, obj, data=(), turn=turn: _send(f, dict(obj, **turn), data)
     try:
+      if op in ("load_c", "load_numpy"):   # no other process of this UID may read or write this one's memory
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
       if op == "load_c":
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
         fn = getattr(lib, msg["name"])
@@ -131,6 +147,10 @@ def child() -> int:
         send(out, {"arrays": list(metas)}, list(data))
       elif op == "cl":
         send(out, *run_cl_here(msg, blobs))
+      elif op == "lock":   # the student's timed process, after its warm-up (lockdown.py)
+        send(out, {"ok": True, "unlocked": lockdown.lock()})
+      elif op == "ping":   # the parent's last question: an answer out of turn still in the pipe shows up here
+        send(out, {"ok": True})
       elif op == "defs":
         state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}),
                      args=[unpack(m, b) for m, b in zip(msg["arrays"], blobs)])
@@ -180,15 +200,24 @@ class Child:
     self.p = subprocess.Popen([sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
                               env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")})
+    self.seq = 0
 
   def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:
     """Send msg and wait for the answer, at most `timeout` seconds (then the child is killed: an endless loop in a
     student's kernel costs its own job, never the others')."""
-    send(self.p.stdin, msg, blobs)
+    self.seq += 1
+    nonce = secrets.token_hex(8)   # unpredictable: an answer forged in advance cannot carry it
+    send(self.p.stdin, dict(msg, seq=self.seq, nonce=nonce), blobs)
     if not select.select([self.p.stdout], [], [], timeout)[0]:
       self.p.kill()
       raise RuntimeError(f"no answer within {timeout:g} s (an endless loop, or far too slow)")
-    return recv(self.p.stdout)
+    try: reply, data = recv(self.p.stdout)
+    except ValueError: raise ProtocolError("a frame that is not the harness's (bad framing)") from None
+    if reply.get("seq") != self.seq or reply.get("nonce") != nonce:
+      self.p.kill()
+      raise ProtocolError(f"an answer out of turn to question {self.seq} ({msg.get('op')}): an extra frame was "
+                          f"written into the harness's pipe")
+    return reply, data
 
   def close(self) -> None:
     try: self.p.stdin.close()
@@ -272,6 +301,43 @@ class Shared:
     os.close(self.fd)
 
 
+def _pause(c: Child) -> None:
+  """Stop every thread of c's process (SIGSTOP) and wait until it is stopped (5 s at most)."""
+  os.kill(c.p.pid, signal.SIGSTOP)
+  end = time.monotonic() + 5
+  while time.monotonic() < end:
+    try:
+      with open(f"/proc/{c.p.pid}/stat") as f: state = f.read().rpartition(")")[2].split()[0]
+    except OSError: return   # it has ended: nothing of it runs
+    if state in ("T", "t", "Z", "X"): return
+    time.sleep(0.0005)
+
+
+def _resume(c: Child) -> None:
+  try: os.kill(c.p.pid, signal.SIGCONT)
+  except ProcessLookupError: pass
+
+
+BAND = (0.5, 2.0)   # a timed repetition whose time is outside this multiple of its side's median is rerun
+
+
+def _in_band(timed: list[dict], r: dict) -> bool:
+  for who in ("student", "reference"):
+    med = sorted(x[who] for x in timed)[len(timed) // 2]
+    if not BAND[0] * med <= r[who] <= BAND[1] * med: return False
+  return True
+
+
+def _odd(timed: list[dict]) -> bool:
+  """Whether some repetition is out of the band of its neighbours (a disturbed run, on either side)."""
+  return any(not _in_band(timed, r) for r in timed)
+
+
+def _steady(timed: list[dict]) -> list[dict]:
+  """The repetitions within the band (the median's own always is): the best is taken among them."""
+  return [r for r in timed if _in_band(timed, r)] or timed
+
+
 def do_time(job: dict) -> dict:
   """Best-of-reps seconds of the student's object and the reference, taking turns, each repetition checked."""
   import numpy as np
@@ -296,26 +362,36 @@ def do_time(job: dict) -> dict:
     for who, c in kids.items():
       sh = shared[who]
       _check(c.ask({"op": "map", "fd": sh.fd, "size": sh.size, "arrays": sh.metas, "args": args})[0])
-    best = {"student": math.inf, "reference": math.inf}
-    for rep in range(job["reps"] + 1):   # the first is a warm-up, checked but not timed
+    timed: list[dict] = []   # {"student": s, "reference": s} of each timed repetition
+    unlocked, rep, reruns = None, 0, 0
+    while rep <= job["reps"] + reruns:   # the first is a warm-up, checked but not timed
       fresh = [make[a[0]](tuple(a[1])) for a in specs]
       got = {}
       for who, c in kids.items():
         for dst, src in zip(shared[who].arrays, fresh): dst[...] = src
+        if who == "reference": _pause(kids["student"])   # nothing of the student's runs while the reference does
         t0 = time.perf_counter()
         reply, _ = c.ask({"op": "run"})
         dt = time.perf_counter() - t0
         _check(reply)
         _check(c.ask({"op": "settle"})[0])
+        if who == "reference": _resume(kids["student"])
+        elif rep == 0: unlocked = _check(c.ask({"op": "lock"})[0]).get("unlocked")   # its OpenMP team is up
         got[who] = [np.array(shared[who].arrays[k]) for k in slots]
-        if rep: best[who] = min(best[who], dt)
+        if rep:
+          if who == "student": timed.append({})
+          timed[-1][who] = dt
       for k, g, w in zip(job["outputs"], got["student"], got["reference"]):
         if not np.allclose(g, w, rtol=job["tol"], atol=job["tol"]):
           nan = int(np.isnan(g).sum())
           why = f"{nan} of its {g.size} values were never written (NaN)" if nan else "it differs from the reference's"
           return {"error": f"the timed kernel's output (argument {k}) on the inputs of repetition {rep + 1}: {why} "
                            f"(every repetition gets fresh inputs and an output filled with NaN)"}
-    return best
+      rep += 1
+      if rep > job["reps"] + reruns and reruns < job["reps"] and _odd(timed): reruns += 1   # one more, in its place
+    for c in kids.values(): _check(c.ask({"op": "ping"})[0])   # no answer left over: every time was the real one
+    best = {who: min(r[who] for r in _steady(timed)) for who in ("student", "reference")}
+    return best if unlocked is None else dict(best, unfiltered=str(unlocked))
   finally:
     for c in kids.values(): c.close()
     for sh in shared.values(): sh.close()

@@ -16,7 +16,6 @@ one sandbox and runs the judges again, which now get answers. With course None (
 hidden tests: trusted code) each job runs at once, without a sandbox.
 """
 from __future__ import annotations
-import ast
 import hashlib
 import hmac
 import json
@@ -30,14 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
+from csource import INCLUDES, checked, source_refused  # noqa: E402,F401
+from notebook_code import definitions  # noqa: F401 (the definitions peak_memory runs: solution_setup)
 
 HERE = Path(__file__).resolve().parent
 WALL_S = 600   # one harness sandbox, all of its jobs
-# in the source: what a compute kernel has no use for (the object's imports are checked as well, imports_refused)
-FORBIDDEN = re.compile(r"\basm\b|__asm__|\bsyscall\b|__attribute__\s*\(\(\s*(constructor|destructor)")
-INCLUDES = {"math.h", "stdint.h", "stddef.h", "stdbool.h", "float.h", "string.h", "omp.h", "immintrin.h",
-            "x86intrin.h", "arm_neon.h", "limits.h"}
-INCLUDE = re.compile(r"#\s*include\s*[<\"]([^>\"]*)[>\"]")
 MATH = set("""acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 exp10 expm1 log log2 log10
 log1p pow sqrt cbrt hypot fabs fmax fmin fmod floor ceil round trunc rint nearbyint lround llround lrint llrint
 remainder copysign erf erfc tgamma lgamma fma frexp ldexp modf nextafter fdim sincos ilogb logb scalbn""".split())
@@ -105,13 +101,6 @@ def imports_refused(data: bytes) -> str | None:
   return None
 
 
-def source_refused(src: str) -> str | None:
-  if m := FORBIDDEN.search(src): return f"the kernel's C contains {m.group(0)!r}, which a compute kernel has no use for"
-  bad = [h for h in INCLUDE.findall(src) if h not in INCLUDES]
-  if bad: return f"the kernel's C includes {bad[0]!r}: a kernel may include only {', '.join(sorted(INCLUDES))}"
-  return None
-
-
 def params(src: str, name: str) -> list[str]:
   """The kinds of `name`'s parameters in its definition: p (a pointer), i, l, f, d; a ValueError if none is found."""
   m = re.search(rf"\b{re.escape(name)}\s*\(([^)]*)\)\s*\{{", src)
@@ -162,7 +151,8 @@ def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
       src_dir.mkdir()
       for key, src in todo.items():   # as uopc's Program compiles a kernel: its prelude first, unless it has its own
         (src_dir / f"{key}.c").write_text(src if src.lstrip().startswith("#") else PRELUDE + src)
-      plan = {"cc": cc, "jobs": [{"stem": key, "flags": list(fl)} for key in todo]}
+      plan = {"cc": cc, "allowed": sorted(INCLUDES),
+              "jobs": [{"stem": key, "flags": list(fl), "check": sandboxed} for key in todo]}
       if sandboxed:
         import sandbox
         os.chmod(src_dir, 0o755)
@@ -181,9 +171,10 @@ def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
           data = obj.read_bytes() if obj.is_file() and not obj.is_symlink() else None
           said = err.read_text(errors="replace") if err.is_file() and not err.is_symlink() else ""
         except OSError: data, said = None, ""
-        if data is None:
-          first = next((line for line in said.splitlines() if "error" in line), said.strip()[:200])
-          out[src] = f"the kernel's C does not compile: {re.sub(r'^/job/in/[0-9a-f]+.c:', '', first)[:MAX_ERR]}"
+        first = next((line for line in said.splitlines() if "error" in line), said.strip()[:200])
+        first = re.sub(r"^(/job/in|/tmp)/[0-9a-f]+.c:", "", first)[:MAX_ERR]
+        if sandboxed and (why := checked(made, key, first)): out[src] = why
+        elif data is None: out[src] = f"the kernel's C does not compile: {first}"
         elif why := imports_refused(data): out[src] = why
         else:
           fd, tmp_obj = tempfile.mkstemp(dir=cache_dir(), prefix=".new-")
@@ -192,26 +183,6 @@ def build(sources: list[str], sandboxed: bool) -> dict[str, Path | str]:
           os.replace(tmp_obj, cache_dir() / f"{key}.so")
           out[src] = cache_dir() / f"{key}.so"
   return out
-
-
-# ---- the notebook's definitions ---------------------------------------------------------------------------------
-KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def definitions(cells: list[str]) -> str:
-  """The imports, functions and classes of the notebook's code cells, in order, as one module (no other statement
-  of a cell: nothing that computes at the top level runs). A cell that is not Python (a magic) is read as IPython
-  turns it into Python; one that still is not, is skipped."""
-  try: from IPython.core.inputtransformer2 import TransformerManager
-  except ImportError: TransformerManager = None
-  future, body = [], []
-  for src in cells:
-    try: tree = ast.parse(TransformerManager().transform_cell(src) if TransformerManager else src)
-    except (SyntaxError, ValueError, RecursionError): continue
-    for node in tree.body:
-      if isinstance(node, ast.ImportFrom) and node.module == "__future__": future.append(node)
-      elif isinstance(node, KEEP): body.append(node)
-  return ast.unparse(ast.Module(body=future[:1] + body, type_ignores=[])) + "\n"
 
 
 # ---- the batch --------------------------------------------------------------------------------------------------
