@@ -62,7 +62,8 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	@# libgomp is not fork-safe and two xdist workers share 2 cores: one OpenMP thread per test process
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider tests/
+	@# --durations: the slowest tests, printed every run (CI time is a budget: NOTES 51)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/
 	@if [ -n "$(NOTEBOOKS)" ]; then \
 	  echo "IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)"; \
 	  IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS); \
