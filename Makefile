@@ -62,8 +62,10 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	@# libgomp is not fork-safe and two xdist workers share 2 cores: one OpenMP thread per test process
-	@# --durations: the slowest tests, printed every run (CI time is a budget: NOTES 51)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/
+	@# --durations: the slowest tests, printed every run (CI time is a budget: NOTES 51); the files handed out slowest
+	@# wing first (tests/conftest.py, SLOW_WINGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -p no:cacheprovider --durations=20 \
+	  tests/
 	@if [ -n "$(NOTEBOOKS)" ]; then \
 	  echo "IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)"; \
 	  IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS); \
