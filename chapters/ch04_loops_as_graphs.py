@@ -268,9 +268,37 @@ print("interpreted:", out, "\nNumPy:      ", a.max(1), "\nprefix max: ", np.maxi
 #
 # The subtler version of the same mistake keeps the initialisation in the loop but the declaration out of
 # it (`alloc(0).after().after(i)`). On one thread it gives the right answer, so a value test run with
-# `OMP_NUM_THREADS=1` passes; on several threads it is a race. Only the structure of the C, "is every
-# accumulator declared inside the parallel loop?", catches it reliably. Chapter 5's tests check exactly
-# that for the book's attention kernel.
+# `OMP_NUM_THREADS=1` passes; on several threads it is a race, which a run shows only when the threads happen to
+# interleave badly. So uopc does not look for races by running: `uopc.races.thread_races(prog)` reads them from the
+# program. For each THREAD loop it compares every store to memory the iterations share (a BUFFER, or an ALLOC placed
+# outside the loop) with every other access of that memory in the loop, from their index expressions: two
+# iterations race when both indices can name one element. Here the index is `acc0[0]` in every iteration:
+
+# %%
+from uopc.races import check_no_races, thread_races
+
+
+def rowmax_shared(R: int, C: int) -> UOp:
+  A, OUT = buf(0, R * C), buf(1, R)
+  i = range_(R, 0, AxisType.THREAD)
+  acc = alloc(0).after().after(i)              # initialised in loop i, declared outside it
+  init = acc.index(0).store(-math.inf)
+  j = range_(C, 1)
+  accj = acc.after(init, j)
+  upd = accj.index(0).store(accj.index(0).load().maximum(A.index(i * C + j).load())).end(j)
+  return sink(OUT.index(i).store(acc.after(upd).index(0).load()).end(i))
+
+
+print("rowmax_shared: ", thread_races(rowmax_shared(1000, 1000))[0])
+print("rowmax_program:", thread_races(rowmax_program(1000, 1000)) or "no race")
+check_no_races("rowmax_program", rowmax_program(1000, 1000))
+try: check_no_races("rowmax_hoisted", rowmax_hoisted(1000, 1000))
+except AssertionError as e: print("AssertionError:", e)
+
+# %% [markdown]
+# The answer comes from the indices alone, so it is the same on one thread, on many, and on a machine with no
+# OpenMP at all. `check_no_races(name, prog)` is the check the assignments use (week 2): it prints `ok: name`, or
+# stops with the first race it found. Chapter 5 shows it reading a tile's indices, where the answer takes algebra.
 #
 # ## 4.6 Two loops, one END
 #

@@ -311,6 +311,34 @@ print(render_c(matvec_tiled(6, 5), "matvec4").count("#pragma omp parallel for"),
       "the tiles, the rows left over")
 
 # %% [markdown]
+# Can the tile loop run in parallel? Tile `i` stores `y[4i]` to `y[4i + 3]`, so two tiles never write one element,
+# and no tile reads what another writes. uopc's race check (chapter 4) reads that from the indices: the stores of
+# one iteration are `4*ridx0 + r` with `0 <= r < 4`, and two iterations' indices differ by a multiple of 4 plus at
+# most 3 in either direction, which is never 0 unless the iterations are the same. Step the tile by 2 rows where it
+# computes 4 (a slip in the index of the tile's stores, shown on a tile that only copies) and neighbouring tiles
+# store to two rows in common:
+
+# %%
+from uopc.races import check_no_races, thread_races
+
+
+def tile_copy(M: int, step: int) -> UOp:
+  """out[step*i + r] = a[step*i + r] for the four rows r of tile i: the tile's stores, with the tile's step."""
+  A, OUT = buf(0, M), buf(1, M)
+  i = range_(M // 4, 0, AxisType.THREAD)
+  stores = [OUT.index(simplify(i * step + r)).store(A.index(simplify(i * step + r)).load()) for r in range(4)]
+  return sink(UOp(Ops.SINK, tuple(stores)).end(i))
+
+
+check_no_races("matvec_tiled(67, 29)", matvec_tiled(67, 29))
+check_no_races("tile_copy(64, step=4)", tile_copy(64, 4))
+for race in thread_races(tile_copy(64, 2)): print(race)
+
+# %% [markdown]
+# Each race names the loop, the buffer and the two index expressions: iteration `ridx0 - 1` stores to
+# `2*(ridx0 - 1) + 2` and `2*(ridx0 - 1) + 3`, the two rows iteration `ridx0` stores first. The copy's values do not
+# show it: a row that two tiles write gets the same value from each, on any number of threads. The indices do.
+#
 # The same method in two dimensions, a 4x4 tile of C = A @ B with strips for the rows and the columns left over, is
 # the week-3 assignment.
 #

@@ -601,13 +601,15 @@ print("max of [nan, 1, 2]:", Tensor(np.array([np.nan, 1, 2], np.float32)).max().
 # %% [markdown]
 # ## 9.9 Convolution as a view
 #
-# A convolution looks like a new kind of kernel: every output pixel reads a small window of the input. It is not.
-# The windows of an image are a **view** of it, made of the five movement ops, and a convolution is that view times
+# A convolution looks like a new kind of kernel: every output element reads a small window of the input. It is not.
+# The windows of a signal are a **view** of it, made of the five movement ops, and a convolution is that view times
 # the weights, summed: one REDUCE, like a matmul. Take one axis of length n and windows of k elements, every s-th:
 # window o is `x[o*s : o*s + k]`. No movement op slides, but repeating the axis does it. Repeat x (an EXPAND and a
 # RESHAPE) and cut the long row into rows of n + 1 elements: row a then starts one element later in x than row a - 1,
 # so entry [a, b] is `x[a + b]`. Keep every s-th column (a RESHAPE to (o, s) and a SHRINK to the first), and
-# [a, o] is `x[o*s + a]`. Padding is a PAD before all that.
+# [a, o] is `x[o*s + a]`. Padding is a PAD before all that. Here it is for one axis, with the 1-D convolution of a
+# signal of C channels by F filters, `out[n, f, i] = sum_c sum_a x[n, c, i*s + a] * w[f, c, a]` (PyTorch's
+# convolution is this cross-correlation: the kernel is not flipped).
 
 # %%
 def windows_1d(x, k, s=1):
@@ -622,17 +624,50 @@ def windows_1d(x, k, s=1):
   return cols.shrink([None] * len(lead) + [None, None, (0, 1)]).reshape(*lead, k, o).transpose(-1, -2)
 
 
-def my_conv2d(x, w, stride=1, padding=0):
-  """x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow): pad, windows over H then W, multiply, sum."""
-  F, C, kh, kw = w.shape
-  x = x.pad([None, None, (padding, padding), (padding, padding)])
-  win = windows_1d(x.transpose(2, 3), kh, stride)             # (N, C, W, oh, kh)
-  win = windows_1d(win.permute(0, 1, 3, 4, 2), kw, stride)      # (N, C, oh, kh, ow, kw)
-  win = win.permute(0, 1, 2, 4, 3, 5)                           # (N, C, oh, ow, kh, kw)
-  prod = win.unsqueeze(1) * w.reshape(1, F, C, 1, 1, kh, kw)    # (N, F, C, oh, ow, kh, kw)
-  return prod.sum((2, 5, 6))
+def my_conv1d(x, w, stride=1, padding=0):
+  """x (N, C, L), w (F, C, k) -> (N, F, o): pad, the window view, multiply, sum over channels and offsets."""
+  F, C, k = w.shape
+  win = windows_1d(x.pad([None, None, (padding, padding)]), k, stride)   # (N, C, o, k)
+  return (win.unsqueeze(1) * w.reshape(1, F, C, 1, k)).sum((2, 4))      # (N, F, C, o, k) -> (N, F, o)
 
 
+def np_conv1d(x, w, stride=1, padding=0):
+  """The definition, in float64 loops over the output positions."""
+  xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding, padding)])
+  k = w.shape[2]
+  o = (xp.shape[2] - k) // stride + 1
+  return np.stack([np.einsum("nca,fca->nf", xp[:, :, i * stride:i * stride + k], w.astype(np.float64))
+                   for i in range(o)], -1)
+
+
+sig, taps = rng.standard_normal((2, 3, 11)).astype(np.float32), rng.standard_normal((4, 3, 3)).astype(np.float32)
+for stride, padding in ((1, 0), (2, 1)):
+  mine = my_conv1d(Tensor(sig), Tensor(taps), stride, padding)
+  print(f"stride {stride}, padding {padding}: shape {mine.shape}, matches NumPy:",
+        np.allclose(mine.numpy(), np_conv1d(sig, taps, stride, padding), atol=1e-5))
+# 1 wide with stride 3: the stride passes the window by two (windows_1d pads the row so its groups of s fit)
+point = np.random.default_rng(9).standard_normal((4, 3, 1)).astype(np.float32)
+print("1 wide, stride 3: matches NumPy:", np.allclose(my_conv1d(Tensor(sig), Tensor(point), 3).numpy(),
+                                                      np_conv1d(sig, point, 3), atol=1e-5))
+
+# %% [markdown]
+# What does the kernelizer make of it? The repeated axis is read at `(a*(n+1) + b) % n`, and the index algebra
+# (uopc.symbolic) knows `0 <= a + b < n` inside a window, so the `%` folds to `a + b`: the one kernel reads
+# `x[o*s + a]` directly, with no division per element.
+
+# %%
+plan = make_plan([my_conv1d(Tensor(sig), Tensor(taps)).uop], False, DefaultOpt)
+print("kernels:", [k.name for k in plan.kernels], " a % in the C:", "%" in str(plan.kernels[0].src))
+print(plan.kernels[0].src)
+
+# %% [markdown]
+# An image has two spatial axes, and its windows are this view taken once per axis (exercise 7 builds `conv2d`
+# that way). That is how uopc's own `Tensor.conv2d` is built (tinygrad's `_pool`, in `uopc/mixin/windows.py`, which
+# also handles dilation and groups, and 1-D and 3-D inputs): pooling is the same view with a max or a mean in place
+# of the weighted sum, and a transposed convolution is a convolution of the input spread out by the stride. Each is
+# a graph of the ops above, so its gradient comes from the autograd table with no rule of its own.
+
+# %%
 def np_conv2d(x, w, stride=1, padding=0):
   """The definition, in float64 loops over the kernel offsets."""
   xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding, padding), (padding, padding)])
@@ -647,32 +682,6 @@ def np_conv2d(x, w, stride=1, padding=0):
 
 
 img, filt = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
-for stride, padding in ((1, 0), (2, 1)):
-  mine = my_conv2d(Tensor(img), Tensor(filt), stride, padding)
-  print(f"stride {stride}, padding {padding}: shape {mine.shape}, matches NumPy:",
-        np.allclose(mine.numpy(), np_conv2d(img, filt, stride, padding), atol=1e-5))
-# 1 x 1 with stride 3: the stride passes the window by two (windows_1d pads the row so its groups of s fit)
-point = np.random.default_rng(9).standard_normal((4, 3, 1, 1)).astype(np.float32)
-print("1 x 1, stride 3: matches NumPy:", np.allclose(my_conv2d(Tensor(img), Tensor(point), 3).numpy(),
-                                                     np_conv2d(img, point, 3), atol=1e-5))
-
-# %% [markdown]
-# What does the kernelizer make of it? The repeated axis is read at `(a*(n+1) + b) % n`, and the index algebra
-# (uopc.symbolic) knows `0 <= a + b < n` inside a window, so the `%` folds to `a + b`: the one kernel reads
-# `x[o*s + a]` directly, with no division per element.
-
-# %%
-plan = make_plan([my_conv2d(Tensor(img), Tensor(filt)).uop], False, DefaultOpt)
-print("kernels:", [k.name for k in plan.kernels], " a % in the C:", "%" in str(plan.kernels[0].src))
-print(plan.kernels[0].src)
-
-# %% [markdown]
-# That is how uopc's own `Tensor.conv2d` is built (tinygrad's `_pool`, in `uopc/mixin/windows.py`, which also
-# handles dilation and groups, and 1-D and 3-D inputs): pooling is the same view with a max or a mean in place of
-# the weighted sum, and a transposed convolution is a convolution of the input spread out by the stride. Each is a
-# graph of the ops above, so its gradient comes from the autograd table with no rule of its own.
-
-# %%
 ours = Tensor(img).conv2d(Tensor(filt), stride=2, padding=1)
 print("Tensor.conv2d matches NumPy:", np.allclose(ours.numpy(), np_conv2d(img, filt, 2, 1), atol=1e-5))
 plan = make_plan([Tensor(img).conv2d(Tensor(filt)).uop], False, DefaultOpt)
@@ -715,3 +724,6 @@ print("gradient of the filters, shape", wt.grad.shape)
 #    reductions of the backward pass could share a kernel?
 # 6. `gradient` computes gradients of a scalar. Use its `seed=` argument to compute a vector-Jacobian
 #    product for a non-scalar output, and check it against finite differences.
+# 7. Build `conv2d(x, w, stride, padding)` for images, x (N, C, H, W) and w (F, C, kh, kw), from 9.9's `windows_1d`:
+#    pad both spatial axes, take the window view of each, multiply by the filters and sum (not `Tensor.conv2d`).
+#    Check it against `np_conv2d`, with a stride and a padding, and with a kernel that is not square.

@@ -765,7 +765,9 @@ plt.show()
 # `uopc.runtime.tune` picks it by timing candidates on this machine, as tinygrad's BEAM does: every candidate is
 # compiled and timed, the fastest few are timed again in turns with the heuristic, and the winner is cached on disk per
 # kernel, problem, CPU and compiler. `BEAM=n` (or `Context(BEAM=n)`) searches; without it a kernel gets the cached
-# winner or its heuristic. A small search, three candidates:
+# winner or its heuristic. A small search, three candidates. Its line on stderr is the result: the winner and its
+# time from the second, careful timing, the time `search` returns (on a terminal the line first counts the
+# candidates, overwritten in place; a notebook gets the result alone):
 
 # %% tags=["nbval-ignore-output"]
 import sys
@@ -776,7 +778,7 @@ q5, k5, v5 = (rng.standard_normal((1, 512, 64)).astype(np.float32) for _ in rang
 best, seconds = tune.search("flash_vec", (1, 512, 512, 64), small,
                             lambda o: (lambda: nn_flash.run(q5, k5, v5, False, 0.125, o)), beam=2)
 sys.stderr.flush()
-print(f"fastest of {len(small)}: rows={best.rows} kvec={best.kvec}, {seconds * 1e3:.3f} ms")
+print(f"fastest of {len(small)}, timed again: rows={best.rows} kvec={best.kvec}, {seconds * 1e3:.3f} ms")
 
 # %% [markdown]
 # The matmul gets the same treatment from `uopc.opt.VectorOpt`, an optimizer to opt into

@@ -220,8 +220,9 @@ print("\n".join(lines[bars[1] - 1:bars[1] + 2]))
 #
 # Local memory is split into 32 **banks**, 4 bytes wide: float `i` lives in bank `i % 32`. The 32 work-items of a
 # warp read in one cycle if they touch different banks, or the same address (a broadcast); two different addresses
-# in one bank take two cycles. The work-items of our 8 x 8 work-group are numbered `tid = ly * 8 + lx`, so a warp
-# is 4 values of `ly` by 8 of `lx`. Each reads `A[(ly * 4 + i) * 8 + k]` and `B[k * 32 + lx * 4 + j]`:
+# in one bank take two cycles. Take the tile a transpose stages in local memory: 32 x 32 floats, `T[r * row + c]`
+# with `row = 32`, and a warp of work-items `tid` 0 to 31. Reading a row, work-item `tid` reads `T[r * row + tid]`;
+# reading a column, `T[tid * row + c]`; reading every other float (the first halves of float2 pairs), `T[2 * tid]`:
 
 # %%
 def conflict(addresses: np.ndarray) -> int:
@@ -229,15 +230,19 @@ def conflict(addresses: np.ndarray) -> int:
   return max(len(set(addresses[addresses % 32 == bank])) for bank in range(32))
 
 
-ly, lx = np.divmod(np.arange(32), 8)
-print(f"A read: {conflict((ly * 4) * 8)} cycles, B read: {conflict(lx * 4)} cycles")
-print(f"A read with a padded row of 9 floats: {conflict((ly * 4) * 9)} cycles")
+tid = np.arange(32)
+print(f"row read: {conflict(5 * 32 + tid)} cycle, column read: {conflict(tid * 32 + 5)} cycles")
+print(f"column read with a padded row of 33 floats: {conflict(tid * 33 + 5)} cycle")
+print(f"every other float: {conflict(2 * tid)} cycles")
 
 # %% [markdown]
-# B is conflict-free: the 8 values of `lx` touch 8 banks, and the 4 values of `ly` share those addresses (a
-# broadcast). A is not: the 8 work-items with one `ly` share an address, but the 4 values of `ly` read rows that lie
-# 4 x 8 = 32 floats apart, all in one bank, so the read takes 4 cycles. Padding the tile's row by one float spreads
-# them over 4 banks. (Exercise 2 makes the change in `lower_local_tile`.)
+# The row read is conflict-free: 32 consecutive floats lie in 32 banks. The column read is the worst case: its
+# addresses lie a whole row, 32 floats, apart, all in one bank, so the warp's read is done one address at a time.
+# Padding the tile's row by one float (33) moves each row's start one bank on, and the column spreads over all 32
+# banks. Every other float puts two work-items in each of 16 banks. The tiles of 13.1 ask the same question with
+# their own indices: the work-items of the 8 x 8 work-group are numbered `tid = ly * 8 + lx`, so a warp is 4 values
+# of `ly` by 8 of `lx`, and each reads `A[(ly * 4 + i) * 8 + k]` and `B[k * 32 + lx * 4 + j]`. Exercise 2 counts
+# them with `conflict` and pads the A tile in `lower_local_tile`.
 #
 # ## 13.3 Tensor cores: fragments
 #
@@ -434,6 +439,36 @@ with tempfile.TemporaryDirectory() as tmp:
   print("drop the second barrier, on PoCL:", r.stdout.strip().splitlines()[-1])
 
 # %% [markdown]
+# Oclgrind finds the race by running every work-item, and PoCL's numbers may not show it at all. uopc reads it from
+# the loop program instead, as it reads a THREAD loop's races (chapters 4 and 5): `uopc.races.local_races(prog)`
+# walks the program back from every access of local memory. A load must meet a barrier before it meets a store to
+# the same memory (read after write: the load sees the other work-items' stores), and a store must meet a barrier
+# before a load of it (write after read: no other work-item still reads the old value). At the top of the `k` loop
+# the walk goes on from the loop's end, since one trip's loads meet the next trip's stores. The same tiled kernel,
+# with both barriers and with each one removed:
+
+# %%
+from uopc.linearize import linearize
+from uopc.races import check_no_races, local_races
+
+M, K, N = 40, 20, 36
+a, b = (np.arange(n, dtype=np.float32) % 7 - 3 for n in (M * K, K * N))
+body = (Tensor(a.reshape(M, K)) @ Tensor(b.reshape(K, N))).uop
+bufs = [u for u in body.toposort() if u.op is Ops.BUFFER]
+body = substitute(body, {u: UOp(Ops.BUFFER, (), ParamArg(k, u.dtype, u.arg.shape)) for k, u in enumerate(bufs)})
+tiled = lower_local_tile(body, UOp(Ops.BUFFER, (), ParamArg(2, dtypes.f32, (M * N,))), LocalTile(16, 16, 8, 2, 2))
+check_no_races("the tiled kernel, both barriers", tiled)
+barriers = [ln.uop for ln in linearize(tiled) if ln.uop.op is Ops.BARRIER]   # in program order
+for which, bar in zip(("first", "second"), barriers):
+  print(f"without the {which} barrier:")
+  for race in local_races(substitute(tiled, {bar: bar.src[0]})): print("  ", race)
+
+# %% [markdown]
+# Without the first barrier a work-item reads the tile before the others have stored their part of it; without the
+# second, a fast work-item's next stores overwrite both tiles (`lmem0`, `lmem1`) while a slow one still reads them.
+# The verdict is the same on PoCL, Oclgrind, a GPU or no device at all. Week 6's hand-written kernels get the same
+# walk over their OpenCL C (`check_local_barriers`).
+#
 # ## 13.5 FlashAttention-2
 #
 # Chapter 11's fused kernel gives each thread a block of queries and walks the keys. On a GPU the keys are shared:
@@ -513,8 +548,8 @@ else: print("no GPU here:", no_gpu_reason())
 #
 # 1. Change `LocalTile` to a 64 x 64 block with an 8 x 8 register tile. Predict the global and local loads from the
 #    formulas of 13.1 (`loads`), then check them with `traffic`.
-# 2. Give the A tile a padded row (`bk + 1` floats) in `lower_local_tile`, check the values on CL, and recompute
-#    13.2's conflicts from the addresses the new kernel reads.
+# 2. Count the cycles of 13.1's A and B reads with 13.2's `conflict`. Then give the A tile a padded row (`bk + 1`
+#    floats) in `lower_local_tile`, check the values on CL, and count again from the addresses the new kernel reads.
 # 3. Swap the rows instead of the columns of the A table in 13.3. Does the emulation still catch it? Which entries
 #    of C are wrong, and why those?
 # 4. Remove the first barrier instead of the second in 13.4. What does Oclgrind report, and what do the numbers on

@@ -25,7 +25,7 @@
 # |---|---|---|
 # | 9.4 | variance and LayerNorm | 3 |
 # | 9.6 | vector-Jacobian product | 2 |
-# | 9.9 | convolution as a view | 3 |
+# | 9.7 | convolution as a view | 3 |
 # | 10.1 | GEMM intensity | 2 |
 # | 10.2 | the best tile | 2 |
 #
@@ -253,7 +253,7 @@ gradelib.expect_close(recorded["exp(x @ w)"], _fd, "vjp(exp(x @ w), x, v) agains
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 9.9: convolution as a view
+# ## Exercise 9.7: convolution as a view
 #
 # **Worked example.** Chapter 9.9's window view of one axis, and with it a 1-D convolution: x (N, C, L), w (F, C, k)
 # -> (N, F, o), `out[n, f, i] = sum_c sum_a x[n, c, i*s + a] * w[f, c, a]` (PyTorch's convolution is this
@@ -291,10 +291,11 @@ print("conv1d, 1-wide kernel, stride 3, matches NumPy:",
 # %% [markdown]
 # **Your task.** `conv2d(x, w, stride, padding)`: x (N, C, H, W), w (F, C, kh, kw) -> (N, F, oh, ow) with
 # `oh = (H + 2 padding - kh) // stride + 1` (and ow alike), the same stride and padding on both axes, built from
-# Tensor operations as chapter 9.9 builds it: pad, a window view of each spatial axis (`windows_1d` above),
-# multiply, sum (not `Tensor.conv2d`). The checks below compare with NumPy and with the definition; they catch the
-# usual slips: an output size that forgets the padding or the stride, a flipped kernel (that is a convolution in the
-# textbook's sense, not PyTorch's), the channels in the wrong place.
+# Tensor operations as the worked example builds `conv1d` from one axis: pad, a window view of each spatial axis
+# (`windows_1d` above, once per axis), multiply, sum (not `Tensor.conv2d`). This is Chapter 9's exercise 7. The
+# checks below compare with NumPy and with the definition; they catch the usual slips: an output size that forgets
+# the padding or the stride, a flipped kernel (that is a convolution in the textbook's sense, not PyTorch's), the
+# channels in the wrong place.
 
 # %%
 # TASK: convolution as a view

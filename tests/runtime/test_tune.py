@@ -6,7 +6,9 @@ Every test has a cache directory of its own (UOPC_CACHE_DIR), so compiled kernel
 kernels timed are real ones (a tiny vector FlashAttention); no compiler is mocked.
 """
 import dataclasses
+import io
 import json
+import sys
 import time
 import warnings
 import numpy as np
@@ -147,13 +149,41 @@ def test_opts_holding_a_tuple_are_found_again():
   assert tune.choose("tiles", (1,), candidates, candidates[0], never_timed, beam=0) is candidates[1]
 
 
-def test_a_search_prints_its_progress_on_stderr(capsys):
+class Terminal(io.StringIO):
+  def isatty(self) -> bool: return True
+
+
+def test_a_search_prints_its_progress_on_a_terminal(monkeypatch):
+  monkeypatch.setattr(sys, "stderr", Terminal())
   tune.choose("flash_vec", PROBLEM, CANDIDATES[:2], HEURISTIC, flash_timer, beam=1)
-  out, err = capsys.readouterr()
-  assert out == ""
-  for part in ("tune flash_vec (1, 32, 32, 32, 32, False)", "1/2 candidates", "2/2 candidates", "chose FlashVecOpts("):
+  err = sys.stderr.getvalue()
+  for part in ("tune flash_vec (1, 32, 32, 32, 32, False)", "\r", "1/2 candidates", "2/2 candidates",
+               "chose FlashVecOpts("):
     assert part in err
   assert err.endswith(" ms)\n")   # the result line is whole and ended, however long the opts' repr
+
+
+def test_a_search_elsewhere_writes_its_result_alone(capsys):
+  """Not a terminal (a notebook, a log): no carriage returns to store, one line, the result (issue 49, item 5)."""
+  tune.choose("flash_vec", PROBLEM, CANDIDATES[:2], HEURISTIC, flash_timer, beam=1)
+  out, err = capsys.readouterr()
+  assert out == "" and "\r" not in err and err.count("\n") == 1
+  assert err.startswith("tune flash_vec (1, 32, 32, 32, 32, False): 2 candidates, chose FlashVecOpts(")
+
+
+def test_the_printed_time_is_the_winners_second_timing(monkeypatch, capsys):
+  """A fake clock that only the candidates move: B is fastest in the first pass (2 ms), A when timed again (1 ms).
+  The winner is A, and the time returned and printed is A's second timing, not the first pass's 2 ms."""
+  clock = [0.0]
+  durations = {"A": [0, 3, 3] + [1] * 5, "B": [0, 2, 2] + [4] * 5, "C": [0, 5, 5]}   # ms: warm-up, 2 runs, 5 runs
+  def timer(name):
+    def run(): clock[0] += durations[name].pop(0) / 1e3
+    return run
+  monkeypatch.setattr(tune.time, "perf_counter", lambda: clock[0])
+  winner, seconds = tune.search("fake", (1,), ["A", "B", "C"], timer, beam=2)
+  _, err = capsys.readouterr()
+  assert winner == "A" and seconds == pytest.approx(1e-3)
+  assert err.strip().endswith("chose A (1.000 ms)") and "2.000" not in err
 
 
 def test_a_search_needs_candidates():

@@ -5,7 +5,9 @@
 Without BEAM a kernel gets the winner cached for its problem on this machine, or its heuristic opts. With BEAM=n
 every candidate is compiled and timed once, the n fastest are timed again, more carefully, and the fastest of those
 is cached on disk, keyed by the kernel, the problem, the CPU and the compiler (a winner on a Zen 5 says nothing about
-a Zen 4). A search prints one progress line to stderr.
+a Zen 4). A search writes one line to stderr: the winner and its time from the second, careful timing (the time it
+returns). On a terminal that line first counts the candidates, overwritten in place; elsewhere (a notebook, a log, a
+pipe) only the result is written, so no carriage return is stored.
 """
 from __future__ import annotations
 import dataclasses
@@ -105,7 +107,8 @@ def search(kernel: str, problem: tuple, candidates: Sequence[Opts], timer: Calla
     fn = timer(c)
     fn()
     first.append((_time(fn, 2), i))
-    _progress(f"tune {kernel} {problem}: {i + 1}/{len(candidates)} candidates, best {min(first)[0] * 1e3:.3f} ms")
+    _progress(f"tune {kernel} {problem}: {i + 1}/{len(candidates)} candidates timed, fastest so far "
+              f"{min(first)[0] * 1e3:.3f} ms (first pass)")
   finalists = [candidates[i] for _, i in sorted(first)[:beam]]
   if heuristic is not None and heuristic not in finalists: finalists.append(heuristic)
   fns = [timer(c) for c in finalists]
@@ -125,6 +128,9 @@ def _time(fn: Callable[[], object], reps: int) -> float:
 
 
 def _progress(line: str) -> None:
-  """Overwrite the line on stderr. A line ending in a newline is the result: written whole, newline and all."""
-  sys.stderr.write("\r" + (line if line.endswith("\n") else line[:160].ljust(100)))
+  """Overwrite the line on stderr. A line ending in a newline is the result: written whole, newline and all. Where
+  stderr is no terminal a carriage return overwrites nothing (a notebook stores every one), so only the result."""
+  on_terminal = getattr(sys.stderr, "isatty", lambda: False)()
+  if line.endswith("\n"): sys.stderr.write(("\r" if on_terminal else "") + line)
+  elif on_terminal: sys.stderr.write("\r" + line[:160].ljust(100))
   sys.stderr.flush()
