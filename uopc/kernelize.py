@@ -186,7 +186,7 @@ def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
     elif u.op is Ops.BUFFER and isinstance(u.arg, TensorData):
       memo[u] = UOp(Ops.BUFFER, (), PlanBuf("in", len(arrays), u.arg.dtype, u.arg.shape))
       arrays.append(u.arg.array)
-    else: memo[u] = UOp(u.op, tuple(map(memo.__getitem__, u.src)), u.arg, u.dtype) if u.src else u
+    else: memo[u] = u.with_src(tuple(map(memo.__getitem__, u.src))) if u.src else u
   return [memo[r] for r in roots], arrays
 
 

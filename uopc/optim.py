@@ -14,8 +14,10 @@ rate, Adam's b1^t and b2^t) is a tensor too, never a Python constant in the grap
 same shape as step 1's, the cached plan is reused, and uopc.jit.TinyJit can capture and replay the step.
 """
 from __future__ import annotations
+import time
 import numpy as np
 from uopc.dtype import np_dtype
+from uopc.helpers import DEBUG
 from uopc.autograd import pending, requires_grad_ids
 from uopc.tensor import Tensor
 
@@ -60,6 +62,7 @@ class Optimizer:
     for p in uniq:
       if id(p) not in marked: p.requires_grad = True
     self.params, self.steps = uniq, 0
+    self._step_ended: float | None = None   # perf_counter at the end of the last step(): DEBUG=2's Python time
     self._lr = _data_tensor(lr, uniq[0])
 
   @property
@@ -108,9 +111,21 @@ class Optimizer:
     """One update: every parameter and state tensor assigned its new value (into its own buffer) and realized in
     one plan together with the tensors in `also` (the loss)."""
     if all(p.grad is None for p in self.params): raise RuntimeError("step: no parameter has a .grad; call backward()")
+    t0 = time.perf_counter()
     targets = [target.assign(new) for target, new in self._updates()]
+    t1 = time.perf_counter()
     realize(*also, *targets)
-    self.steps += 1
+    t2 = time.perf_counter()
+    if DEBUG.value >= 2: print(self._debug_line(t0, t1, t2))
+    self.steps, self._step_ended = self.steps + 1, t2
+
+  def _debug_line(self, t0: float, t1: float, t2: float) -> str:
+    """DEBUG=2, after the realize's own summary line (its schedule and kernels): where the step's Python time went.
+    "since the last step" is everything between two step() calls (the forward and backward graphs built, and whatever
+    else the loop does), so it reads as the graph building of a loop that only trains."""
+    since = f"{(t0 - self._step_ended) * 1e3:.1f} ms since the last step, " if self._step_ended is not None else ""
+    return (f"step {self.steps}: Python {since}{(t1 - t0) * 1e3:.1f} ms building the update, realize "
+            f"{(t2 - t1) * 1e3:.1f} ms")
 
 
 class SGD(Optimizer):

@@ -128,6 +128,14 @@ class UOp(metaclass=_UOpMeta):
 
   def cast(self, dtype: DType) -> UOp: return self if dtype is self.dtype else UOp(Ops.CAST, (self,), None, dtype)
 
+  def with_src(self, src: tuple[UOp, ...]) -> UOp:
+    """This node over other sources of the same dtypes (a graph rebuilt node by node: uopc.kernelize.normalize). The
+    table is asked first, with the key UOp() would make: a rebuild that finds its node skips UOp()'s checks."""
+    arg = self.arg
+    key = (self.op, self.dtype, src, ("float", repr(arg)) if isinstance(arg, float) else arg)
+    if (ref := _nodes.get(key)) is not None and (hit := ref()) is not None: return hit
+    return UOp(self.op, src, arg, self.dtype)
+
   def toposort(self) -> list[UOp]:
     """Every node reachable from self, sources before users (depth first, sources in order)."""
     # the cache holds the nodes below self, never self: a node whose own __dict__ held it would be a reference cycle,

@@ -6,6 +6,7 @@
   python -m uopc.bench gpt                  # chapter 14's training step: uopc vs PyTorch eager and torch.compile
   python -m uopc.bench gpt --preset baby    # nanoGPT's baby GPT: the step timed, then 2000 steps trained by both
   python -m uopc.bench conv                 # a small CNN's conv2d against PyTorch's, at 1 and 2 threads
+  python -m uopc.bench cnn                  # a LeNet-5's training step: uopc vs PyTorch eager and torch.compile
 
 gemm and attention time each peer in a process of its own, one process at a time (--method isolated, the default:
 uopc.bench.isolated), so that no other OpenMP runtime's spinning threads slow it down; --method interleaved times
@@ -15,7 +16,7 @@ On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set, NumPy runs a slo
 run that compares with NumPy (the header says what NumPy's BLAS runs).
 """
 from __future__ import annotations
-import argparse, datetime, math, os, platform, re, time
+import argparse, datetime, math, os, platform, time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
@@ -23,6 +24,7 @@ import uopc
 from uopc.bench.cases import Case, case_peers, check, inputs, reference
 from uopc.bench.cases import attention_peers  # noqa: F401  (chapter 11b imports it from here)
 from uopc.bench.isolated import MIN_SECONDS, run_isolated, warm_allocator
+from uopc.bench.steps import cpu_family_model
 from uopc.helpers import omp_threads
 from uopc.runtime import Program, compiler, compiler_version
 from uopc.runtime.machine import target
@@ -39,15 +41,6 @@ ROUNDS = 2
 # ---- the machine ----
 def cpu_model() -> str:
   return cpu_brand() or platform.processor() or platform.machine()   # /proc/cpuinfo, or a Mac's sysctl
-
-
-def cpu_family_model() -> str:
-  """lscpu's CPU family and model (x86: /proc/cpuinfo's "cpu family" and "model"): machines that share a model name
-  differ here (an AMD EPYC family 25 model 17 is a Zen 4, family 26 a Zen 5), and so do their peaks."""
-  try: info = open("/proc/cpuinfo").read()
-  except OSError: return "(unknown)"
-  fam, mod = (re.search(rf"^{k}\s*:\s*(\S+)", info, re.M) for k in ("cpu family", "model"))
-  return f"family {fam.group(1)} model {mod.group(1)}" if fam and mod else "(unknown)"
 
 
 def blas_info() -> str:
@@ -232,7 +225,7 @@ def positive_int(text: str) -> int:
 def main(argv: list[str] | None = None) -> None:
   ap = argparse.ArgumentParser(prog="python -m uopc.bench", description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt", "conv"])
+  ap.add_argument("what", choices=["gemm", "peak", "attention", "gpt", "conv", "cnn"])
   ap.add_argument("--sizes", type=positive_int, nargs="+")
   ap.add_argument("--dims", type=positive_int, nargs="+", default=[64])
   ap.add_argument("--reps", type=positive_int, default=5)
@@ -251,18 +244,25 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--opt", choices=["vector", "default"], default="vector",
                   help="gpt: uopc's optimizer, VectorOpt (the default here) or DefaultOpt (the book's kernels)")
   ap.add_argument("--threads", type=positive_int, nargs="+",
-                  help="gpt: run once per thread count (each its own process) and print each peer's scaling")
-  ap.add_argument("--no-torch-compile", action="store_true", help="gpt: leave torch.compile out (its compile is long)")
+                  help="gpt, cnn: run once per thread count (each its own process) and print each peer's scaling")
+  ap.add_argument("--no-torch-compile", action="store_true",
+                  help="gpt, cnn: leave torch.compile out (its compile is long)")
   args = ap.parse_args(argv)
   print(header(args.method, args.reps, args.rounds) if args.what in ("gemm", "attention") else header())
-  if args.what == "gpt" and args.threads:
+  if args.what in ("gpt", "cnn") and args.threads:
     import sys
     from uopc.bench.gpt import scaling
-    rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "gpt"]
+    rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != args.what]
     k = rest.index("--threads")
     while k + 1 < len(rest) and rest[k + 1].isdigit(): rest.pop(k + 1)
     rest.pop(k)
-    print("\n".join(scaling(args.threads, rest)))
+    print("\n".join(scaling(args.threads, rest, args.what)))
+    return
+  if args.what == "cnn":
+    from uopc.bench.cnn import cnn
+    fma = None if args.no_peak else (lambda: peak(3)["fma_gflops"])
+    peers = ("eager",) if args.no_torch_compile else ("eager", "compile")
+    print("\n".join(cnn(reps=max(args.reps, 10), torch_peers=peers, fma_peak=fma)), flush=True)
     return
   if args.what == "gpt":
     from uopc.bench.gpt import gpt

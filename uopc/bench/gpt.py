@@ -7,14 +7,15 @@ Times are wall-clock best-of-k after warm-up steps, peers in turns, with the loa
 torch.compile's first step (its compile) is timed apart. --threads runs it once per thread count and prints each
 peer's scaling. With --preset, uopc and PyTorch eager also train side by side (uopc.bench.gpt_twin)."""
 from __future__ import annotations
-import contextlib, math, os, time
+import contextlib, os, time
 import numpy as np
 import uopc.kernelize
 from uopc.nn.data import CharTokenizer, get_batch, load_text, split
 from uopc.nn import GPT, GPTConfig, LayerNorm
 from uopc.nn.train import TrainConfig, configure_optimizer, freeze_collector, preset
 from uopc.bench import gpt_torch
-from uopc.bench.gpt_torch import TorchPeers
+from uopc.bench.steps import (SETTLE_S, TORCH_ISA, TORCH_NAMES, add_torch_peers, fma_line, isa_line,  # noqa: F401
+                              jit_line, kernel_times, ratio_lines, start_torch, table, time_in_turns, user_environment)
 from uopc.helpers import omp_threads
 from uopc.runtime.process import user_environ
 from uopc.jit import TinyJit
@@ -58,20 +59,6 @@ def gpt(reps: int = 20, warmup: int = 3, layers: int | None = None, opt=None, pr
   finally: Tensor.opt = old
 
 
-SETTLE_S = 0.05   # before each timed step: another peer's OpenMP workers (PyTorch's spin after each region) settle
-
-
-def _torch(state, batches, cfg, tc, threads: int, peers: tuple[str, ...]):
-  """The PyTorch worker started, or (None, {peer: why not}) where torch does not import."""
-  import importlib.util
-  if not peers: return None, {}
-  if importlib.util.find_spec("torch") is None:
-    return None, {p: "torch is not importable (optional peer: pip install torch)" for p in peers}
-  worker = TorchPeers(user_environment())
-  ready = worker.start(state, batches, cfg.to_dict(), tc.to_dict(), threads, list(peers))
-  return worker, ready
-
-
 def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_peers: tuple[str, ...],
          fma_peak) -> list[str]:
   text = load_text()
@@ -88,27 +75,16 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
   jstep = TinyJit(lambda x, y: _loss_step(jmodel, jopt, x, y, tc.grad_clip))
   peers = {"uopc": lambda n: uopc_step(model, opt, *batches[n], tc.grad_clip),
            "uopc jit": lambda n: jstep(Tensor(batches[n][0]), Tensor(batches[n][1])).item()}
-  worker, why_not = _torch(state, batches, cfg, tc, threads, torch_peers)
+  worker, ready = start_torch(state, batches, cfg.to_dict(), tc.to_dict(), threads, torch_peers)
   env = user_environment()
   notes, compile_s = [], {}
   try:
-    for p, why in why_not.items():
-      name = TORCH_NAMES[p]
-      if why is not None: notes.append(f"# {name:<16s} skipped: {why}"); continue
-      if p == "compile":   # its first step compiles: timed apart
-        try: compile_s[p] = worker.step(p, 0)[0]
-        except RuntimeError as e: notes.append(f"# {name:<16s} skipped: {e}"); continue
-      peers[name] = (lambda p: lambda n: worker.step(p, n)[0])(p)
+    add_torch_peers(peers, {p: worker for p in ready}, ready, notes, compile_s)
     t0 = time.perf_counter()
     uopc_step(model, opt, *batches[0], tc.grad_clip)   # the cold plan: compiles
     cold = time.perf_counter() - t0
     freeze_collector()   # as Trainer does: the model, optimizer and plan leave the collector's generations (NOTES 37)
-    best = {k: math.inf for k in peers}
-    for n in range(len(batches)):   # peers in turns, on the same batches
-      for k, step in peers.items():
-        time.sleep(SETTLE_S)
-        t = time.perf_counter(); dt = step(n); dt = time.perf_counter() - t if k.startswith("uopc") else dt
-        if n >= warmup: best[k] = min(best[k], dt)
+    best = time_in_turns(peers, len(batches), warmup)
   finally:
     if worker is not None: worker.close()
   fma = fma_peak() if fma_peak is not None else None
@@ -121,60 +97,27 @@ def _gpt(reps: int, warmup: int, layers: int | None, preset_name: str, torch_pee
           f"# preset           {preset_name}: {tc}",
           f"# uopc optimizer   {Tensor.opt.__name__}",
           f"# model            {cfg}, batch {batch}, {model.num_parameters()} parameters, {threads} threads",
-          "# torch's ISA      " + (", ".join(f"{k}={v}" for k, v in env.items() if k in TORCH_ISA["x86-64-v3"])
-                                    or "its own choice (the machine's best)"),
+          isa_line(env),
           f"# load average     {' '.join(f'{a:.2f}' for a in os.getloadavg())} (1, 5, 15 min) after the run",
           f"# uopc cold plan   {cold:.1f} s (compiles, or disk-cache hits); then gc.freeze(), as Trainer does",
           *[f"# {TORCH_NAMES[p]:<16s} first step {s:.1f} s (compiles; not in its step time)"
             for p, s in compile_s.items()],
           *notes,
-          "# FMA peak         " + (f"{fma:.1f} GFLOP/s ({threads} thread{'s' * (threads > 1)}, measured now)" if fma
-                                    else "not measured") + f"; GFLOP/s below: the step's {flops / 1e6:.0f} MFLOP "
-          "(uopc's kernels' count) / step time",
-          f"{'impl':<13s} {'step':>10s} {'tokens/s':>10s} {'GFLOP/s':>9s} {'of peak':>8s}"]
-  for k, s in best.items():
-    frac = f"{flops / s / 1e9 / fma:8.1%}" if fma else f"{'-':>8s}"
-    rows.append(f"{k:<13s} {s * 1e3:7.1f} ms {tokens / s:10.0f} {flops / s / 1e9:9.1f} {frac}")
-  if g is not None:
-    st = g.program.step
-    rows.append(f"# uopc jit         one program, one call a step: {g.kernels} kernels ({st.functions} distinct "
-                f"functions; {st.shared} shared out, {st.serial} whole on one thread), {st.copies} write-backs, "
-                f"{st.barriers} barriers")
+          fma_line(fma, threads, flops), *table(best, flops, tokens, "tokens", fma), *jit_line(g)]
   rows.append(f"# uopc step, CPU:  graph building {build * 1e3:.1f} ms, schedule {kt['schedule_s'] * 1e3:.1f} ms, "
               f"{len(kt['plan'].kernels)} kernels {kt['total_s'] * 1e3:.1f} ms ({flops / 1e6:.0f} MFLOP)")
-  ratio = lambda a, b: f"{best[a] / best[b]:.2f}" if a in best and b in best else "-"
-  rows.append(f"ratios: uopc jit / torch.compile = {ratio('uopc jit', 'torch.compile')}, uopc / torch = "
-              f"{ratio('uopc', 'torch')}, uopc jit / torch = {ratio('uopc jit', 'torch')} (below 1: uopc is faster)")
-  rows.append(f"# summary          threads={threads} " + " ".join(f"{k.replace(' ', '_')}_ms={s * 1e3:.2f}"
-                                                               for k, s in best.items()))
+  rows += ratio_lines(best, threads)
   return rows
 
 
-TORCH_NAMES = {"eager": "torch", "compile": "torch.compile"}
-
-
-# the ISA PyTorch's kernels use when uopc's are built for a lower x86 level (UOPC_MARCH): ATen's and inductor's
-# vector code (ATEN_CPU_CAPABILITY), MKL's GEMM (MKL_ENABLE_INSTRUCTIONS); the user's own settings win
-TORCH_ISA = {"x86-64-v3": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-             "x86-64-v2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
-
-
-def user_environment() -> dict[str, str]:
-  """The environment as the user gave it, for PyTorch's process: without the OpenMP wait policy uopc sets for its own
-  kernels (NOTES 20), and with PyTorch held to the x86 level uopc's kernels are built for (TORCH_ISA)."""
-  env = user_environ()
-  for k, v in TORCH_ISA.get(os.environ.get("UOPC_MARCH", ""), {}).items(): env.setdefault(k, v)
-  return env
-
-
-def scaling(threads: list[int], argv: list[str]) -> list[str]:
-  """`python -m uopc.bench gpt ... --threads 1 2`: the bench once per thread count, each in a process of its own
+def scaling(threads: list[int], argv: list[str], what: str = "gpt") -> list[str]:
+  """`python -m uopc.bench gpt|cnn ... --threads 1 2`: the bench once per thread count, each in a process of its own
   (OpenMP reads OMP_NUM_THREADS when it loads), then each peer's step time from one count to the next."""
   import subprocess, sys
   runs = {}
   for n in threads:
     env = user_environ(OMP_NUM_THREADS=str(n))
-    r = subprocess.run([sys.executable, "-m", "uopc.bench", "gpt", *argv], env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "uopc.bench", what, *argv], env=env, capture_output=True, text=True)
     print(r.stdout, end="", flush=True)
     if r.returncode != 0: raise RuntimeError(f"the bench at {n} threads failed:\n{r.stderr}")
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("# summary"))
@@ -194,31 +137,6 @@ def step_roots(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray, clip: float
   opt.zero_grad(); loss.backward()
   if clip: clip_grad_norm_(opt.params, clip)
   return [loss.uop] + [t.uop for t in opt.schedule_step()]
-
-
-def kernel_times(roots: list, reps: int = 5) -> dict:
-  """Plan the roots (cached) and run its kernels reps times with one timer per kernel: CPU seconds
-  (time.process_time, which other processes do not inflate with one OpenMP thread), best of reps per kernel;
-  schedule = normalize + plan lookup, in CPU seconds too."""
-  from uopc.dtype import np_dtype
-  from uopc.kernelize import normalize, plan_for
-  from uopc.tensor import Tensor
-  t0 = time.process_time()
-  norm, arrays = normalize(roots)
-  plan = plan_for(norm, Tensor.options())
-  schedule = time.process_time() - t0
-  temps = plan.temp_arrays or [np.empty(n, np_dtype(d)) for d, n in plan.temps]
-  outs: list[np.ndarray] = []
-  for o in plan.outs:
-    outs.append(arrays[o[1]] if o[0] == "in" else outs[o[1]] if o[0] == "out" else np.empty(o[1], np_dtype(o[0])))
-  pick = {"in": arrays, "temp": temps, "out": outs}
-  best = [math.inf] * len(plan.kernels)
-  for _ in range(reps):
-    for j, k in enumerate(plan.kernels):
-      bufs = [pick[kind][n] for kind, n in k.args]
-      t = time.process_time(); k.prg(*bufs); best[j] = min(best[j], time.process_time() - t)
-  return {"plan": plan, "schedule_s": schedule, "kernel_s": best, "total_s": sum(best),
-          "flops": sum(k.flops for k in plan.kernels)}
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ between parallel regions: not PyTorch as its users run it. The worker is this fi
 module, which would set the policy and load libgomp, is imported in it), with the environment the user gave (the
 policy uopc added taken out). It reads one JSON request a line on stdin and answers one JSON line on stdout:
 
-  {"start": npz, "config": {...}, "train": {...}, "threads": n, "peers": ["eager", "compile"]}  -> {"ready": {...}}
+  {"start": npz, "config": {...}, "train": {...}, "threads": n, "peers": ["eager", "compile"], "model": "gpt"}
+                                                -> {"ready": {...}}   (model: a key of MODELS, "gpt" or "cnn")
   {"peer": "eager", "batch": k}                 -> {"s": seconds of that step, "loss": its loss}
   {"quit": true}
 
@@ -61,6 +62,31 @@ def torch_peer(state: dict[str, np.ndarray], cfg, threads: int, tc, compile_mode
   return step, forward
 
 
+def cnn_torch_peer(state: dict[str, np.ndarray], cfg, threads: int, tc, compile_model: bool = False):
+  """uopc.bench.cnn's LeNet-5 as torch ops on a dict of leaf tensors (the names of uopc's nn.Sequential: 0, 3 the
+  convolutions, 7, 9, 11 the linear layers) and its AdamW step (tc: lr, betas, eps, weight_decay). With
+  compile_model the forward is torch.compile'd, the optimizer eager (as for the GPT). (step, forward)."""
+  import torch
+  import torch.nn.functional as F
+  torch.set_num_threads(threads)
+  P = {k: torch.tensor(v, requires_grad=True) for k, v in state.items()}
+  opt = torch.optim.AdamW(list(P.values()), lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps, weight_decay=tc.weight_decay)
+  def conv_block(h, p, pad): return F.max_pool2d(F.relu(F.conv2d(h, P[p + ".weight"], P[p + ".bias"], padding=pad)), 2)
+  def forward(x, y):
+    h = conv_block(conv_block(x, "0", 2), "3", 0).flatten(1)                  # (N, 16 * 5 * 5)
+    for p in ("7", "9"): h = F.relu(F.linear(h, P[p + ".weight"], P[p + ".bias"]))
+    return F.cross_entropy(F.linear(h, P["11.weight"], P["11.bias"]), y)
+  run = torch.compile(forward) if compile_model else forward
+  def step(x: np.ndarray, y: np.ndarray, lr: float | None = None) -> float:
+    loss = run(torch.from_numpy(x), torch.from_numpy(y).long())
+    opt.zero_grad(); loss.backward(); opt.step()
+    return loss.item()
+  return step, forward
+
+
+MODELS = {"gpt": torch_peer, "cnn": cnn_torch_peer}   # what the worker's start request may name
+
+
 def cxx_missing() -> str | None:
   """Why torch.compile cannot build for the CPU here (no C++ compiler for inductor), or None."""
   cxx = os.environ.get("CXX")
@@ -84,12 +110,14 @@ class TorchPeers:
     if "error" in answer: raise RuntimeError(f"the PyTorch worker failed: {answer['error']}")
     return answer
 
-  def start(self, state: dict, batches: list, config: dict, train: dict, threads: int, peers: list[str]) -> dict:
+  def start(self, state: dict, batches: list, config: dict, train: dict, threads: int, peers: list[str],
+            model: str = "gpt") -> dict:
     with tempfile.TemporaryDirectory(prefix="uopc-torch-") as tmp:
       npz = Path(tmp) / "start.npz"
       np.savez(npz, **{f"p.{k}": v for k, v in state.items()}, **{f"x.{k}": x for k, (x, _) in enumerate(batches)},
                **{f"y.{k}": y for k, (_, y) in enumerate(batches)})
-      request = {"start": str(npz), "config": config, "train": train, "threads": threads, "peers": peers}
+      request = {"start": str(npz), "config": config, "train": train, "threads": threads, "peers": peers,
+                 "model": model}
       return self.ask(request)["ready"]
 
   def step(self, peer: str, k: int) -> tuple[float, float]:
@@ -119,7 +147,8 @@ def worker() -> None:
         for peer in req["peers"]:
           why = cxx_missing() if peer == "compile" else None
           if why is None:
-            try: steps[peer] = torch_peer(state, cfg, req["threads"], tc, compile_model=peer == "compile")[0]
+            build = MODELS[req.get("model", "gpt")]
+            try: steps[peer] = build(state, cfg, req["threads"], tc, compile_model=peer == "compile")[0]
             except Exception as e: why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"   # noqa: BLE001
           ready[peer] = why
         answer = {"ready": ready}

@@ -8,10 +8,11 @@ starts d further along the repeated axis), then every s-th column kept (a RESHAP
 times the weights, summed over (channels, window): one REDUCE, which the optimizer fuses and vectorizes like a matmul.
 """
 from __future__ import annotations
-import math
+import itertools, math
 from typing import Sequence
 import numpy as np
 from uopc.dtype import dtypes
+from uopc.helpers import prod
 from uopc.mixin.elementwise import Self
 from uopc.mixin.indexing import IndexingMixin
 from uopc.errors import UsageError, UsageTypeError
@@ -48,6 +49,24 @@ def _max_pool_grad(out, s, g):
   return (at_first.where(g.unsqueeze(-1), 0.0).reshape(*out.shape, *win.shape[-n:]),)
 
 
+MAX_FOLD_TERMS = 64   # a window of more elements keeps the view's own gradient (a sum of that many shifted copies)
+
+
+def _fold(g, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int]):
+  """The gradient of a stride-1 window view (..., *o, *k) -> (..., *i): x[o + k] received g[o, k] for every k, so
+  the input's gradient is the sum over the window's positions k of g[..., k] shifted by k (padded by k before and
+  i - o - k after). Each term reads g directly; the view's own gradient (the transpose of the repeat in _pool) is
+  the same sum, indexed with a division and a modulo per element."""
+  n, lead = len(k_), g.shape[:g.ndim - 2 * len(k_)]
+  noop = [None] * len(lead)
+  total = None
+  for ks in itertools.product(*[range(k) for k in k_]):
+    term = g.shrink(noop + [None] * n + [(k, k + 1) for k in ks]).reshape(*lead, *o_)   # g[..., *o, *ks]
+    term = term.pad(noop + [(k, i - o - k) for k, i, o in zip(ks, i_, o_)])             # at x[o + ks]
+    total = term if total is None else total + term
+  return total
+
+
 class WindowMixin(IndexingMixin):
   def _pool(self, k_: Sequence[int], stride=1, dilation=1) -> Self:
     """(..., *i) -> (..., *o, *k): the windows of the last len(k_) axes, [*o, *k] = x[o*s + k*d] per axis."""
@@ -69,7 +88,10 @@ class WindowMixin(IndexingMixin):
       x = x.shrink(noop + [p for k, o in zip(k_, o_) for p in ((0, k), (0, o), (0, 1))])
       x = x.reshape(*self.shape[:-n], *[a for k, o in zip(k_, o_) for a in (k, o)])
       m = len(noop)
-      return x.permute(*range(m), *[m + 2 * j + 1 for j in range(n)], *[m + 2 * j for j in range(n)])
+      win = x.permute(*range(m), *[m + 2 * j + 1 for j in range(n)], *[m + 2 * j for j in range(n)])
+      if s_ == d_ == (1,) * n and prod(k_) <= MAX_FOLD_TERMS:
+        win = win._custom_grad((self,), lambda out, s, g: (_fold(g, i_, o_, k_),))
+      return win
     # windows that do not overlap (k <= s): a pad to whole strides and a reshape, no repeat
     x = self.pad(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)])
     x = x.shrink(noop + [(0, o * s) for o, s in zip(o_, s_)])

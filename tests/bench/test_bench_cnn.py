@@ -1,0 +1,96 @@
+"""`python -m uopc.bench cnn` (issue 50): the LeNet-5 training step's table in `bench gpt`'s format, its losses against
+PyTorch eager's (skipped without torch), and the convolutions' loops read from the generated C: no division or
+modulo per element in the innermost loops of the forward convolution and both backward ones."""
+import importlib.util
+import re
+import numpy as np
+import pytest
+from uopc.bench.cnn import LOSS_TOL, cnn, compare_losses, lenet, loss_line
+from uopc.kernelize import make_plan
+from uopc.opt import VectorOpt
+from uopc.tensor import Tensor
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is an optional peer")
+
+
+def test_the_table_has_both_uopc_peers_the_machine_and_a_summary(fresh_plan_cache):
+  rows = cnn(reps=1, warmup=1, torch_peers=(), check_losses=False)
+  impl = [r.split()[0] for r in rows if re.match(r"^uopc( jit)? +\d+\.\d ms", r)]
+  assert impl == ["uopc", "uopc"] and any(r.startswith("uopc jit ") for r in rows)
+  assert any(re.search(r"lscpu (family \d+ model \d+|\(unknown\))", r) for r in rows)
+  assert any(r.startswith("# summary          threads=") and "uopc_jit_ms=" in r for r in rows)
+  flops = next(int(m.group(1)) for r in rows if (m := re.search(r"step's (\d+) MFLOP", r)))
+  assert 150 <= flops <= 200   # LeNet-5 at batch 64: ~58 MFLOP forward, twice that backward, the optimizer's few
+
+
+def test_the_loss_line_says_whether_the_losses_agree():
+  assert "(within 1e-05)" in loss_line([2.3, 2.2], [2.3 + 1e-6, 2.2])
+  assert "(NOT within 1e-05)" in loss_line([2.3, 2.2], [2.3, 2.2 + 1e-4])
+  assert "not compared" in loss_line([2.3], "torch is not importable")
+
+
+@needs_torch
+def test_twenty_losses_agree_with_pytorch_eager(fresh_plan_cache):
+  mine, theirs = compare_losses(threads=1)
+  assert len(mine) == len(theirs) == 20
+  np.testing.assert_allclose(mine, theirs, rtol=0, atol=LOSS_TOL)
+  assert abs(mine[0] - np.log(10)) < 0.1   # an untrained classifier of 10 classes
+
+
+# ---- the convolutions' C: index arithmetic per element (a division, a modulo) in the innermost loop ----
+def innermost_loop_bodies(src: str) -> list[str]:
+  """The text of every for loop that contains no other loop (by brace matching over the kernel's C)."""
+  bodies = []
+  for m in re.finditer(r"for \(int \w+ = 0; \w+ < \d+; \w+(\+\+|\+= ?\d+)\) \{", src):
+    depth, k = 1, m.end()
+    while depth:
+      depth += {"{": 1, "}": -1}.get(src[k], 0); k += 1
+    body = src[m.end():k - 1]
+    if "for (" not in body: bodies.append(body)
+  return bodies
+
+
+def per_element_div_mod(src: str) -> list[str]:
+  """The innermost loops' statements that divide or take a modulo of an integer (not a float division: a / b of
+  floats is arithmetic, an index / 15 is addressing)."""
+  found = []
+  for body in innermost_loop_bodies(src):
+    for line in body.splitlines():
+      integer_div = re.search(r"[\w)]+ ?/ ?\d+\b(?!\.)", line) and not re.search(r"/ ?\d+\.\d*f", line)
+      if "%" in line or integer_div: found.append(line.strip())
+  return found
+
+
+def conv_layer_kernels(cin: int, hw: int):
+  """One LeNet convolution's forward and its two backward convolutions (the weight's and the input's gradients):
+  the plan's kernels, and the kernel that computes each of y, dw and dx (by the shape of its output)."""
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((64, cin, hw, hw)).astype(np.float32), requires_grad=True)
+  conv = lenet()[0 if cin == 1 else 3]
+  y = conv(x)
+  (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()
+  kernels = make_plan([y.uop, conv.weight.grad.uop, x.grad.uop], opt=VectorOpt).kernels
+  by_shape = lambda shape: next(k for k in kernels if k.body.shape == shape and k.name.startswith("r_"))
+  return kernels, {"y": by_shape(y.shape), "dw": by_shape(conv.weight.shape)}
+
+
+def test_the_checker_finds_an_index_division():
+  src = "void k(float* d) {\n  for (int i = 0; i < 8; i++) {\n    int a = (i%15);\n    d[a] = 1.0f / 3.0f;\n  }\n}"
+  assert per_element_div_mod(src) == ["int a = (i%15);"]
+  assert per_element_div_mod(src.replace("(i%15)", "(i*15)")) == []   # a float division is not addressing
+
+
+@pytest.mark.parametrize("cin, hw", [(1, 28), (6, 14)], ids=["conv1", "conv2"])
+def test_no_division_or_modulo_per_element_in_the_convolutions(fresh_plan_cache, cin, hw):
+  """Every kernel of the forward convolution and of both backward ones (the input's gradient folds the windows' back
+  as shifted copies, uopc.mixin.windows._fold, not through the transpose of the view's repeat, which had both)."""
+  kernels, named = conv_layer_kernels(cin, hw)
+  assert {k.name: per_element_div_mod(str(k.src)) for k in kernels} == {k.name: [] for k in kernels}
+  assert set(named) == {"y", "dw"}   # the forward and the weight gradient are reduces of their own
+
+
+def test_without_the_fold_the_input_gradient_has_them(fresh_plan_cache, monkeypatch):
+  import uopc.mixin.windows
+  monkeypatch.setattr(uopc.mixin.windows, "MAX_FOLD_TERMS", 0)
+  kernels, _ = conv_layer_kernels(6, 14)
+  assert any(per_element_div_mod(str(k.src)) for k in kernels)   # the checker sees what _fold replaced
