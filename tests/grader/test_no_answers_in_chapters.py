@@ -6,6 +6,8 @@ Two ways a chapter can give an answer away, each tested from the sources as they
     lines aside) appears in the chapter that the task is numbered after;
   - it computes the answer: chapter 13.2's bank-conflict counts are evaluated from its own `conflict(...)` calls, and
     none may read week 7's pattern, the A tile's `ly * rows_per_item * row` for any row and rows an item.
+
+In the instructor's wing (tests/grader/), which the student's tree leaves out: it reads solutions/.
 """
 from __future__ import annotations
 import ast

@@ -6,6 +6,8 @@ chapters 4, 5 and 13 teach, each with uopc's report on a racing program and its 
   - Chapter 4 (the shared accumulator), chapter 5 (a tile that overlaps its neighbour) and chapter 13 (the tiled
     kernel without a barrier) each have a cell that asks uopc.races and prints both "a race: ..." and an "ok: ..."
     from check_no_races.
+
+In the instructor's wing (tests/grader/), which the student's tree leaves out: it reads solutions/.
 """
 from pathlib import Path
 import nbformat
