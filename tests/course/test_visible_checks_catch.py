@@ -346,3 +346,15 @@ def test_the_per_cell_limit_is_the_graders():
   args = fn.args.args[-len(fn.args.defaults):]
   default = next(ast.literal_eval(d) for a, d in zip(args, fn.args.defaults) if a.arg == "timeout")
   if "UOPC_CHECK_TIMEOUT" not in os.environ: assert student.CELL_TIMEOUT == default
+
+
+def test_week7_the_split_tie_rule_fails_the_visible_gradient_check(tmp_path):
+  """issue 47: max's gradient whole at the first maximum (PyTorch's max(dim)); x.max's own rule, which shares it among
+  tied maxima, has the right values and fails on the visible input's ties."""
+  name = WEEKS[7]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("max's gradient", "  return first.where(x, 0.0).sum(axis)",
+                                      "  return x.max(axis)", "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "max's gradient")
+  assert "AssertionError: max_first(x_ties, 1): the gradient of sum(out * w), each row's w[i] whole at its first " \
+         "maximum: 7 of 16 elements differ" in str(failed.value), str(failed.value)

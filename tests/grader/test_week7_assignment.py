@@ -21,7 +21,11 @@ WRONG = [
   # no bias correction
   Wrong("AdamW step", "mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)", "mhat, vhat = m, v",
         "It is what AdamW gives when the bias corrections are missing"),
+  # the split rule (issue 47): x.max's own gradient, shared among tied maxima, where PyTorch's max(dim) gives it whole
+  # to the first; the values are right
+  Wrong("max's gradient", "  return first.where(x, 0.0).sum(axis)", "  return x.max(axis)",
+        "It is the gradient shared equally among the tied maxima (amax's rule, which x.max(axis) follows)"),
 ]
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
-  test_wrong_answers_score_partially_and_say_why = make_tests("week7_gpu_machinery_and_a_gpt", WRONG, n_tasks=5)
+  test_wrong_answers_score_partially_and_say_why = make_tests("week7_gpu_machinery_and_a_gpt", WRONG, n_tasks=6)
