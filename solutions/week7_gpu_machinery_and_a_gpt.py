@@ -631,6 +631,7 @@ check("max_first(x_ties.T, 0): the gradient along axis 0", grad, first_grad.T)
 
 # %% tags=["hidden-test"]
 # POINTS: max's gradient 2
+# SHORTCUTS: uopc.mixin.windows._max_pool_grad
 ### BEGIN HIDDEN TESTS
 _cases = [("ties of 0, 1, 2", (6, 9), 1), ("ties along axis 0", (7, 5), 0), ("a 3-D tensor, last axis", (2, 3, 4), 2),
           ("rows all equal", (3, 4), 1), ("-inf in every row", (4, 6), 1)]
