@@ -320,6 +320,16 @@ with threadpool_limits(1):
 (s_name, s_ms, s_again) = debug3["first"][0][0]
 say(fault_story(s_name, s_ms, s_again, debug3["first"][1], debug3["later"][1],
                 "on its first run, on fresh temporaries,", "again on the same memory"))
+slower = [name for name, ms, again in debug3["first"][0] if again is not None and again > ms]
+if slower:   # a first run faster than its repeat: nothing about memory explains it, so say what does
+  say(f"In the first realize {len(slower)} of the {len(debug3['first'][0])} kernels ({', '.join(slower)}) took "
+      f"longer `again` than the first time. Memory does not explain that: the repeat finds every page already "
+      f"mapped, so it never has more to pay than the first run. A kernel whose first run had few pages to fault "
+      f"(it reads what an earlier kernel wrote, and writes a small result) shows instead the noise of a single run "
+      f"of a few milliseconds on a machine shared with other work (another process taking the core, the clock "
+      f"changing speed), which goes either way. The fault count is the measure of what a first run pays; one run's "
+      f"time is not.")
+else: say("No kernel took longer `again` than the first time in this run.")
 
 # %% [markdown]
 # The first version of the runtime paid the page faults on every call, because realize allocated the plan's

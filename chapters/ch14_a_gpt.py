@@ -75,8 +75,7 @@ for a, b in zip(x, y): print(repr(tok.decode(a)), "->", repr(tok.decode(b)))
 # formula in NumPy, in float64 (so agreement to 1e-12 means the same arithmetic, not luck):
 
 # %%
-from uopc.dtype import dtypes
-from uopc.tensor import Tensor
+from uopc import Tensor, TinyJit, dtypes, nn, no_grad   # what `from torch import Tensor, nn, no_grad` gives
 
 
 def layernorm(x, w, b, eps=1e-5):                                       # x (..., C)
@@ -164,27 +163,24 @@ print(f"{'AdamW update':22s} = NumPy (float64, within 1e-12): "
       f"{all(same(a, b) for a, b in zip(new, adamw_np(p0, g0, m0, v0, *args)))}")
 
 # %% [markdown]
-# `uopc.nn` has the same pieces as modules that own their parameters (`LayerNorm`, and in `uopc.nn.gpt` the
+# `uopc.nn` has the same pieces as modules that own their parameters (`nn.LayerNorm`, and in `uopc.nn.gpt` the
 # `CausalSelfAttention` and `MLP` of a block), and `uopc.optim.AdamW` keeps m, v and the step count itself. Load
-# the weights above into them and they give the same numbers:
+# the weights above into them with `load_state_dict`, as in PyTorch (a module's `state_dict()` names its
+# parameters: `qkv.weight`, `proj.bias`, ...), and they give the same numbers:
 
 # %%
-from uopc.nn import GPTConfig, LayerNorm
 from uopc.nn.gpt import MLP, CausalSelfAttention
 from uopc.optim import AdamW
 
-
-def load(module, arrays):
-  for p, a in zip(module.parameters(), arrays): p.uop = Tensor(a).uop
-
-
-piece_cfg = GPTConfig(vocab_size=11, block_size=5, n_layer=1, n_head=H, n_embd=C)
-ln_mod = LayerNorm(C, dtype=dtypes.f64)
+piece_cfg = nn.GPTConfig(vocab_size=11, block_size=5, n_layer=1, n_head=H, n_embd=C)
+ln_mod = nn.LayerNorm(C, dtype=dtypes.f64)
 att_mod = CausalSelfAttention(piece_cfg, np.random.default_rng(1), dtypes.f64)
 mlp_mod = MLP(piece_cfg, np.random.default_rng(2), dtypes.f64)
-load(ln_mod, [W["ln_w"], W["ln_b"]])
-load(att_mod, [W["qkv_w"], W["qkv_b"], W["proj_w"], W["proj_b"]])
-load(mlp_mod, [W["fc_w"], W["fc_b"], W["out_w"], W["out_b"]])
+ln_mod.load_state_dict({"weight": W["ln_w"], "bias": W["ln_b"]})
+att_mod.load_state_dict({"qkv.weight": W["qkv_w"], "qkv.bias": W["qkv_b"], "proj.weight": W["proj_w"],
+                         "proj.bias": W["proj_b"]})
+mlp_mod.load_state_dict({"fc.weight": W["fc_w"], "fc.bias": W["fc_b"], "proj.weight": W["out_w"],
+                         "proj.bias": W["out_b"]})
 for name, module in (("LayerNorm", ln_mod), ("causal self-attention", att_mod), ("MLP", mlp_mod)):
   print(f"uopc.nn {name:22s} = the notebook's: {same(module(Tensor(X)).numpy(), mine[name])}")
 p = Tensor(p0, requires_grad=True)
@@ -206,7 +202,6 @@ print(f"uopc.optim.AdamW, step 1 = the notebook's: {same(p.numpy(), step1.numpy(
 # orders of magnitude.
 
 # %%
-from uopc.nn import Embedding, Linear
 from uopc.optim import realize
 
 
@@ -238,8 +233,8 @@ xs = rng.standard_normal((4, 6, 8))                                     # (B, T,
 probe = rng.standard_normal((4, 6, 5))                                  # a fixed direction: loss = sum(out * probe)
 
 # Linear then LayerNorm: y = LN(x W^T + b)
-lin, ln = Linear(8, 5, seed=1), LayerNorm(5)
-ln.weight.uop = Tensor(rng.uniform(0.5, 1.5, 5)).uop                   # not all ones, so its gradient is tested
+lin, ln = nn.Linear(8, 5, seed=1), nn.LayerNorm(5)
+nn.init.uniform_(ln.weight, 0.5, 1.5)                                   # not all ones, so its gradient is tested
 as_f64(lin, ln)
 def ln_np(a):
   z = xs @ a[0].T + a[1]
@@ -249,7 +244,7 @@ grad_check("Linear, LayerNorm", lambda: (ln(lin(Tensor(xs))) * Tensor(probe)).su
            [lin.weight, lin.bias, ln.weight, ln.bias])
 
 # Embedding: a lookup whose gradient adds up the rows that were used (index 3 is used twice)
-emb, idx = Embedding(7, 5, seed=2), np.array([[3, 1, 3], [0, 6, 2]], np.int32)
+emb, idx = nn.Embedding(7, 5, seed=2), np.array([[3, 1, 3], [0, 6, 2]], np.int32)
 as_f64(emb)
 pe = rng.standard_normal((2, 3, 5))
 grad_check("Embedding", lambda: (emb(idx) * Tensor(pe)).sum(), lambda a: float((a[0][idx] * pe).sum()),
@@ -429,9 +424,7 @@ print(f"the other {len(order) - 5} kernels: {sum(kt['kernel_s'][j] for j in orde
 # its second-call value.
 
 # %% tags=["nbval-ignore-output"]
-from uopc.jit import TinyJit
-
-
+@no_grad()   # evaluation builds no backward graph, as under torch.no_grad()
 def val_loss(m, batches=4, seed=1234):
   r = np.random.default_rng(seed)
   m.eval()
@@ -523,9 +516,7 @@ for what, ws in (("of 3 letters or fewer", [w for w in words if len(w) <= 3]),
 # replay drops different elements, and the same seed reproduces the run, captured or not:
 
 # %%
-from uopc.nn import Dropout
-
-drop, lin8 = Dropout(0.5, seed=0), Linear(8, 8, seed=0)
+drop, lin8 = nn.Dropout(0.5, seed=0), nn.Linear(8, 8, seed=0)
 
 
 @TinyJit
@@ -646,7 +637,11 @@ if not all(f.exists() for f in files):
         "Run `make outputs` (or `python scripts/outputs.py --only gpt`) to train the baby GPT and write them.")
 else:
   bench_txt = OUT / "gpt_baby_bench.txt"
-  if bench_txt.exists(): print("\n".join(ln for ln in bench_txt.read_text().splitlines() if "family" in ln))
+  if bench_txt.exists():   # the speed comparison: each implementation's step timed in a process of its own
+    bench = bench_txt.read_text().splitlines()
+    first = next((k for k, ln in enumerate(bench) if ln.startswith("impl ") and "step" in ln), None)
+    print("\n".join(ln for ln in bench if "family" in ln or ln.startswith("# cpu ")))
+    if first is not None: print("\n".join(bench[first:first + 5]))
   print(files[2].read_text())
   curves = np.genfromtxt(files[0], delimiter=",", names=True)
   vals = np.genfromtxt(files[1], delimiter=",", names=True, ndmin=1)
@@ -667,10 +662,13 @@ else:
   print(files[3].read_text())
 
 # %% [markdown]
-# Read the summary's numbers, not this paragraph's: it prints each run's wall time and final validation loss (200
-# fixed batches) and, with the twin, the largest difference between the two training losses over the first 10
-# steps, where both compute the same float32 arithmetic on the same data; later the curves drift apart by
-# rounding, and their validation losses are then compared, not their steps.
+# Read the printed numbers, not this paragraph's. The bench's table, first, is the speed comparison: each
+# implementation's step timed in a process of its own (on the machine its header names). The twin's summary
+# times nothing: it gives each run's final validation loss (200 fixed batches) and the largest difference between
+# the two training losses over the first 10 steps, where both compute the same float32 arithmetic on the same
+# data. In the run stored here the two curves lie on top of each other and the validation losses agree to the
+# digits printed. The sums of the two libraries are not rounded in the same order, so on another machine or after
+# more steps the curves may part by rounding: compare their validation losses then, not their steps.
 #
 # ## 14.9 The step as one program
 #
@@ -687,7 +685,10 @@ else:
 # cached like any kernel) and a replay is one call. The kernels themselves are rendered again from their loop
 # programs with three words changed, and compute bit for bit what the kernels compute one by one.
 #
-# The training step of 14.5 was captured that way. What its program holds, and the first lines of its step function:
+# The training step of 14.5 was captured that way. What its program holds, and the first lines of its step function.
+# A **write-back** there is the copy of one of a realize's outputs into the array it was `assign`ed to: a
+# parameter's or an AdamW moment's new value is computed into an output buffer of the plan, then copied over the
+# old value (in the program, a loop of `memcpy` shared among the threads).
 
 # %%
 prog = train_step.graph.program.step

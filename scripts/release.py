@@ -34,6 +34,7 @@ EXCLUDE_FILES = {"Makefile", "README.md", "scripts/student_readme.md",   # the t
                  "tests/assignment_grading.py", "tests/course/test_assignments_tool.py", "tests/course/test_release.py",
                  "tests/course/test_prose_check.py",   # the instructor's prose rules, tested on solutions/ too
                  "tests/course/test_visible_checks_catch.py",   # plants the solutions' wrong answers
+                 "tests/course/test_needs_stored_output.py",   # the instructor's tree: solutions' stored outputs
                  "tests/test_architecture.py"}   # checks the whole repository's layout (solutions/ included)
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 HIDDEN_TAGS = {"hidden-test", "hidden-setup", "answer"}

@@ -54,7 +54,7 @@ import time
 import tracemalloc
 import cffi
 import numpy as np
-from uopc.checks import check, check_below, check_raises
+from uopc.checks import check, check_below, check_raises, check_runs
 
 
 def attention(q, k, v):
@@ -347,7 +347,9 @@ class CheckedProgram(MiniProgram):
 # %%
 checked = CheckedProgram(ADD, "add")
 x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
-checked(x, x, y, 8)
+# a call that must succeed is named with its arguments: an error it raises says which call raised it
+check_runs("checked(x, x, y, 8), the right arguments for add(const float* a, const float* b, float* out, int n): "
+           "three C-contiguous float32 arrays of 8 and the int 8", lambda: checked(x, x, y, 8))
 check("checked(x, x, y, 8) with right arguments: y", y, np.full(8, 2, np.float32))
 for what, bad, says in (("3 arguments for 4 parameters", (x, x, y), ("4", "3")),
                         ("a float64 array as argument 1", (x, x.astype(np.float64), y, 8), ("argument 1", "float64")),
@@ -356,8 +358,8 @@ for what, bad, says in (("3 arguments for 4 parameters", (x, x, y), ("4", "3")),
   check_raises(f"checked(...) with {what}", lambda: checked(*bad), TypeError, says)
 
 # %% [markdown]
-# Expected: four `ok` lines: the right call adds, and each wrong call raises a TypeError that says what is wrong
-# (the argument count, `argument 1` with float64, `argument 2` not contiguous).
+# Expected: five `ok` lines: the right call raises nothing and adds, and each wrong call raises a TypeError that says
+# what is wrong (the argument count, `argument 1` with float64, `argument 2` not contiguous).
 
 # %% tags=["hidden-test"]
 # POINTS: check the arguments 2
@@ -367,7 +369,7 @@ _prg = CheckedProgram("""void axpy(float* y, const double* x, int n, const int* 
   for (int i = 0; i < n; i++) y[idx[i]] += (float)x[i];
 }""", "axpy")
 _y, _x, _idx = np.zeros(4, np.float32), seeded(2).standard_normal(4), seeded(3).permutation(4).astype(np.int32)
-_prg(_y, _x, 4, _idx)
+record("right call", raised(lambda: _prg(_y, _x, 4, _idx)))
 record("y", _y)
 record("3 of 4", raised(lambda: _prg(_y, _x, 4)))
 record("float32 x", raised(lambda: _prg(_y, _x.astype(np.float32), 4, _idx)))
@@ -375,6 +377,12 @@ record("int64 idx", raised(lambda: _prg(_y, _x, 4, _idx.astype(np.int64))))
 record("strided y", raised(lambda: _prg(np.zeros((4, 2), np.float32)[:, 1], _x, 4, _idx)))
 record("list y", raised(lambda: _prg([0.0] * 4, _x, 4, _idx)))
 # JUDGE
+_right = recorded["right call"]
+if not isinstance(_right, dict) or _right.get("raised") is not None:   # named: a bare TypeError says no call
+  _got = f"{_right.get('raised')}({_right.get('message')!r})" if isinstance(_right, dict) else repr(_right)[:80]
+  raise AssertionError(f"CheckedProgram(axpy)(y, x, 4, idx), the right arguments for axpy(float* y, const double* x, "
+                       f"int n, const int* idx): float32 y, float64 x, the int 4, int32 idx, each C-contiguous: "
+                       f"expected no error, got {_got}")
 _x, _idx, _want = seeded(2).standard_normal(4), seeded(3).permutation(4), np.zeros(4, np.float32)
 _want[_idx] += _x.astype(np.float32)
 gradelib.expect_close(recorded["y"], _want, "CheckedProgram(axpy) on right arguments: y", tol=1e-6)

@@ -320,12 +320,14 @@ def run_argmax(build, a: np.ndarray, threads: int | None = None) -> np.ndarray:
 a = np.array([[1, 3, 3, 2], [5, 1, 5, 0], [-1, -2, -3, -4], [-3, -1, -2, -4]], np.float32)
 src = render_c(argmax_program(4, 4), "argmax")
 print(src)
+# the loops of a 5 x 3 program, by extent: the row loop (5) is told apart from the column loop (3)
+check("the THREAD loops of argmax_program(5, 3), by extent (the row loop, 5 rows, and no other)",
+      tuple(r.src[0].arg for r in ranges_in(argmax_program(5, 3)) if r.arg[1] is AxisType.THREAD), (5,))
 lines = src.splitlines()
-check("'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop)",
-      sum("#pragma omp parallel for" in line for line in lines), 1)
-parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)
-check("accumulators declared before the parallel loop (one variable shared by all its threads)",
-      [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))], [])
+parallel = next(n for n, line in enumerate(lines) if "#pragma omp parallel for" in line)   # the row loop's, by now
+above = [line.strip() for line in lines[:parallel] if line.strip().startswith(("float acc", "int acc"))]
+check("acc declarations above the row loop's '#pragma omp parallel for' (outside the loop: one variable that all its "
+      "threads share)", above, [])
 check("argmax_program(4, 4) on a", run_argmax(argmax_program, a), a.argmax(1).astype(np.int32))
 big = np.random.default_rng(0).standard_normal((300, 11)).astype(np.float32)
 # read from the program, not a run: the same verdict on any machine, any number of threads, with or without OpenMP
@@ -335,11 +337,11 @@ check_threads_agree("argmax_program(300, 11) on 8 threads and on one", lambda t:
 check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big), big.argmax(1).astype(np.int32))
 
 # %% [markdown]
-# Expected: six `ok` lines: one parallel loop, both `acc` declarations inside it, `[1 0 0 1]` for `a`, no race in
-# the program (`uopc.races` reads its indices: state placed outside the THREAD loop is one variable that all its
-# iterations share), the same values on 8 threads as on one, and the same as NumPy on random rows. The index
-# update uses the comparison with the *old* maximum, so it must read the max before the max's own update stores the
-# new one: both come from the same load, made before either store.
+# Expected: six `ok` lines: the row loop the one THREAD loop, both `acc` declarations inside it, `[1 0 0 1]` for
+# `a`, no race in the program (`uopc.races` reads its indices: state placed outside the THREAD loop is one variable
+# that all its iterations share), the same values on 8 threads as on one, and the same as NumPy on random rows. The
+# index update uses the comparison with the *old* maximum, so it must read the max before the max's own update stores
+# the new one: both come from the same load, made before either store.
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
@@ -361,9 +363,11 @@ _r = seeded(5)
 _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
           ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
           ("the max last", np.tile(np.arange(10.0), (4, 1))))
+from uopc.races import thread_races as _thread_races   # to name a race the runs show: which loop, which variable
 for _what, _a in _cases:
   record(_what, _run_argmax(_a, 8))
   record(f"{_what}, one thread", _run_argmax(_a, 1))
+  record(f"{_what}, a race", [str(_race) for _race in _thread_races(argmax_program(*_a.shape)) if _race.certain][:1])
 # JUDGE
 _r = seeded(5)
 _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
@@ -372,8 +376,10 @@ _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r
 for _what, _a in _cases:
   _want = np.argmax(_a, 1).astype(np.int32)
   if np.array_equal(recorded[f"{_what}, one thread"], _want) and not np.array_equal(recorded[_what], _want):
-    raise AssertionError(f"argmax_program on {_what} {_a.shape}: right on one thread, wrong on 8: a data race (state "
-                         f"shared by the threads of the row loop?)")
+    _race = recorded[f"{_what}, a race"]   # what the program's indices show, else no guess at the cause
+    _why = _race[0] if isinstance(_race, list) and _race and isinstance(_race[0], str) else \
+      "a data race (its values change with the number of threads)"
+    raise AssertionError(f"argmax_program on {_what} {_a.shape}: right on one thread, wrong on 8: {_why}")
   gradelib.expect_equal(recorded[_what], _want, f"argmax_program on {_what} {_a.shape}, 8 threads: the index per row")
 ### END HIDDEN TESTS
 
@@ -384,9 +390,15 @@ record("src", str(render_c(argmax_program(16, 8), "argmax")))
 from uopc.races import thread_races as _thread_races   # the visible check's analysis: a race on any machine
 record("races", [str(_race) for _race in _thread_races(argmax_program(16, 8)) if _race.certain])
 # JUDGE
+# each message names only what was checked and found: which loops are parallel first, the declarations only once the
+# row loop is the one parallel loop (a parallel column loop has the right accumulators above its pragma)
 _lines = gradelib.text(recorded["src"], "argmax_program(16, 8)").splitlines()
-_par = next((n for n, line in enumerate(_lines) if "#pragma omp parallel for" in line), None)
-assert _par is not None, "argmax_program: no parallel loop (make the row loop AxisType.THREAD)"
+_pars = [n for n, line in enumerate(_lines[:-1]) if "#pragma omp parallel for" in line]
+_trips = [int(m.group(2)) if (m := gradelib.LOOP.search(_lines[n + 1])) else None for n in _pars]
+assert _trips, "argmax_program(16, 8): no parallel loop (make the row loop, 16 rows, AxisType.THREAD)"
+assert _trips == [16], (f"argmax_program(16, 8): parallel loops of {_trips} trips; expected the row loop (16 rows) "
+                        f"alone (the column loop's iterations update one running max in turn: a plain loop)")
+_par = _pars[0]
 _outside = [line.strip() for line in _lines[:_par] if re.match(r"\s*(float|int) acc\d+", line)]
 assert not _outside, (f"argmax_program: {', '.join(_outside)} declared outside the parallel loop: one variable "
                       f"shared by every thread (place it with .after(i), not .after())")

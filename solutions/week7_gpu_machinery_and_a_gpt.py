@@ -27,12 +27,14 @@
 # | 13.3b | emulate one mma | 3 |
 # | 14.2 | AdamW step | 3 |
 # | 14.3 | count the parameters | 2 |
+# | 14.2b | max's gradient | 2 |
 #
 # An exercise's number is the section of its chapter that it practises (not a place in the list of exercises at
 # the chapter's end): 13.2 the bank conflicts of section 13.2, and the padding that Chapter 13's exercise 2 puts
 # into `lower_local_tile`; 13.3a and 13.3b the fragment tables and the lane-by-lane mma of 13.3; 14.2 AdamW's
 # update, written from Tensor ops in 14.2; 14.3 the parameters of 14.3's GPT, which Chapter 14's exercise 1 counts
-# by hand.
+# by hand; 14.2b, last, a piece in 14.2's way, with the gradient rule for tied maxima that PyTorch's max(dim) and
+# uopc's max_pool2d follow (Chapter 9.8).
 #
 # Everything here runs on the CPU, with NumPy and uopc's CPU device: no GPU and no OpenCL device is needed. The
 # whole notebook runs in well under a minute on two cores.
@@ -556,4 +558,126 @@ _configs = [dict(tie_weights=False), dict(vocab_size=11, block_size=6, n_layer=2
 for _kw in _configs:
   gradelib.expect_equal(recorded[f"{_kw}"], _GPT(_GPTConfig(**_kw), seed=0).num_parameters(),
                         f"gpt_parameters(GPTConfig({', '.join(f'{_k}={_v}' for _k, _v in _kw.items())}))")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 14.2b: max's gradient
+#
+# **Worked example.** Where a row's maximum is tied, its gradient has a rule to choose. `x.max(axis)` follows
+# `amax`'s (Chapter 9.8's table): the gradient is shared equally among the tied maxima. Written out from Tensor ops,
+# as 14.2 writes its pieces: a mask of every maximum (a comparison: a constant, no gradient flows through it), each
+# one's share, and a sum that weighs x by the shares. Its values and gradient are those of `x.max(axis)`:
+
+# %%
+from uopc.dtype import dtypes
+
+
+def max_shared(x: Tensor, axis: int) -> Tensor:
+  """x.max(axis), with amax's tie rule written out: each output's gradient shared equally among its tied maxima."""
+  top = (x == x.max(axis, keepdim=True)).cast(dtypes.f32)      # 1 at every maximum of the row
+  share = top / top.sum(axis, keepdim=True)                     # 1/k at each of k tied maxima
+  return (top > 0).where(x * share, 0.0).sum(axis)              # where, not top * x: 0 * -inf would be NaN
+
+
+def grad_of(fn, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(fn(x) as an array, the gradient of sum(fn(x) * w) with respect to x)."""
+  xt = Tensor(x, requires_grad=True)
+  out = fn(xt)
+  (out * Tensor(w)).sum().backward()
+  return out.numpy(), xt.grad.numpy()
+
+
+ties = np.array([[1, 3, 3, 2], [5, 1, 5, 5], [-np.inf, 0, 1, -np.inf]], np.float32)
+w3 = np.array([1.0, 3.0, 2.0], np.float32)
+for name, fn in (("max_shared", lambda t: max_shared(t, 1)), ("x.max", lambda t: t.max(1))):
+  values, grad = grad_of(fn, ties, w3)
+  print(f"{name}: values {values}, gradient\n{grad}")
+
+# %% [markdown]
+# **Your task.** `max_first(x, axis)`: the values of `x.max(axis)`, with PyTorch's tie rule for the gradient of
+# `torch.max(x, dim)`, which uopc's `max_pool2d` follows too (Chapter 9.8): each output's gradient goes *whole* to
+# the first maximum of its row, the index `x.argmax(axis)` returns; the other tied maxima get nothing. From Tensor
+# ops, for an axis of any tensor; a row may hold -inf.
+
+# %%
+# TASK: max's gradient
+def max_first(x: Tensor, axis: int) -> Tensor:
+  """x.max(axis); each output's gradient goes whole to its first maximum (the index x.argmax(axis) returns)."""
+  ### BEGIN SOLUTION
+  shape = [1] * len(x.shape)
+  shape[axis] = x.shape[axis]
+  first = Tensor.arange(x.shape[axis]).reshape(*shape) == x.argmax(axis, keepdim=True)   # one-hot: a constant
+  return first.where(x, 0.0).sum(axis)
+  ### END SOLUTION
+
+
+# %%
+# ties in rows 0, 1 (three maxima) and 3; row 2 holds -inf; w weighs each row's output differently
+x_ties = np.array([[1, 3, 3, 2], [5, 1, 5, 5], [-np.inf, 0, 1, -np.inf], [-3, -1, -2, -1]], np.float32)
+w = np.array([1.0, 3.0, 2.0, 4.0], np.float32)
+first_grad = np.zeros_like(x_ties)
+first_grad[np.arange(4), x_ties.argmax(1)] = w
+values, grad = grad_of(lambda t: max_first(t, 1), x_ties, w)
+print(f"values {values}, gradient\n{grad}")
+check("max_first(x_ties, 1): values", values, x_ties.max(1))
+check("max_first(x_ties, 1): the gradient of sum(out * w), each row's w[i] whole at its first maximum", grad,
+      first_grad)
+values, grad = grad_of(lambda t: max_first(t, 0), np.ascontiguousarray(x_ties.T), w)
+check("max_first(x_ties.T, 0): the gradient along axis 0", grad, first_grad.T)
+
+# %% [markdown]
+# Expected: three `ok` lines: values `[3 5 1 -1]`, and in each row of the gradient one nonzero, that row's w at its
+# first maximum (where `x.max` shares it: 0.5, 1 and 2 at each tied maximum of rows 0, 1 and 3).
+
+# %% tags=["hidden-test"]
+# POINTS: max's gradient 2
+# SHORTCUTS: uopc.mixin.windows._max_pool_grad
+### BEGIN HIDDEN TESTS
+_cases = [("ties of 0, 1, 2", (6, 9), 1), ("ties along axis 0", (7, 5), 0), ("a 3-D tensor, last axis", (2, 3, 4), 2),
+          ("rows all equal", (3, 4), 1), ("-inf in every row", (4, 6), 1)]
+
+
+def _input(_k, _shape, _what):
+  _x = seeded(30, _k).integers(0, 3, _shape).astype(np.float32)
+  if _what == "rows all equal": _x[:] = 2.0
+  if _what == "-inf in every row": _x[:, ::2] = -np.inf
+  return _x
+
+
+for _k, (_what, _shape, _axis) in enumerate(_cases):
+  _xt = Tensor(_input(_k, _shape, _what), requires_grad=True)
+  _out = max_first(_xt, _axis)
+  _wt = seeded(31, _k).uniform(0.5, 2.0, np.delete(np.array(_shape), _axis)).astype(np.float32)
+  (_out * Tensor(_wt)).sum().backward()
+  record(f"{_what}: values", _out.numpy())
+  record(f"{_what}: gradient", _xt.grad.numpy())
+# JUDGE
+_cases = [("ties of 0, 1, 2", (6, 9), 1), ("ties along axis 0", (7, 5), 0), ("a 3-D tensor, last axis", (2, 3, 4), 2),
+          ("rows all equal", (3, 4), 1), ("-inf in every row", (4, 6), 1)]
+
+
+def _input(_k, _shape, _what):
+  _x = seeded(30, _k).integers(0, 3, _shape).astype(np.float32)
+  if _what == "rows all equal": _x[:] = 2.0
+  if _what == "-inf in every row": _x[:, ::2] = -np.inf
+  return _x
+
+
+for _k, (_what, _shape, _axis) in enumerate(_cases):
+  _x = _input(_k, _shape, _what)
+  _wt = seeded(31, _k).uniform(0.5, 2.0, np.delete(np.array(_shape), _axis)).astype(np.float32)
+  _where = f"max_first(x, {_axis}) on {_what} {_shape}"
+  gradelib.expect_close(recorded[f"{_what}: values"], _x.max(_axis), f"{_where}: values", tol=1e-6)
+  _w = np.expand_dims(_wt, _axis)
+  _first = np.expand_dims(_x.argmax(_axis), _axis) == np.arange(_shape[_axis]).reshape(
+    [-1 if _a == _axis else 1 for _a in range(len(_shape))])
+  _top = _x == _x.max(_axis, keepdims=True)
+  _got = recorded[f"{_what}: gradient"]
+  try: gradelib.expect_close(_got, np.where(_first, _w, 0.0), f"{_where}: the gradient of sum(out * w)", tol=1e-6)
+  except AssertionError as _e:
+    _shared = np.where(_top, _w / _top.sum(_axis, keepdims=True), 0.0)   # amax's rule, x.max's
+    if np.shape(_got) == _shared.shape and np.allclose(np.asarray(_got, np.float64), _shared, atol=1e-6):
+      raise AssertionError(f"{_e}. It is the gradient shared equally among the tied maxima (amax's rule, which "
+                           f"x.max(axis) follows); PyTorch's max(dim) gives it whole to the first maximum") from None
+    raise
 ### END HIDDEN TESTS

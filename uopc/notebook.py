@@ -14,6 +14,7 @@ inside IPython (uopc/__init__.py); `%load_ext uopc.notebook` does it by hand.
 from __future__ import annotations
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -80,15 +81,33 @@ def stored_outputs(source: str, folders: list[Path] | None = None) -> tuple[Path
   return None
 
 
+CHECKED = re.compile(r"^ok: (.*)$", re.M)   # the line uopc.checks prints for a check that held
+
+
+def unchecked(text: str) -> str:
+  """Stored text with each check's `ok: <what>` line replaced: a check that did not run here never shows an ok (the
+  stored line may come from another notebook with the same cell, a solution's run under a student's)."""
+  return CHECKED.sub(r"[not checked here: \1]", text)
+
+
+def shown_path(path: Path) -> str:
+  """path as the reader can find it: from the working folder, else from the book's root (solutions/week6_...)."""
+  for base in (Path.cwd(), ROOT):
+    try: return str(path.resolve().relative_to(base.resolve()))
+    except ValueError: continue
+  return str(path)
+
+
 def show(outputs: list) -> None:
-  """Outputs as a notebook stored them: streams printed, displays (text, images) displayed."""
+  """Outputs as a notebook stored them: streams printed (checks' ok lines as not checked here), displays (text,
+  images) displayed."""
   from IPython.display import display
   for o in outputs:
     kind = o.get("output_type")
     if kind == "stream":
       text = o.get("text", "")
-      print("".join(text) if isinstance(text, list) else text, end="", file=sys.stderr if o.get("name") == "stderr"
-            else sys.stdout)
+      print(unchecked("".join(text) if isinstance(text, list) else text), end="",
+            file=sys.stderr if o.get("name") == "stderr" else sys.stdout)
     elif kind in ("display_data", "execute_result"):   # a notebook file splits text into lines: join them again
       data = {k: "".join(v) if isinstance(v, list) else v for k, v in o.get("data", {}).items()}
       display(data, raw=True, metadata=o.get("metadata", {}))
@@ -120,7 +139,7 @@ def needs(line: str, cell: str):
   for name, why in absent: print(f"[{name} is not available here: {why}]")
   found = stored_outputs(f"%%needs {line}\n{cell}")
   if found is None: print("[so this cell did not run; no output of it is stored to show instead]"); return None
-  print(f"[so this cell did not run; the output stored in {found[0].name} follows]")
+  print(f"[so this cell did not run; the output stored in {shown_path(found[0])} follows]")
   show(found[1])
 
 

@@ -95,7 +95,7 @@ def test_week6_checks_name_the_wrong_helper_and_count_the_kernels(tmp_path):
 
 def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
   import numpy as np
-  from uopc.checks import check, check_below, check_raises
+  from uopc.checks import check, check_below, check_raises, check_runs
   cases = [
     (lambda: check("cost(1)", {"flops": 4, "io": 2}, {"flops": 4, "io": 3}), "cost(1)['io']: expected 3, got 2"),
     (lambda: check("out", np.array([1.0, np.nan]), np.ones(2), atol=1e-6), "out: NaN in 1 of 2 elements"),
@@ -105,6 +105,8 @@ def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
     (lambda: check_below("peak", 5, 4), "peak: expected below 4, got 5"),
     (lambda: check_raises("f()", lambda: None, TypeError), "f(): expected TypeError, got no error"),
     (lambda: check_raises("g()", lambda: int("x"), TypeError, ("arg",)), "g(): expected TypeError whose message"),
+    (lambda: check_runs("int('x')", lambda: int("x")),
+     "int('x'): expected no error, got ValueError(\"invalid literal for int() with base 10: 'x'\")"),
   ]
   for fn, says in cases:
     with pytest.raises(AssertionError) as e: fn()
@@ -112,9 +114,11 @@ def test_check_messages_name_the_quantity_and_show_expected_against_got(capsys):
   check("n", 3, 3.0)
   check("x", np.arange(3) * 0.1, [0, 0.1, 0.2], rtol=1e-12)
   check_raises("h()", lambda: int("x"), ValueError, ("invalid",))
-  assert capsys.readouterr().out == "ok: n\nok: x\nok: h()\n"
+  assert check_runs("int('3')", lambda: int("3")) == 3
+  assert capsys.readouterr().out == "ok: n\nok: x\nok: h()\nok: int('3')\n"
   def stub(): raise NotImplementedError("task")
   with pytest.raises(NotImplementedError): check_raises("stub()", stub, TypeError)   # not attempted: skipped
+  with pytest.raises(NotImplementedError): check_runs("stub()", stub)
 
 
 def test_a_list_of_tuples_is_compared_as_tuples():
@@ -157,7 +161,7 @@ WEEK2_FAULTS = [   # the two faults of issue 43: a race that passed on one threa
   ("prefix sum", "k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)",
    "a race: in THREAD loop ridx0 (0 <= ridx0 < 1000), one iteration stores to acc0[0] and another loads acc0[0]"),
   ("running argmax", "i = range_(R, 0, AxisType.THREAD)", "i = range_(R, 0)",
-   "'#pragma omp parallel for' lines in argmax_program's C (the row loop a THREAD loop): expected 1, got 0"),
+   "the THREAD loops of argmax_program(5, 3), by extent (the row loop, 5 rows, and no other): expected (5,), got ()"),
 ]
 
 
@@ -173,6 +177,36 @@ def test_week2_a_racing_prefix_sum_and_an_argmax_without_threads_fail_with_their
     assert f"task {task!r}, code cell " in message and "In [" in message and "AssertionError: " in message, message
     assert says in message, message
     assert "StopIteration" not in message, message
+
+
+def test_week2_a_parallel_column_loop_is_named_not_the_accumulators(tmp_path):
+  """issue 49: the row loop plain and the column loop THREAD passed the count of parallel loops (one), and then the
+  declaration check blamed the accumulators, placed right inside the row loop, for sitting above that loop's pragma."""
+  name = WEEKS[2]
+  path = tmp_path / f"{name}.ipynb"
+  changes = [("i = range_(R, 0, AxisType.THREAD)", "i = range_(R, 0)"),
+             ("j = range_(C, 1)", "j = range_(C, 1, AxisType.THREAD)")]
+  nbformat.write(planted(name, [Wrong("running argmax", old, new, "") for old, new in changes]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "running argmax")
+  message = str(failed.value)
+  assert "the THREAD loops of argmax_program(5, 3), by extent (the row loop, 5 rows, and no other): expected (5,), " \
+         "got (3,)" in message, message
+  assert "acc" not in message.split("AssertionError: ", 1)[1], message
+
+
+def test_week1_a_call_that_must_succeed_says_which_call_raised(tmp_path):
+  """issue 49: a CheckedProgram that checks the int parameter n as an array raised a bare TypeError on the right
+  call, with no word of which call it was; now the check names the call and its arguments."""
+  name = WEEKS[1]
+  path = tmp_path / f"{name}.ipynb"
+  changes = [('      if t.kind != "pointer": continue\n', ""),
+             ("want = np.dtype(C_TYPES[t.item.cname])",
+              'want = np.dtype(C_TYPES[t.item.cname if t.kind == "pointer" else t.cname])')]
+  nbformat.write(planted(name, [Wrong("check the arguments", old, new, "") for old, new in changes]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "check the arguments")
+  assert "): AssertionError: checked(x, x, y, 8), the right arguments for add(const float* a, const float* b, " \
+         "float* out, int n): three C-contiguous float32 arrays of 8 and the int 8: expected no error, got " \
+         "TypeError('argument 3: a int, expected a int32 array')" in str(failed.value), str(failed.value)
 
 
 def test_week1_a_loop_past_n_writes_into_a_guard_zone(tmp_path):
@@ -312,3 +346,15 @@ def test_the_per_cell_limit_is_the_graders():
   args = fn.args.args[-len(fn.args.defaults):]
   default = next(ast.literal_eval(d) for a, d in zip(args, fn.args.defaults) if a.arg == "timeout")
   if "UOPC_CHECK_TIMEOUT" not in os.environ: assert student.CELL_TIMEOUT == default
+
+
+def test_week7_the_split_tie_rule_fails_the_visible_gradient_check(tmp_path):
+  """issue 47: max's gradient whole at the first maximum (PyTorch's max(dim)); x.max's own rule, which shares it among
+  tied maxima, has the right values and fails on the visible input's ties."""
+  name = WEEKS[7]
+  path = tmp_path / f"{name}.ipynb"
+  nbformat.write(planted(name, [Wrong("max's gradient", "  return first.where(x, 0.0).sum(axis)",
+                                      "  return x.max(axis)", "")]), path)
+  with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, "max's gradient")
+  assert "AssertionError: max_first(x_ties, 1): the gradient of sum(out * w), each row's w[i] whole at its first " \
+         "maximum: 7 of 16 elements differ" in str(failed.value), str(failed.value)

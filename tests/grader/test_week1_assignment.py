@@ -21,3 +21,21 @@ WRONG = [
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
   test_wrong_answers_score_partially_and_say_why = make_tests("week1_why_compile", WRONG, n_tasks=4)
+
+
+def test_a_right_call_that_raises_is_named_with_its_arguments(tmp_path):
+  """issue 49: a CheckedProgram that checks the int parameter as an array raised a bare TypeError on the right
+  arguments; the grader names the call, its arguments, and what it raised."""
+  import nbformat
+  from assignment_grading import ROOT, grade, with_wrong
+  wrong = [Wrong("check the arguments", '      if t.kind != "pointer": continue\n', "", ""),
+           Wrong("check the arguments", "want = np.dtype(C_TYPES[t.item.cname])",
+                 'want = np.dtype(C_TYPES[t.item.cname if t.kind == "pointer" else t.cname])', "")]
+  mine = tmp_path / "int_as_array.ipynb"
+  nbformat.write(with_wrong(ROOT / "solutions" / "week1_why_compile.ipynb", wrong), mine)
+  task = grade(mine, tmp_path, "--seed", "1")["tasks"]["check the arguments"]
+  said = " | ".join(t["error"] for t in task["tests"])
+  assert task["points"] == 0, said
+  assert "CheckedProgram(axpy)(y, x, 4, idx), the right arguments for axpy(float* y, const double* x, int n, const " \
+         "int* idx): float32 y, float64 x, the int 4, int32 idx, each C-contiguous: expected no error, got " \
+         "TypeError('argument 2: a int, expected a int32 array')" in said, said

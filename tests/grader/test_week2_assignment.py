@@ -23,3 +23,21 @@ WRONG = [
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
   test_wrong_answers_score_partially_and_say_why = make_tests("week2_uops_and_loops", WRONG, n_tasks=4)
+
+
+def test_a_parallel_column_loop_is_named_by_the_grader_not_the_accumulators(tmp_path):
+  """issue 49: the row loop plain and the column loop THREAD: the accumulators sit right, inside the row loop; the
+  messages name the column loop's race (or, where a run happens to agree, the parallel loop of 8 trips), never the
+  accumulators' place, and the task loses its points."""
+  import nbformat
+  from assignment_grading import ROOT, grade, with_wrong
+  wrong = [Wrong("running argmax", "i = range_(R, 0, AxisType.THREAD)", "i = range_(R, 0)", ""),
+           Wrong("running argmax", "j = range_(C, 1)", "j = range_(C, 1, AxisType.THREAD)", "")]
+  mine = tmp_path / "column.ipynb"
+  nbformat.write(with_wrong(ROOT / "solutions" / "week2_uops_and_loops.ipynb", wrong), mine)
+  task = grade(mine, tmp_path, "--seed", "1")["tasks"]["running argmax"]
+  said = " | ".join(t["error"] for t in task["tests"])
+  assert task["points"] < task["max"], said
+  assert "declared outside" not in said, said
+  assert "a race: in THREAD loop ridx1 (0 <= ridx1 < " in said or "parallel loops of [8] trips; expected the row loop" \
+    in said, said

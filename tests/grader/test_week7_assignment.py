@@ -21,7 +21,29 @@ WRONG = [
   # no bias correction
   Wrong("AdamW step", "mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)", "mhat, vhat = m, v",
         "It is what AdamW gives when the bias corrections are missing"),
+  # the split rule (issue 47): x.max's own gradient, shared among tied maxima, where PyTorch's max(dim) gives it whole
+  # to the first; the values are right
+  Wrong("max's gradient", "  return first.where(x, 0.0).sum(axis)", "  return x.max(axis)",
+        "It is the gradient shared equally among the tied maxima (amax's rule, which x.max(axis) follows)"),
 ]
 
 test_solution_scores_full_marks, test_stub_scores_zero_and_fails_only_with_its_stubs, \
-  test_wrong_answers_score_partially_and_say_why = make_tests("week7_gpu_machinery_and_a_gpt", WRONG, n_tasks=5)
+  test_wrong_answers_score_partially_and_say_why = make_tests("week7_gpu_machinery_and_a_gpt", WRONG, n_tasks=6)
+
+
+def test_max_pool_over_the_whole_row_is_a_shortcut(tmp_path):
+  """max_pool's own gradient rule is this task's answer (the first maximum of a window): a max_first that pools over
+  the whole axis scores 0, naming the guard; the other tasks keep their points."""
+  import nbformat
+  from assignment_grading import ROOT, grade, with_wrong
+  pooled = ("  moved = x.transpose(axis, -1)\n"
+            "  flat = moved.reshape(1, -1, moved.shape[-1])\n"
+            "  return flat.max_pool1d(moved.shape[-1]).reshape(*moved.shape[:-1])")
+  wrong = [Wrong("max's gradient", "  return first.where(x, 0.0).sum(axis)", pooled, "")]
+  mine = tmp_path / "pooled.ipynb"
+  nbformat.write(with_wrong(ROOT / "solutions" / "week7_gpu_machinery_and_a_gpt.ipynb", wrong), mine)
+  score = grade(mine, tmp_path, "--seed", "1")
+  task = score["tasks"]["max's gradient"]
+  said = " | ".join(t["error"] for t in task["tests"])
+  assert task["points"] == 0 and "ShortcutUnavailable: uopc.mixin.windows._max_pool_grad" in said, said
+  assert score["total"] == score["max"] - 2, score["table"]

@@ -79,18 +79,18 @@ def twin(preset_name: str = "baby", steps: int | None = None, out: str | Path | 
     except ImportError: pass
   rows = [f"# twin             preset {preset_name}: {cfg}; {tc}; {model.num_parameters()} parameters; "
           f"{threads} threads; {steps} steps",
-          f"{'impl':<6s} {'wall (s)':>9s} {'ms/step':>8s} {'val loss':>9s}  (validation: {FINAL_EVAL} fixed batches)"]
-  for k, r in runs.items():
-    rows.append(f"{k:<6s} {r['wall_s']:9.1f} {r['wall_s'] / max(steps, 1) * 1e3:8.1f} {r['val']:9.4f}")
+          f"{'impl':<6s} {'val loss':>9s}  (validation: {FINAL_EVAL} fixed batches)"]
+  # no time column: the twin trains PyTorch in this process, where its ops run on uopc's libgomp and its passive wait
+  # policy, and with the evaluations in between; the step times of `python -m uopc.bench gpt` (PyTorch in a process
+  # of its own) are the speed comparison
+  for k, r in runs.items(): rows.append(f"{k:<6s} {r['val']:9.4f}")
   if "torch" in runs:
     n = min(10, steps)
     diff = np.abs(np.array(runs["uopc"]["losses"][:n]) - np.array(runs["torch"]["losses"][:n]))
     rows.append(f"first {n} steps: max |uopc loss - torch loss| = {diff.max():.2e}; validation losses differ by "
                 f"{abs(runs['uopc']['val'] - runs['torch']['val']):.4f}")
-    # the twin trains PyTorch in this process, where its ops run on uopc's libgomp and its passive wait policy:
-    # the step times of `python -m uopc.bench gpt` (PyTorch in a process of its own) are the speed comparison
-    rows.append("wall times: PyTorch here runs in uopc's process, on uopc's OpenMP runtime; not a speed comparison "
-                "(the step times above are)")
+    rows.append("step times: `python -m uopc.bench gpt` (gpt_<preset>_bench.txt), each implementation in a process "
+                "of its own; this run times nothing")
   else: rows.append("torch: not importable (optional twin: pip install torch)")
   if out is not None:
     write(Path(out), preset_name, runs, steps, tc, rows)
