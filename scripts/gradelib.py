@@ -189,8 +189,10 @@ def weighted_count(src: str, pattern: str) -> int:
 
 # --- checks of what a probe recorded in the sandbox (scripts/grader/probe.py) --------------------------------------
 def expect_raised(info: Any, exc: str, what: str, mentions: tuple[str, ...] = ()) -> None:
-  """info (what probe.raised recorded: the exception's class names and message) says exc was raised, with a message
-  that mentions every string of `mentions`."""
+  """info (what a judge's `raises` saw, or what probe.raised recorded: the exception's class names and message) says
+  exc was raised, with a message that mentions every string of `mentions`."""
+  if isinstance(info, dict) and "error" in info and "raised" not in info:
+    raise AssertionError(f"{what}: it could not be called ({info['error']})")
   if not isinstance(info, dict) or "raised" not in info: raise AssertionError(f"{what}: the call was not recorded")
   name, msg = info.get("raised"), str(info.get("message", ""))
   if name is None: raise AssertionError(f"{what}: raised nothing, expected {exc}")
@@ -275,6 +277,30 @@ def text(value: Any, what: str) -> str:
   """value, which a probe recorded as generated C or other text; an AssertionError if it is not a string."""
   if type(value) is not str: raise AssertionError(f"{what}: expected the C source as a string, found {value!r:.80}")
   return value
+
+
+def graph(value: Any, what: str) -> Any:
+  """The loop program a probe recorded (a UOp graph, as data: graphs.py), built again by the grader's uopc; an
+  AssertionError if it is not one. A judge reads structure from it and renders it itself, never with the notebook's
+  render_c."""
+  import graphs   # scripts/grader: on the path in the grader and in a solution's hidden-setup
+  return graphs.decode(value, what)
+
+
+def render(value: Any, name: str, what: str) -> str:
+  """The C of the recorded loop program `value` (a graph, or a UOp already built), by the grader's render_c."""
+  from uopc.render_c import render_c
+  prg = value if type(value).__name__ == "UOp" else graph(value, what)
+  try: return str(render_c(prg, name))
+  except Exception as e: raise AssertionError(f"{what}: uopc cannot render it ({type(e).__name__}: {e})") from None
+
+
+def certain_races(value: Any, what: str) -> list[str]:
+  """The races uopc.races finds for certain in the recorded loop program (its THREAD loops' indices): the verdict
+  of a race test, on any machine, whatever a run on threads gives."""
+  from uopc.races import thread_races
+  prg = value if type(value).__name__ == "UOp" else graph(value, what)
+  return [str(r) for r in thread_races(prg) if r.certain]
 
 
 def naive_gemm_c(M: int, N: int, K: int) -> str:

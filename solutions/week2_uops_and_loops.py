@@ -82,6 +82,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from solution_setup import run_c  # noqa: F401
 import re
 from uopc.symbolic import evaluate as _evaluate, simplify as _simplify
 from uopc.uop import range_ as _range
@@ -346,53 +347,40 @@ check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big),
 # %% tags=["hidden-test"]
 # POINTS: running argmax 2
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
-from uopc.runtime import Program as _Program
-
-
-def _run_argmax(_a, _threads):
-  """The student's argmax_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
-  _out = np.full(_a.shape[0], -1, np.int32)
-  _prg = _Program(_render_c(argmax_program(*_a.shape), "argmax"), "argmax")
-  _prg.threads = _threads
-  _prg(np.ascontiguousarray(_a, np.float32), _out)
-  return _out
-
-
-_r = seeded(5)
-_cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
-          ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
-          ("the max last", np.tile(np.arange(10.0), (4, 1))))
-from uopc.races import thread_races as _thread_races   # to name a race the runs show: which loop, which variable
-for _what, _a in _cases:
-  record(_what, _run_argmax(_a, 8))
-  record(f"{_what}, one thread", _run_argmax(_a, 1))
-  record(f"{_what}, a race", [str(_race) for _race in _thread_races(argmax_program(*_a.shape)) if _race.certain][:1])
+# the probe hands over the student's loop programs as data; the judge renders them with its own uopc, reads their
+# races from the program (uopc.races) and runs the C on 1 and on 8 threads in its own sandbox (run_c)
+_shapes = {"random": (64, 33), "ties (values 0, 1, 2)": (50, 9), "one column": (7, 1), "rows of -inf": (3, 5),
+           "the max last": (4, 10)}
+for _what, _shape in _shapes.items(): record(_what, argmax_program(*_shape))
 # JUDGE
 _r = seeded(5)
 _cases = (("random", _r.standard_normal((64, 33))), ("ties (values 0, 1, 2)", _r.integers(0, 3, (50, 9))),
           ("one column", _r.standard_normal((7, 1))), ("rows of -inf", np.full((3, 5), -np.inf)),
           ("the max last", np.tile(np.arange(10.0), (4, 1))))
 for _what, _a in _cases:
-  _want = np.argmax(_a, 1).astype(np.int32)
-  if np.array_equal(recorded[f"{_what}, one thread"], _want) and not np.array_equal(recorded[_what], _want):
-    _race = recorded[f"{_what}, a race"]   # what the program's indices show, else no guess at the cause
-    _why = _race[0] if isinstance(_race, list) and _race and isinstance(_race[0], str) else \
-      "a data race (its values change with the number of threads)"
-    raise AssertionError(f"argmax_program on {_what} {_a.shape}: right on one thread, wrong on 8: {_why}")
-  gradelib.expect_equal(recorded[_what], _want, f"argmax_program on {_what} {_a.shape}, 8 threads: the index per row")
+  _name = f"argmax_program{_a.shape} ({_what})"
+  _prg = gradelib.graph(recorded[_what], _name)
+  _races = gradelib.certain_races(_prg, _name)
+  if _races: raise AssertionError(f"{_name}: {_races[0]}")   # from the program: on any machine
+  _src = gradelib.render(_prg, "argmax", _name)
+  _run = lambda t: run_c(_src, "argmax", [np.ascontiguousarray(_a, np.float32), np.full(_a.shape[0], -1, np.int32)],
+                         outputs=[1], what=_name, threads=t)[0]
+  _want, _eight = np.argmax(_a, 1).astype(np.int32), _run(8)
+  if np.array_equal(_run(1), _want) and not np.array_equal(_eight, _want):
+    raise AssertionError(f"{_name}: right on one thread, wrong on 8: a data race (its values change with the number "
+                         f"of threads)")   # uopc.races found none certain above: no guess at the cause
+  gradelib.expect_equal(_eight, _want, f"{_name}, 8 threads: the index per row")
 ### END HIDDEN TESTS
 
 # %% tags=["hidden-test"]
 # POINTS: running argmax 1 structure
 ### BEGIN HIDDEN TESTS
-record("src", str(render_c(argmax_program(16, 8), "argmax")))
-from uopc.races import thread_races as _thread_races   # the visible check's analysis: a race on any machine
-record("races", [str(_race) for _race in _thread_races(argmax_program(16, 8)) if _race.certain])
+record("program", argmax_program(16, 8))
 # JUDGE
+_prg = gradelib.graph(recorded["program"], "argmax_program(16, 8)")
+_lines = gradelib.render(_prg, "argmax", "argmax_program(16, 8)").splitlines()   # the grader's render_c
 # each message names only what was checked and found: which loops are parallel first, the declarations only once the
 # row loop is the one parallel loop (a parallel column loop has the right accumulators above its pragma)
-_lines = gradelib.text(recorded["src"], "argmax_program(16, 8)").splitlines()
 _pars = [n for n, line in enumerate(_lines[:-1]) if "#pragma omp parallel for" in line]
 _trips = [int(m.group(2)) if (m := gradelib.LOOP.search(_lines[n + 1])) else None for n in _pars]
 assert _trips, "argmax_program(16, 8): no parallel loop (make the row loop, 16 rows, AxisType.THREAD)"
@@ -402,7 +390,8 @@ _par = _pars[0]
 _outside = [line.strip() for line in _lines[:_par] if re.match(r"\s*(float|int) acc\d+", line)]
 assert not _outside, (f"argmax_program: {', '.join(_outside)} declared outside the parallel loop: one variable "
                       f"shared by every thread (place it with .after(i), not .after())")
-if recorded["races"]: raise AssertionError(f"argmax_program(16, 8): {recorded['races'][0]}")
+_races = gradelib.certain_races(_prg, "argmax_program(16, 8)")
+if _races: raise AssertionError(f"argmax_program(16, 8): {_races[0]}")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -472,33 +461,19 @@ check("run_prefix_sum of 1000 random numbers against np.cumsum", run_prefix_sum(
 # %% tags=["hidden-test"]
 # POINTS: prefix sum 2
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c  # noqa: F811 (each probe imports what it uses: the grader's own)
-from uopc.runtime import Program as _Program  # noqa: F811
-
-
-def _run_prefix_sum(_a, _threads):
-  """The student's prefix_sum_program run by the grader's own call (not the notebook's helper), on 1 or 8 threads."""
-  _out = np.full(len(_a), np.nan, np.float32)
-  _prg = _Program(_render_c(prefix_sum_program(len(_a)), "cumsum"), "cumsum")
-  _prg.threads = _threads
-  _prg(_a, _out)
-  return _out
-
-
-for _n in (1, 2, 17, 1000):
-  record(f"n = {_n}", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 8))
-  record(f"n = {_n}, one thread", _run_prefix_sum(seeded(_n).standard_normal(_n).astype(np.float32), 1))
-from uopc.races import thread_races as _thread_races  # noqa: F811
-record("prefix sum races", [str(_race) for _race in _thread_races(prefix_sum_program(1000)) if _race.certain])
+for _n in (1, 2, 17, 1000): record(f"n = {_n}", prefix_sum_program(_n))
 # JUDGE
-if recorded["prefix sum races"]:
-  raise AssertionError(f"prefix_sum_program(1000): {recorded['prefix sum races'][0]}")
+_races = gradelib.certain_races(recorded["n = 1000"], "prefix_sum_program(1000)")   # from the program: any machine
+if _races: raise AssertionError(f"prefix_sum_program(1000): {_races[0]}")
 for _n in (1, 2, 17, 1000):
   _a = seeded(_n).standard_normal(_n).astype(np.float32)
   _want = np.cumsum(_a.astype(np.float64))
-  if np.allclose(recorded[f"n = {_n}, one thread"], _want, atol=1e-4) and \
-     not np.allclose(recorded[f"n = {_n}"], _want, atol=1e-4):
+  _src = gradelib.render(recorded[f"n = {_n}"], "cumsum", f"prefix_sum_program({_n})")
+  _run = lambda t: run_c(_src, "cumsum", [_a, np.full(_n, np.nan, np.float32)], outputs=[1],
+                         what=f"prefix_sum_program({_n})", threads=t)[0]
+  _eight = _run(8)
+  if np.allclose(_run(1), _want, atol=1e-4) and not np.allclose(_eight, _want, atol=1e-4):
     raise AssertionError(f"prefix_sum_program({_n}): right on one thread, wrong on 8: a data race (iteration k needs "
                          f"iteration k - 1: this loop must not be a THREAD loop)")
-  gradelib.expect_close(recorded[f"n = {_n}"], _want, f"prefix_sum_program({_n}), 8 threads: out", tol=1e-4)
+  gradelib.expect_close(_eight, _want, f"prefix_sum_program({_n}), 8 threads: out", tol=1e-4)
 ### END HIDDEN TESTS

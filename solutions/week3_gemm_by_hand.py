@@ -209,12 +209,11 @@ check_gemm("gemm_naive", gemm_naive)
 # SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
 # SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
-# the C of the student's loop program, rendered by uopc's render_c (not the notebook's name for it); the grader
-# compiles and runs it itself (run_c), never through the notebook's compile_gemm
-from uopc.render_c import render_c as _render_c
+# the student's loop program as data (a UOp graph); the judge renders it with the grader's render_c and compiles and
+# runs the C itself (run_c), never through the notebook's render_c, Program or compile_gemm
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
-for _shape in _shapes: record(f"{_shape}", str(_render_c(gemm_naive(*_shape), "gemm")))
+for _shape in _shapes: record(f"{_shape}", gemm_naive(*_shape))
 # JUDGE
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -222,7 +221,8 @@ for _shape in _shapes:
   _M, _N, _K = _shape
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
+  _src = gradelib.render(recorded[f"{_shape}"], "gemm", f"gemm_naive{_shape}")
+  (_c,) = run_c(_src, "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
                 what=f"gemm_naive{_shape}")   # every element must be written: C starts as NaN
   gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_naive{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
@@ -230,10 +230,9 @@ for _shape in _shapes:
 # %% tags=["hidden-test"]
 # POINTS: naive GEMM 1 structure
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c
-record("src", str(_render_c(gemm_naive(67, 33, 29), "gemm")))
+record("program", gemm_naive(67, 33, 29))
 # JUDGE
-_src = gradelib.text(recorded["src"], "gemm_naive(67, 33, 29)")
+_src = gradelib.render(recorded["program"], "gemm", "gemm_naive(67, 33, 29)")   # the grader's render_c
 gradelib.expect_loops(_src, [(0, 67), (1, 33), (2, 29)], "gemm_naive(67, 33, 29): rows, columns, k")
 assert gradelib.parallel_loops(_src) == 1, f"gemm_naive: {gradelib.parallel_loops(_src)} parallel loops, expected 1"
 ### END HIDDEN TESTS
@@ -364,14 +363,14 @@ print(f"n = {n}: naive {t_naive * 1e3:.2f} ms, 4x4 tile {t_tiled * 1e3:.2f} ms: 
 # SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
 # SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c
 _shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
 for _shape in _shapes:
-  # one shape's exception is that shape's failure: the judge still reports the others
+  # one shape's exception is that shape's failure: the judge still reports the others (what it raised only explains a
+  # failure: the points need the graph, rendered and run by the judge)
   _got = {}
-  record(f"{_shape} raised", raised(lambda: _got.update(src=str(_render_c(gemm_tiled(*_shape), "gemm")))))
-  record(f"{_shape}", _got.get("src"))
+  record(f"{_shape} raised", raised(lambda: _got.update(program=gemm_tiled(*_shape))))
+  record(f"{_shape}", _got.get("program"))
 # JUDGE
 _shapes = [(4, 4, 4), (5, 7, 3), (3, 9, 2), (67, 33, 29), (128, 96, 200)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -380,8 +379,9 @@ for _shape in _shapes:
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
   _err = recorded[f"{_shape} raised"]
-  assert _err["raised"] is None, f"gemm_tiled{_shape}: {_err['raised']}: {_err['message']}"
-  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
+  assert recorded[f"{_shape}"] is not None, f"gemm_tiled{_shape}: {_err['raised']}: {_err['message']}"
+  _src = gradelib.render(recorded[f"{_shape}"], "gemm", f"gemm_tiled{_shape}")
+  (_c,) = run_c(_src, "gemm", [_a, _b, np.full((_M, _N), np.nan, np.float32)], outputs=[2],
                 what=f"gemm_tiled{_shape}")
   gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_tiled{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
@@ -389,35 +389,37 @@ for _shape in _shapes:
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 structure
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c   # the grader's, whatever the notebook defined
-from uopc.runtime import Program as _Program
+record("program", gemm_tiled(68, 36, 29))
+for _shape in ((7, 6, 3), (9, 11, 2)): record(f"program {_shape}", gemm_tiled(*_shape))
+# JUDGE
+# everything from the recorded graphs, by the grader's uopc: its rendering, and the stores into C counted by a run
+# (every store into C made += 1, on one thread over zeros) in the grader's sandbox
+from uopc.render_c import render_c as _render_c
 from uopc.uop import Ops as _Ops, substitute as _substitute
-record("src", str(_render_c(gemm_tiled(68, 36, 29), "gemm")))
 
 
-def _writes(_program, _shape):
+def _writes(_program, _shape, _what):
   """Stores into each element of C (buffer 2): every store into it made += 1, run on one thread over zeros."""
   _into = lambda u: u.op is _Ops.STORE and u.src[0].op is _Ops.INDEX and u.src[0].src[0].op is _Ops.BUFFER and \
     u.src[0].src[0].arg.slot == 2
   _src = _render_c(_substitute(_program, {u: u.src[0].store(u.src[0].load() + 1.0) for u in _program.toposort()
                                           if _into(u)}), "writes")
-  _prg = _Program(_src, "writes")
-  _prg.threads = 1
+  _names = [p.name for p in _src.signature.params]
+  if "data2" not in _names: raise AssertionError(f"{_what}: no store into C (buffer 2)")
   _args = [np.zeros(p.size, np.float32) if p.name == "data2" else np.ones(p.size, np.float32)
            for p in _src.signature.params]
-  _prg(*_args)
-  return _args[[p.name for p in _src.signature.params].index("data2")].reshape(_shape).astype(np.int32)
+  (_c,) = run_c(str(_src), "writes", _args, outputs=[_names.index("data2")], what=_what, threads=1)
+  return _c.reshape(_shape) if _c.size == _shape[0] * _shape[1] else _c
 
 
-for _shape in ((7, 6, 3), (9, 11, 2)): record(f"writes {_shape}", _writes(gemm_tiled(*_shape), _shape[:2]))
-# JUDGE
-_src = gradelib.text(recorded["src"], "gemm_tiled(68, 36, 29)")
+_src = gradelib.render(recorded["program"], "gemm", "gemm_tiled(68, 36, 29)")
 gradelib.expect_loops(_src, [(0, 17), (1, 9), (2, 29)], "gemm_tiled(68, 36, 29): tile rows, tile columns, k")
 _k_body = _src.split("for (int ridx2 = 0;")[1].split("\n    }\n")[0]
 _fmas = len(re.findall(r"acc\d+ = \(", _k_body))
 assert _fmas == 16, f"gemm_tiled: {_fmas} accumulator updates per step of k, expected 16 (a 4x4 tile)"
 for _shape in ((7, 6, 3), (9, 11, 2)):
-  _w = np.asarray(recorded[f"writes {_shape}"])
+  _w = np.nan_to_num(_writes(gradelib.graph(recorded[f"program {_shape}"], f"gemm_tiled{_shape}"), _shape[:2],
+                             f"gemm_tiled{_shape}"), nan=-1).astype(np.int64)
   _twice = np.argwhere(_w != 1)
   assert _w.shape == _shape[:2] and not len(_twice), (
     f"gemm_tiled{_shape}: element {tuple(_twice[0].tolist())} of C is stored {_w[tuple(_twice[0])]} times, expected "
@@ -427,12 +429,12 @@ for _shape in ((7, 6, 3), (9, 11, 2)):
 # %% tags=["hidden-test"]
 # POINTS: 4x4 register tile 1 speed
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c
-record("tiled", str(_render_c(gemm_tiled(256, 256, 256), "gemm")))
+record("tiled", gemm_tiled(256, 256, 256))
 # JUDGE
 # the student's C timed in a sandbox of its own against the grader's naive kernel (never the student's own naive),
 # each repetition on fresh inputs and an output full of NaN, checked
-_timing = time_kernels(recorded["tiled"], "gemm", [["f32", [256, 256]], ["f32", [256, 256]], ["zeros", [256, 256]]],
+_tiled = gradelib.render(recorded["tiled"], "gemm", "gemm_tiled(256, 256, 256)")   # the grader's render_c
+_timing = time_kernels(_tiled, "gemm", [["f32", [256, 256]], ["f32", [256, 256]], ["zeros", [256, 256]]],
                        outputs=[2], reference=gradelib.naive_gemm_c(256, 256, 256))
 _ratio = gradelib.expect_speedup(_timing, 2.0, "gemm_tiled against a naive GEMM at n = 256")
 ### END HIDDEN TESTS
@@ -490,10 +492,9 @@ print(f"n = {n}: naive {t_naive * 1e3:.1f} ms, naive with B^T {t_bt * 1e3:.1f} m
 # SHORTCUTS: uopc.rangeify.lower, uopc.rangeify.rangeify, uopc.codegen.gemm_vec.lower_gemm,
 # SHORTCUTS: uopc.codegen.vector_loops.lower_vector, uopc.codegen.localtile.lower_local_tile, uopc.codegen.tc.lower_tc
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
-for _shape in _shapes: record(f"{_shape}", str(_render_c(gemm_naive_bt(*_shape), "gemm")))
+for _shape in _shapes: record(f"{_shape}", gemm_naive_bt(*_shape))
 # JUDGE
 _shapes = [(1, 1, 1), (5, 7, 3), (67, 33, 29), (64, 96, 128)]
 _shapes += [tuple(int(_x) for _x in seeded(0).integers(1, 40, 3))]
@@ -501,7 +502,8 @@ for _shape in _shapes:
   _M, _N, _K = _shape
   _r = seeded(*_shape)
   _a, _b = _r.standard_normal((_M, _K), dtype=np.float32), _r.standard_normal((_K, _N), dtype=np.float32)
-  (_c,) = run_c(recorded[f"{_shape}"], "gemm", [_a, np.ascontiguousarray(_b.T), np.full((_M, _N), np.nan, np.float32)],
+  _src = gradelib.render(recorded[f"{_shape}"], "gemm", f"gemm_naive_bt{_shape}")
+  (_c,) = run_c(_src, "gemm", [_a, np.ascontiguousarray(_b.T), np.full((_M, _N), np.nan, np.float32)],
                 outputs=[2], what=f"gemm_naive_bt{_shape}")
   gradelib.expect_close(_c, _a.astype(np.float64) @ _b.astype(np.float64), f"gemm_naive_bt{_shape}: C", tol=1e-3)
 ### END HIDDEN TESTS
@@ -509,11 +511,11 @@ for _shape in _shapes:
 # %% tags=["hidden-test"]
 # POINTS: B transposed 1 speed
 ### BEGIN HIDDEN TESTS
-from uopc.render_c import render_c as _render_c
-record("bt", str(_render_c(gemm_naive_bt(512, 512, 512), "gemm")))
+record("bt", gemm_naive_bt(512, 512, 512))
 # JUDGE
 # B symmetric, so B^T = B: the student's kernel (reading B^T) and the grader's naive one (reading B) agree
-_timing = time_kernels(recorded["bt"], "gemm", [["f32", [512, 512]], ["sym", [512, 512]], ["zeros", [512, 512]]],
+_bt = gradelib.render(recorded["bt"], "gemm", "gemm_naive_bt(512, 512, 512)")
+_timing = time_kernels(_bt, "gemm", [["f32", [512, 512]], ["sym", [512, 512]], ["zeros", [512, 512]]],
                        outputs=[2], reference=gradelib.naive_gemm_c(512, 512, 512), reps=3)
 _ratio = gradelib.expect_speedup(_timing, 1.5, "gemm_naive_bt against a naive GEMM at n = 512")
 ### END HIDDEN TESTS

@@ -354,26 +354,49 @@ assert recorded["shares memory"] is False, "PlanRunner.run: two runs returned th
 # %% tags=["hidden-test"]
 # POINTS: reused temporaries 1 structure
 ### BEGIN HIDDEN TESTS
-_runner = PlanRunner()
+# what the plan's kernels were handed, seen by the kernels themselves (each wrapped so that it notes where each
+# temporary it receives lives, and keeps it alive, so that no later array can take its address): the runner's
+# attributes prove nothing
+import dataclasses as _dataclasses
 _qkv = [seeded(_j).standard_normal((64, 8)).astype(np.float32) for _j in range(3)]
 _roots, _inputs = normalize([attention(*map(Tensor, _qkv)).uop])
 _plan = make_plan(_roots, False, DefaultOpt)
-_runner.run(_plan, _inputs)
-record("kept", id(_plan) in _runner.temps)
-_first = list(_runner.temps[id(_plan)])
-record("sizes", [int(t.size) for t in _first])
-_runner.run(_plan, _inputs)
-record("replaced", [k for k, (a, b) in enumerate(zip(_runner.temps[id(_plan)], _first)) if a is not b])
+_seen, _alive = [], []
+
+
+def _spy(_kern):
+  def _call(*_arrays, _prg=_kern.prg, _args=tuple(_kern.args)):
+    _alive.extend(_arrays)
+    for (_kind, _n), _x in zip(_args, _arrays):
+      if _kind == "temp": _seen[-1].setdefault(str(_n), []).append([int(_x.ctypes.data), int(_x.size)])
+    return _prg(*_arrays)
+  return _dataclasses.replace(_kern, prg=_call)
+
+
+_plan = _dataclasses.replace(_plan, kernels=[_spy(_kern) for _kern in _plan.kernels])   # a plan of its own
+_runner = PlanRunner()
+for _run in range(3):
+  _seen.append({})
+  _runner.run(_plan, _inputs)
+record("temporaries seen", _seen)
 # JUDGE
 from uopc.kernelize import make_plan as _make_plan, normalize as _normalize
 from uopc.opt import DefaultOpt as _DefaultOpt
 from uopc.tensor import Tensor as _Tensor
-assert recorded["kept"] is True, "PlanRunner.run: the plan's temporaries are not kept in self.temps[id(plan)]"
 _q = _Tensor(np.ones((64, 8), np.float32))
 _plan = _make_plan(_normalize([((_q @ _q.T * (1 / math.sqrt(8))).softmax(-1) @ _q).uop])[0], False, _DefaultOpt)
-gradelib.expect_equal(recorded["sizes"], [n for _, n in _plan.temps], "PlanRunner: sizes of the temporaries")
-assert recorded["replaced"] == [], (f"PlanRunner.run: the second run of the plan replaced its temporaries "
-                                    f"{recorded['replaced']} with new arrays")
+_seen = recorded["temporaries seen"]
+assert type(_seen) is list and len(_seen) == 3 and all(type(_r) is dict for _r in _seen), \
+  "PlanRunner.run: the plan's kernels were not run three times"
+_first = {}
+for _n, (_, _size) in enumerate(_plan.temps):
+  _calls = [_c for _r in _seen for _c in _r.get(str(_n), [])]
+  assert _calls, f"PlanRunner.run: temporary {_n} was never handed to a kernel"
+  gradelib.expect_equal(sorted({_c[1] for _c in _calls}), [_size], f"PlanRunner: the size of temporary {_n}")
+  _where = [sorted({_c[0] for _c in _r.get(str(_n), [])}) for _r in _seen]
+  assert all(_w == _where[0] and len(_w) == 1 for _w in _where), (
+    f"PlanRunner.run: temporary {_n} was a different array on a later run of the same plan (the first run's "
+    f"temporaries must be reused)")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -114,6 +114,8 @@ def child() -> int:
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
         fn = getattr(lib, msg["name"])
         fn.argtypes, fn.restype = [CTYPE[p] for p in msg["params"]], None
+        if msg.get("threads"):   # the judge's thread count (a race test: 8), set in OpenMP's runtime here
+          ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(msg["threads"]))
         state.update(fn=fn, lib=lib)
         send(out, {"ok": True})
       elif op == "load_numpy":   # the expression's value is written into its output after the clock has stopped
@@ -164,6 +166,20 @@ def child() -> int:
         meta, data = pack(np.asarray(got)) if isinstance(got, np.ndarray) else ({"type": type(got).__name__}, b"")
         send(out, {"result": meta}, [data] if data else [])
         return 0
+      elif op == "raises":   # a fresh process: the definitions, then the judge's call; what it raised is the answer
+        ns = {"__name__": "__student__"}
+        try: exec(compile(state["defs"], "<the notebook's definitions>", "exec"), ns)
+        except BaseException as e:
+          send(out, {"error": f"the notebook's definitions do not run on their own: {type(e).__name__}: {e}"[:600]})
+          return 1
+        ns["_judge_inputs"] = state["args"]
+        try: eval(compile(msg["call"], "<the judge's call>", "eval"), ns)
+        except BaseException as e:
+          answer = {"raised": type(e).__name__, "classes": [c.__name__ for c in type(e).__mro__],
+                    "message": str(e)[:600]}
+        else: answer = {"raised": None}
+        send(out, answer)
+        return 0
       else: send(out, {"error": f"unknown op {op!r}"})
     except BaseException as e:   # a student's code may raise anything, SystemExit included: one line back, and out
       try: send(out, {"error": f"{type(e).__name__}: {e}"[:600]})
@@ -196,10 +212,13 @@ def run_cl_here(msg: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
 class Child:
   """One child process and its pipes."""
 
-  def __init__(self, fds: tuple[int, ...] = ()):
-    self.p = subprocess.Popen([sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
+  def __init__(self, fds: tuple[int, ...] = (), argv: list[str] | None = None, preexec=None):
+    """argv: how to start it (default: this file's `child` here; outside.py gives a sandbox of its own per child);
+    preexec: run in it before exec (the CPUs it may use, its limits)."""
+    self.p = subprocess.Popen(argv or [sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
-                              env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")})
+                              env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")},
+                              preexec_fn=preexec)
     self.seq = 0
 
   def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:
@@ -234,7 +253,8 @@ def _check(reply: dict) -> dict:
 def _load(c: Child, spec: dict) -> None:
   if isinstance(spec, dict) and "numpy" in spec:
     _check(c.ask({"op": "load_numpy", "numpy": spec["numpy"], "out": spec["out"]})[0])
-  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"]})[0])
+  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"],
+                      "threads": spec.get("threads")})[0])
 
 
 def _send_args(c: Child, arrays: list, args: list) -> None:
@@ -301,21 +321,46 @@ class Shared:
     os.close(self.fd)
 
 
-def _pause(c: Child) -> None:
-  """Stop every thread of c's process (SIGSTOP) and wait until it is stopped (5 s at most)."""
-  os.kill(c.p.pid, signal.SIGSTOP)
+def _family(pid: int) -> list[int]:
+  """pid and every process below it (a child started in a sandbox of its own is bwrap's, and what it started its),
+  read from /proc here."""
+  parents: dict[int, list[int]] = {}
+  for p in Path("/proc").iterdir():
+    if not p.name.isdigit(): continue
+    try: ppid = int((p / "stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError): continue
+    parents.setdefault(ppid, []).append(int(p.name))
+  out, todo = [], [pid]
+  while todo:
+    q = todo.pop()
+    out.append(q)
+    todo.extend(parents.get(q, []))
+  return out
+
+
+def _state(pid: int) -> str:
+  try:
+    with open(f"/proc/{pid}/stat") as f: return f.read().rpartition(")")[2].split()[0]
+  except (OSError, IndexError): return "X"   # it has ended: nothing of it runs
+
+
+def _pause(c: Child) -> list[int]:
+  """Stop every thread of every process of c (SIGSTOP) and wait until they are stopped (5 s at most); the pids."""
+  family = _family(c.p.pid)
+  for pid in family:
+    try: os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError: pass
   end = time.monotonic() + 5
-  while time.monotonic() < end:
-    try:
-      with open(f"/proc/{c.p.pid}/stat") as f: state = f.read().rpartition(")")[2].split()[0]
-    except OSError: return   # it has ended: nothing of it runs
-    if state in ("T", "t", "Z", "X"): return
+  while time.monotonic() < end and not all(_state(pid) in ("T", "t", "Z", "X") for pid in family):
     time.sleep(0.0005)
+  c.stopped = family
+  return family
 
 
 def _resume(c: Child) -> None:
-  try: os.kill(c.p.pid, signal.SIGCONT)
-  except ProcessLookupError: pass
+  for pid in getattr(c, "stopped", [c.p.pid]):
+    try: os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError: pass
 
 
 BAND = (0.5, 2.0)   # a timed repetition whose time is outside this multiple of its side's median is rerun
@@ -338,8 +383,10 @@ def _steady(timed: list[dict]) -> list[dict]:
   return [r for r in timed if _in_band(timed, r)] or timed
 
 
-def do_time(job: dict) -> dict:
-  """Best-of-reps seconds of the student's object and the reference, taking turns, each repetition checked."""
+def do_time(job: dict, spawn=None) -> dict:
+  """Best-of-reps seconds of the student's object and the reference, taking turns, each repetition checked.
+  spawn(who, fds) starts the child of "student" or "reference" (default: a child here, in this sandbox; outside.py
+  gives each a sandbox of its own, its own UID, on the CPUs it chose)."""
   import numpy as np
   rng = np.random.default_rng(secrets.randbits(64))
   make = {"f32": lambda s: rng.standard_normal(s, dtype=np.float32),
@@ -354,7 +401,7 @@ def do_time(job: dict) -> dict:
       layout.append((tuple(a[1]), "float32"))
   slots = [args[k]["array"] for k in job["outputs"]]
   shared = {"student": Shared(layout), "reference": Shared(layout)}
-  kids = {who: Child((sh.fd,)) for who, sh in shared.items()}
+  kids = {who: (spawn or (lambda _, fds: Child(fds)))(who, (sh.fd,)) for who, sh in shared.items()}
   try:
     _load(kids["student"], job["student"])
     _load(kids["reference"], job["reference"] if job["reference"] is not None
@@ -406,6 +453,21 @@ def do_cl(job: dict, inputs: list) -> dict:
                           "out": job["out"], "global": job["global"], "local": job["local"]}, list(data))
     _check(reply)
     return {"outputs": [unpack(m, b) for m, b in zip(reply["arrays"], blobs)]}
+  finally: c.close()
+
+
+def do_raises(job: dict, inputs: list) -> dict:
+  """What the judge's call (an expression over the notebook's definitions and `_judge_inputs`) raised, seen by a
+  fresh child that ran nothing of the notebook but its definitions: {"raised": None} or the exception's name, its
+  classes and message; {"error": why} when the definitions do not run or the child gives no answer."""
+  import numpy as np
+  c = Child()
+  try:
+    arrays = [np.asarray(inputs[k]) for k in job["inputs"]]
+    metas, data = zip(*(pack(a) for a in arrays)) if arrays else ((), ())
+    _check(c.ask({"op": "defs", "defs": job["defs"], "fn": "", "arrays": list(metas)}, list(data))[0])
+    reply, _ = c.ask({"op": "raises", "call": job["call"]})
+    return {k: reply[k] for k in ("raised", "classes", "message", "error") if k in reply}
   finally: c.close()
 
 
@@ -499,7 +561,7 @@ def _reap() -> list[int]:
     peaks.append(usage.ru_maxrss)
 
 
-KINDS = {"run_c": do_run_c, "cl": do_cl, "peak": do_peak}
+KINDS = {"run_c": do_run_c, "cl": do_cl, "peak": do_peak, "raises": do_raises}
 PR_SET_CHILD_SUBREAPER = 36
 
 

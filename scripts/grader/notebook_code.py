@@ -31,6 +31,23 @@ MAX_DIGEST = 4 * (2 * MAX_CODE + MAX_TITLES * MAX_TITLE) + (1 << 20)   # bytes o
 # cell magics whose body IPython runs as Python code of the notebook (its definitions stay): read as that body
 BODY_MAGICS = frozenset({"time", "capture", "timeit", "prun"})
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# a top-level constant a definition may read (C_TYPES = {"float": np.float32}, a kernel's source text): kept when
+# its value is built of these only (no call, no arithmetic: nothing that computes or allocates runs)
+CONSTANT = (ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Dict, ast.List, ast.Tuple, ast.Set, ast.UnaryOp,
+            ast.USub, ast.UAdd)
+
+
+def constant(node: ast.stmt) -> bool:
+  """Whether node is `NAME = <a constant value>` (CONSTANT), or names = such values."""
+  names = lambda t: isinstance(t, ast.Name) or (isinstance(t, (ast.Tuple, ast.List)) and all(map(names, t.elts)))
+  return (isinstance(node, ast.Assign) and all(map(names, node.targets))
+          and all(isinstance(n, CONSTANT) for n in ast.walk(node.value)))
+
+
+def _guarded(node: ast.stmt) -> ast.stmt:
+  """node in a try: a constant that names something the definitions lack is left out, not an error."""
+  return ast.Try(body=[node], handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None,
+                                                          body=[ast.Pass()])], orelse=[], finalbody=[])
 
 
 @dataclass
@@ -49,9 +66,10 @@ def unwrap(src: str) -> str:
 
 
 def definitions(cells: list[str]) -> str:
-  """The imports, functions and classes of the notebook's code cells, in order, as one module (no other statement
-  of a cell: nothing that computes at the top level runs). A cell that is not Python (a magic) is read as IPython
-  turns it into Python, a body-running cell magic (`%%time`) as its body; a cell that still is not Python is skipped."""
+  """The imports, functions, classes and constants (`constant`) of the notebook's code cells, in order, as one
+  module (no other statement of a cell: nothing that computes at the top level runs). A cell that is not Python (a
+  magic) is read as IPython turns it into Python, a body-running cell magic (`%%time`) as its body; a cell that
+  still is not Python is skipped."""
   try: from IPython.core.inputtransformer2 import TransformerManager
   except ImportError: TransformerManager = None
   future, body = [], []
@@ -62,7 +80,8 @@ def definitions(cells: list[str]) -> str:
     for node in tree.body:
       if isinstance(node, ast.ImportFrom) and node.module == "__future__": future.append(node)
       elif isinstance(node, KEEP): body.append(node)
-  return ast.unparse(ast.Module(body=future[:1] + body, type_ignores=[])) + "\n"
+      elif constant(node): body.append(_guarded(node))
+  return ast.unparse(ast.fix_missing_locations(ast.Module(body=future[:1] + body, type_ignores=[]))) + "\n"
 
 
 def student_cells(nb) -> list[tuple[int, str]]:

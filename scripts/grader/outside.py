@@ -195,7 +195,7 @@ class Batch:
 
   def functions(self) -> dict:
     return {"time_kernels": self.time_kernels, "run_c": self.run_c, "launch_cl": self.launch_cl,
-            "peak_memory": self.peak_memory}
+            "peak_memory": self.peak_memory, "raises": self.raises}
 
   # --- what a judge calls
   def time_kernels(self, student: Any, name: str, args: list, outputs: list[int], reference: str | None = None,
@@ -205,13 +205,15 @@ class Batch:
     return self._ask({"kind": "time", "student": student, "reference": reference, "numpy": numpy, "name": name,
                       "args": args, "outputs": outputs, "reps": reps, "tol": tol}, [], {"error": "not timed yet"})
 
-  def run_c(self, src: Any, name: str, args: list, outputs: list[int], what: str = "the kernel") -> list[np.ndarray]:
-    """The arrays at positions `outputs` of args after one call of the student's C `name` (args: arrays and numbers);
-    an AssertionError saying why when it cannot be run."""
+  def run_c(self, src: Any, name: str, args: list, outputs: list[int], what: str = "the kernel",
+            threads: int | None = None) -> list[np.ndarray]:
+    """The arrays at positions `outputs` of args after one call of the student's C `name` (args: arrays and numbers),
+    its parallel loops on `threads` OpenMP threads (None: OpenMP's choice); an AssertionError saying why when it
+    cannot be run. A judge that has the student's loop program as a graph renders it itself (gradelib.render)."""
     if not isinstance(src, str): raise AssertionError(f"{what}: expected C source, found {src!r:.60}")
     arrays = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
     nan = {"outputs": [np.full(np.shape(args[k]), np.nan) for k in outputs]}
-    got = self._ask({"kind": "run_c", "src": src, "name": name, "outputs": outputs,
+    got = self._ask({"kind": "run_c", "src": src, "name": name, "outputs": outputs, "threads": threads,
                      "args": [None if isinstance(a, np.ndarray) else (a.item() if isinstance(a, np.generic) else a)
                               for a in args]}, arrays, nan)
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
@@ -234,6 +236,14 @@ class Batch:
                     [np.ascontiguousarray(a) for a in inputs], {"error": "not measured yet"})
     if "outputs" in got: got = dict(got, output=got.pop("outputs")[0])
     return got
+
+  def raises(self, call: str, inputs: list[np.ndarray] = ()) -> dict:
+    """What the expression `call` raises, evaluated in a fresh process on the notebook's definitions, with the
+    judge's arrays as `_judge_inputs`: {"raised": None} or {"raised": name, "classes": [its MRO's names],
+    "message": ...} (gradelib.expect_raised reads it), or {"error": why}. Nothing a cell of the notebook did, and no
+    record its process wrote, enters the verdict."""
+    return self._ask({"kind": "raises", "defs": self.defs, "call": call},
+                     [np.ascontiguousarray(a) for a in inputs], {"error": "not run yet"})
 
   # --- the machinery
   def _key(self, job: dict, arrays: list[np.ndarray]) -> str:
@@ -276,9 +286,63 @@ def run_jobs(jobs: list[tuple[dict, list[np.ndarray]]], course: Path | None) -> 
       answers[k] = {"error": str(e)}
       continue
     where.append(k)
-  if plan_jobs:
-    for k, got in zip(where, _harness(plan_jobs, inputs, binds, course)): answers[k] = got
+  apart = [j for j, job in enumerate(plan_jobs) if job["kind"] == "time" and timed_apart(course)]
+  for j in apart: answers[where[j]] = time_apart(plan_jobs[j], binds, course)
+  rest = [j for j in range(len(plan_jobs)) if j not in apart]
+  if rest:
+    for j, got in zip(rest, _harness([plan_jobs[j] for j in rest], inputs, binds, course)): answers[where[j]] = got
   return answers
+
+
+# ---- timing: each side in a sandbox of its own ----------------------------------------------------------------------
+REFERENCE_UID = 60000   # the reference's sandbox runs as the student's UID + this: neither can signal or read the other
+
+
+def timed_apart(course: Path | None) -> bool:
+  """Whether a timing runs its two sides in sandboxes of their own (bubblewrap), driven from this process."""
+  if course is None: return False
+  import sandbox
+  return sandbox.backend() == "bubblewrap" and sandbox.available() is None
+
+
+def judge_cpus() -> list[int]:
+  """The CPUs both sides of a timing are pinned to (one side at a time runs): UOPC_GRADER_CPUS ("0-3,6") or this
+  process's own."""
+  mine = sorted(os.sched_getaffinity(0))
+  spec = os.environ.get("UOPC_GRADER_CPUS", "")
+  if not spec: return mine
+  chosen = set()
+  for part in spec.split(","):
+    lo, _, hi = part.partition("-")
+    chosen.update(range(int(lo), int(hi or lo) + 1))
+  return sorted(chosen & set(mine)) or mine
+
+
+def time_apart(job: dict, binds: dict, course: Path) -> dict:
+  """One timing job driven from this process (which never loads student code): the student's object and the
+  reference each in a sandbox of its own (own PID namespace; as root, its own UID), both pinned to judge_cpus(), taking
+  turns as harness.do_time has them. Its answer, or {"error": why}."""
+  import harness
+  import sandbox
+  import trusted
+  cpus = judge_cpus()
+  ro = [(str(course), "/course"), (str(HERE), "/grader"), *binds.items()]
+  limits = sandbox.Limits(wall_s=WALL_S)
+  setrlimits = sandbox.limit(limits)
+
+  def preexec() -> None:   # in the child before bwrap: inherited by everything inside
+    os.sched_setaffinity(0, cpus)
+    setrlimits()
+
+  def spawn(who: str, fds: tuple[int, ...]):
+    uid = sandbox.uid() + (REFERENCE_UID if who == "reference" else 0)
+    argv = sandbox.child_command([sandbox.python()[0], "-s", "/grader/harness.py", "child"], ro, uid,
+                                 env=trusted.ENV, limits=limits)
+    return harness.Child(fds, argv=argv, preexec=preexec)
+
+  try: got = harness.do_time(job, spawn)
+  except Exception as e: got = {"error": f"{type(e).__name__}: {e}"[:MAX_ERR]}
+  return dict(got, cpus=cpus)
 
 
 def _object(src: str, name: str, objects: dict, binds: dict, sandboxed: bool) -> dict:
@@ -301,7 +365,7 @@ def _plan(job: dict, arrays: list, objects: dict, inputs: list, binds: dict, san
     for a in job["args"]:
       if a is None: args.append({"input": n}); n += 1
       else: args.append({"value": a})
-    return {"kind": "run_c", **p, "args": args, "outputs": job["outputs"]}
+    return {"kind": "run_c", **p, "args": args, "outputs": job["outputs"], "threads": job.get("threads")}
   if job["kind"] == "time":
     student = _object(job["student"], job["name"], objects, binds, sandboxed)
     ref = _object(job["reference"], job["name"], objects, binds, sandboxed) if job["reference"] else None
@@ -310,6 +374,8 @@ def _plan(job: dict, arrays: list, objects: dict, inputs: list, binds: dict, san
   if job["kind"] == "cl":
     return {**{k: job[k] for k in ("src", "name", "out", "global", "local")}, "kind": "cl",
             "inputs": list(range(first, len(inputs)))}
+  if job["kind"] == "raises":
+    return {"kind": "raises", "defs": job["defs"], "call": job["call"], "inputs": list(range(first, len(inputs)))}
   return {"kind": "peak", "defs": job["defs"], "fn": job["fn"], "kwargs": job["kwargs"],
           "inputs": list(range(first, len(inputs)))}
 

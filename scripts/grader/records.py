@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 import numpy as np
+import graphs
 
 MAX_FILE = 64 << 20        # bytes one recorded value may take (an array, or the JSON of one test)
 MAX_FILES = 256            # arrays one test may record
@@ -40,6 +41,9 @@ def encode(value: Any, arrays: list[np.ndarray]) -> Any:
     return {"__tuple__": items} if type(value) is tuple else items
   if type(value) is dict and all(type(k) is str for k in value):
     return {"__dict__": {k: encode(v, arrays) for k, v in value.items()}}
+  if graphs.is_uop(value):   # a loop program: the judge builds it again with its own uopc (graphs.decode)
+    try: return {"__uops__": graphs.encode(value)[graphs.TAG]}
+    except (graphs.Unencodable, AttributeError, TypeError) as e: return {"__not_plain__": f"UOp ({e})"}
   return {"__not_plain__": type(value).__name__}
 
 
@@ -99,6 +103,7 @@ def decode(tree: Any, stem: Path, budget: Budget | None = None) -> Any:
     if tag == "__dict__" and type(v) is dict: return {str(k): decode(x, stem, budget) for k, x in v.items()}
     if tag == "__float__" and v in ("nan", "inf", "-inf"): return float(v)
     if tag == "__not_plain__": return NotPlain(f"an object of type {str(v)[:60]}")
+    if tag == "__uops__" and type(v) is list: return {graphs.TAG: v}   # plain data still: graphs.decode checks it
   return NotPlain("a malformed value")
 
 

@@ -27,10 +27,11 @@ BEFORE = ("import importlib.util as _ilu\n"   # the probe's library, from /grade
           "def _grader_load(name):\n"
           "  spec = _ilu.spec_from_file_location(name, f'/grader/{name}.py')\n"
           "  module = _ilu.module_from_spec(spec); spec.loader.exec_module(module); return module\n"
+          "import sys as _sys; _sys.modules['graphs'] = _grader_load('graphs')\n"
           "_grader_records = _grader_load('records')\n"
-          "import sys as _sys; _sys.modules['records'] = _grader_records\n"
+          "_sys.modules['records'] = _grader_records\n"
           "_grader_probe = _grader_load('probe')\n"
-          "del _sys.modules['records']\n")
+          "del _sys.modules['records'], _sys.modules['graphs']\n")
 
 
 def setup_source(seed: int) -> str:

@@ -126,9 +126,10 @@ def uid() -> int:
 
 
 def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limits,
-            env: dict[str, str] | None = None) -> list[str]:
+            env: dict[str, str] | None = None, as_uid: int | None = None, outbox: bool = True) -> list[str]:
   """The bwrap command line that runs argv (inside paths) with the read-only binds ro, /job/out writable, and env
-  added to the sandbox's few variables."""
+  added to the sandbox's few variables; as root, as the UID as_uid (default: uid()). Without outbox, argv is run
+  directly, its stdin and stdout the caller's (a timing child: child_command)."""
   cmd, made = [BWRAP, "--clearenv", *namespaces()], {"/usr"}
   cmd += ["--ro-bind", "/usr", "/usr"]
   for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -149,9 +150,22 @@ def command(argv: list[str], ro: list[tuple[str, str]], out: Path, limits: Limit
   for k, v in variables.items(): cmd += ["--setenv", k, v]
   cmd += ["--chdir", HOME]
   if os.geteuid() == 0:   # drop to this process's own UID with no capabilities, inside the namespaces bwrap made
-    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid()}", f"--regid={uid()}",
+    who = uid() if as_uid is None else as_uid
+    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={who}", f"--regid={who}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-  return cmd + [python()[0], "-s", "/outbox/outbox.py"] + argv
+  return cmd + ([python()[0], "-s", "/outbox/outbox.py"] if outbox else []) + argv
+
+
+def child_command(argv: list[str], ro: list[tuple[str, str]], as_uid: int, env: dict[str, str] | None = None,
+                  limits: Limits = Limits()) -> list[str]:
+  """A sandbox of its own (its own PID namespace, as root its own UID) for one long-lived child that talks over its
+  stdin and stdout: the two sides of a timing (outside.py) each get one, and neither sees the other."""
+  return command(argv, ro, Path("/nonexistent"), limits, env, as_uid=as_uid, outbox=False)
+
+
+def limit(limits: Limits):
+  """The setrlimit calls of a sandbox (for a Popen's preexec_fn)."""
+  return _limit(limits)
 
 
 def _limit(limits: Limits):

@@ -44,6 +44,11 @@ def _definitions(ns: dict) -> str:
   definitions of the cells run since (outside.definitions), which a later definition of the same name replaces."""
   imports, defs = [], []
   grader = str(Path(__file__).resolve().parent.parent)   # scripts/: the grader's own modules are not the notebook's
+  # a class has no source inspect can find in a kernel: it is looked up in the cells the kernel ran (In), if it kept
+  # them (the grader's own cells left out)
+  history = [c for c in ns.get("In", []) if isinstance(c, str) and "solution_setup" not in c and "# POINTS:" not in c]
+  earlier = {n.name: ast.unparse(n) for n in ast.parse(outside.definitions(history)).body
+             if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
   mine = lambda m: str(getattr(m, "__file__", "") or "").startswith(grader)
   for name, obj in ns.items():
     if name.startswith("_") or name in ("In", "Out", "get_ipython", "exit", "quit"): continue
@@ -53,7 +58,9 @@ def _definitions(ns: dict) -> str:
     elif inspect.isfunction(obj) or inspect.isclass(obj):
       if obj.__module__ == "__main__":
         try: src = inspect.getsource(obj)
-        except (OSError, TypeError): continue
+        except (OSError, TypeError):
+          if obj.__name__ in earlier: defs.append(earlier[obj.__name__])
+          continue
         try: tree = ast.parse(src)   # cells that share a file name can give another cell's lines: kept only if right
         except SyntaxError: continue
         if [getattr(n, "name", None) for n in tree.body] == [obj.__name__]: defs.append(src)
@@ -68,5 +75,11 @@ def peak_memory(fn: str, inputs: list, kwargs: dict | None = None) -> dict:
   return _batch.peak_memory(fn, inputs, kwargs)
 
 
-__all__ = ["SEED", "gradelib", "peak_memory", "raised", "record", "recorded", "run_c", "launch_cl", "seeded",
-           "time_kernels"]
+def raises(call: str, inputs: list = ()) -> dict:
+  """outside.Batch.raises on the definitions of the notebook's namespace."""
+  _batch.defs = _definitions(_ipython.user_ns) if _ipython is not None else ""
+  return _batch.raises(call, inputs)
+
+
+__all__ = ["SEED", "gradelib", "peak_memory", "raised", "raises", "record", "recorded", "run_c", "launch_cl",
+           "seeded", "time_kernels"]

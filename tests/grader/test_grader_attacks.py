@@ -245,11 +245,18 @@ def attack(week: str, tmp: Path, name: str, cells: list, base: str = "assignment
 def points(score: dict) -> dict: return {t: v["points"] for t, v in score["tasks"].items()}
 
 
-def graded_unharmed(nb: Path, env) -> dict:
-  """Grade nb; the grader's tree, venv, home and cache hash the same before and after."""
+def only(*tasks: str) -> list[str]:
+  """grade.py's arguments that grade these tasks alone: an attack on one task is judged on that task (the rest of
+  the notebook still runs in the sandbox), at a fraction of the cost."""
+  return [a for t in tasks for a in ("--only", t)]
+
+
+def graded_unharmed(nb: Path, env, *args: str) -> dict:
+  """Grade nb (args: e.g. --only, for an attack on one task); the grader's tree, venv, home and cache hash the same
+  before and after."""
   environ, home, cache = env
   before = fingerprint(home, cache)
-  score, _ = grade(nb, environ)
+  score, _ = grade(nb, environ, *args)
   after = fingerprint(home, cache)
   assert {k: v for k, v in after.items() if before[k] != v} == {}, "the submission changed the grader's files"
   return score
@@ -285,18 +292,17 @@ def test_harm_does_not_outlive_the_submission(tmp_path, env):
   score = graded_unharmed(nb, env)
   assert score["total"] == 0 and score["solution"].endswith(f"solutions/{WEEK1}.ipynb"), score
   assert not Path("/tmp/uopc-attack-marker").exists()
-  honest = tmp_path / "honest.ipynb"
-  nbformat.write(visible(ROOT / "solutions" / f"{WEEK1}.ipynb"), honest)
-  after_harm = graded_unharmed(honest, env)
-  assert after_harm["total"] == after_harm["max"] == 10, after_harm
+  honest_after(WEEK1, tmp_path, env)
+  assert _HONEST[WEEK1]["max"] == 10, _HONEST[WEEK1]
 
 
 def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
   """Answers from a table of the visible inputs; a slow baseline to time against; uopc's finished function (week 7's
   GPT count and mma, week 4's count of the plan in place of a formula), which raises in the sandbox's tree."""
-  score = graded_unharmed(attack(WEEK1, tmp_path, "lookup", [LOOKUP]), env)
+  score = graded_unharmed(attack(WEEK1, tmp_path, "lookup", [LOOKUP]), env, *only("cost table"))
   assert points(score)["cost table"] == 0, score
-  score = graded_unharmed(attack(WEEK3, tmp_path, "slow_baseline", [SLOW_BASELINE], base="solution"), env)
+  score = graded_unharmed(attack(WEEK3, tmp_path, "slow_baseline", [SLOW_BASELINE], base="solution"), env,
+                          *only("4x4 register tile"))
   tiled = score["tasks"]["4x4 register tile"]
   assert tiled["points"] == 3, tiled   # the values are right (it is the naive kernel); structure and speed are not
   assert [t["status"] for t in tiled["tests"] if t["kind"] == "speed"] == ["error"], tiled
@@ -315,11 +321,19 @@ def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
 WEEK6 = "week6_flash_attention"
 
 
+_HONEST: dict[str, dict] = {}   # week -> the honest grading of this module's run (one per week: see honest_after)
+
+
 def honest_after(week: str, tmp: Path, env) -> None:
-  """The solution as a student hands it in, graded after an attack with the same home and caches: full marks."""
-  nb = tmp / f"honest_{week[:5]}.ipynb"
-  nbformat.write(visible(ROOT / "solutions" / f"{week}.ipynb"), nb)
-  score = graded_unharmed(nb, env)
+  """The solution as a student hands it in, graded after an attack with the same home and caches: full marks. Graded
+  once per week in a run of this module (the first test that asks, after its attacks): every attack's grading is
+  fingerprinted, so nothing an attack could leave for a later grading exists, and grading the same honest notebook
+  after each one would prove nothing more."""
+  if week not in _HONEST:
+    nb = tmp / f"honest_{week[:5]}.ipynb"
+    nbformat.write(visible(ROOT / "solutions" / f"{week}.ipynb"), nb)
+    _HONEST[week] = graded_unharmed(nb, env)
+  score = _HONEST[week]
   assert score["total"] == score["max"], {t: v for t, v in score["tasks"].items() if v["points"] < v["max"]}
 
 
@@ -355,11 +369,11 @@ def test_speed_cannot_be_forged(tmp_path, env):
   the second is refused for the symbol it imports."""
   lazy = attack(WEEK1, tmp_path, "lazy", [], base="solution")
   cell_with(lazy, "a fused kernel", LAZY)
-  values, speed = rows_of(graded_unharmed(lazy, env), "a fused kernel")
+  values, speed = rows_of(graded_unharmed(lazy, env, *only("a fused kernel")), "a fused kernel")
   assert values["status"] == "ok" and speed["status"] == "error" and "never written (NaN)" in speed["error"], speed
   into = attack(WEEK1, tmp_path, "into_python", [], base="solution")
   cell_with(into, "a fused kernel", INTO_PYTHON)
-  values, speed = rows_of(graded_unharmed(into, env), "a fused kernel")
+  values, speed = rows_of(graded_unharmed(into, env, *only("a fused kernel")), "a fused kernel")
   assert values["points"] == speed["points"] == 0 and "PyRun_SimpleString" in values["error"], (values, speed)
   honest_after(WEEK1, tmp_path, env)
 
@@ -455,7 +469,7 @@ def test_week1_softmax_and_memory_judged_rightly(tmp_path, env):
   for name, source in (("no_max", NO_MAX), ("np_sqrt", NP_SQRT), ("naive", NAIVE)):
     nb = attack(WEEK1, tmp_path, name, [], base="solution")
     cell_with(nb, "blocked attention", source)
-    got[name] = rows_of(graded_unharmed(nb, env), "blocked attention")
+    got[name] = rows_of(graded_unharmed(nb, env, *only("blocked attention")), "blocked attention")
   assert got["no_max"][0]["points"] == 0 and "exp overflows there" in got["no_max"][0]["error"], got["no_max"]
   assert [t["points"] for t in got["np_sqrt"]] == [2, 1], got["np_sqrt"]
   assert got["naive"][0]["points"] == 2 and got["naive"][1]["points"] == 0, got["naive"]
@@ -665,14 +679,16 @@ NO_BARRIER_SOLUTION = '''def row_max_kernel(width, n):
 def test_every_failing_expectation_is_reported_with_its_diagnosis(tmp_path, env):
   """Two faults in one task are both reported; AdamW with eps inside the square root is named so; a work-group
   reduction without a barrier in its tree is named a race (week 6's row max kernel)."""
-  score = graded_unharmed(attack(WEEK1, tmp_path, "two_faults", [TWO_FAULTS], base="solution"), env)
+  score = graded_unharmed(attack(WEEK1, tmp_path, "two_faults", [TWO_FAULTS], base="solution"), env,
+                          *only("cost table"))
   (cost,) = rows_of(score, "cost table")
   assert "['io_bytes']" in cost["error"] and "['flops']" in cost["error"], cost["error"]
-  score = graded_unharmed(attack(WEEK7, tmp_path, "eps_inside", [EPS_INSIDE], base="solution"), env)
+  score = graded_unharmed(attack(WEEK7, tmp_path, "eps_inside", [EPS_INSIDE], base="solution"), env,
+                          *only("AdamW step"))
   said = json.dumps(score["tasks"]["AdamW step"])
   assert score["tasks"]["AdamW step"]["points"] == 1 and "eps is inside the square root" in said, said
   nb = attack(WEEK6, tmp_path, "no_barrier", [], base="solution")
   cell_with(nb, "row max kernel", NO_BARRIER_SOLUTION)
-  (row_max,) = rows_of(graded_unharmed(nb, env), "row max kernel")
+  (row_max,) = rows_of(graded_unharmed(nb, env, *only("row max kernel")), "row max kernel")
   assert row_max["points"] == 0 and "a race" in row_max["error"], row_max
   honest_after(WEEK7, tmp_path, env)

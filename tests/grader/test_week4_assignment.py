@@ -14,7 +14,7 @@ WRONG = [
         "matmul_flops(64, 32, 16) (the plan's kernels count 65536): expected 65536, found 32768"),
   # fresh temporaries on every run: right values, but the structure test sees new arrays
   Wrong("reused temporaries", "    if id(plan) not in self.temps: self.temps[id(plan)]", "    self.temps[id(plan)]",
-        "the second run of the plan replaced its temporaries"),
+        "was a different array on a later run of the same plan"),
   # the runs' times added up, not the best of them: a kernel's time is then longer than a run of the plan
   Wrong("DEBUG lines", "min(times[k])", "sum(times[k])", "the kernels' best times add up to"),
 ]
