@@ -117,3 +117,13 @@ def test_sdpa_enable_gqa_shares_each_key_head_with_a_group_of_query_heads():
   np.testing.assert_allclose(flash.numpy(), want, rtol=1e-4, atol=1e-5)
   with pytest.raises(ValueError, match="multiple"):
     Tensor(q[:, :5]).scaled_dot_product_attention(Tensor(k), Tensor(v), enable_gqa=True)
+
+
+def test_tinygrad_dtype_aliases():
+  """tinygrad's `dtypes.half`, `dtypes.float`...; a float32 src scattered into a half tensor is refused, as PyTorch's
+  "Expected self.dtype to be equal to src.dtype"."""
+  aliases = tuple(getattr(dtypes, n) for n in ("half", "float", "double", "long", "char", "uchar", "uint", "ulong"))
+  assert aliases == (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i64, dtypes.i8, dtypes.u8, dtypes.u32, dtypes.u64)
+  half = Tensor.zeros(3, dtype=dtypes.half)
+  with pytest.raises(TypeError):
+    half.scatter(0, Tensor(np.array([0, 1])), Tensor(np.array([1.0, 2.0], np.float32)))
