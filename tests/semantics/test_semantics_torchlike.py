@@ -127,3 +127,26 @@ def test_tinygrad_dtype_aliases():
   half = Tensor.zeros(3, dtype=dtypes.half)
   with pytest.raises(TypeError):
     half.scatter(0, Tensor(np.array([0, 1])), Tensor(np.array([1.0, 2.0], np.float32)))
+
+
+def test_reductions_take_pytorchs_dim_keyword():
+  """PyTorch's MNIST example writes F.log_softmax(x, dim=1) and output.argmax(dim=1, keepdim=True): dim= is axis=."""
+  x = rng.standard_normal((3, 5, 4))
+  t = Tensor(x)
+  for name, ref in (("sum", lambda a, k: a.sum(1, keepdims=k)), ("mean", lambda a, k: a.mean(1, keepdims=k)),
+                    ("max", lambda a, k: a.max(1, keepdims=k)), ("min", lambda a, k: a.min(1, keepdims=k)),
+                    ("argmax", lambda a, k: a.argmax(1, keepdims=k)), ("prod", lambda a, k: a.prod(1, keepdims=k)),
+                    ("var", lambda a, k: a.var(1, ddof=1, keepdims=k)), ("std", lambda a, k: a.std(1, ddof=1,
+                                                                                                   keepdims=k))):
+    for keep in (False, True):
+      np.testing.assert_allclose(getattr(t, name)(dim=1, keepdim=keep).numpy(), ref(x, keep), rtol=1e-10, err_msg=name)
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(t.softmax(dim=1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-10)
+  np.testing.assert_allclose(t.log_softmax(dim=1).numpy(), np.log(e / e.sum(1, keepdims=True)), rtol=1e-10)
+  np.testing.assert_allclose(t.cumsum(dim=1).numpy(), x.cumsum(1), rtol=1e-10)
+  values, indices = t.cummax(dim=2)
+  np.testing.assert_array_equal(values.numpy(), np.maximum.accumulate(x, 2))
+  std, mean = t.std_mean(dim=0)
+  np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-10)
+  np.testing.assert_array_equal(Tensor(np.arange(6)).view_as(t[:, :2, 0]).numpy(), np.arange(6).reshape(3, 2))
+  with pytest.raises(TypeError, match="dim= and an axis"): t.sum(1, dim=1)

@@ -98,3 +98,18 @@ def test_gradients_of_the_issue():
   tx.sigmoid().sum().backward()
   same(x.grad, tx.grad)
 
+
+
+def test_the_mnist_example_s_calls():
+  """The lines of PyTorch's MNIST example that reach the tensor: log_softmax(dim=1), nll_loss, argmax(dim=1,
+  keepdim=True), eq(view_as(...)).sum().item()."""
+  x = rng.standard_normal((6, 10)).astype(np.float32)
+  y = rng.integers(0, 10, 6)
+  out, tout = Tensor(x).log_softmax(dim=1), F.log_softmax(torch.tensor(x), dim=1)
+  same(out, tout)
+  same(out.nll_loss(Tensor(y), reduction="sum"), F.nll_loss(tout, torch.tensor(y), reduction="sum"))
+  pred, tpred = out.argmax(dim=1, keepdim=True), tout.argmax(dim=1, keepdim=True)
+  np.testing.assert_array_equal(pred.numpy(), tpred.numpy())
+  assert pred.eq(Tensor(y).view_as(pred)).sum().item() == tpred.eq(torch.tensor(y).view_as(tpred)).sum().item()
+  for name in ("sum", "mean", "std", "var", "logsumexp"):
+    same(getattr(Tensor(x), name)(dim=1), getattr(torch.tensor(x), name)(dim=1))

@@ -7,7 +7,7 @@ from uopc.dtype import dtypes, sum_dtype
 from uopc.helpers import prod
 from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import MovementMixin
-from uopc.mixin.shapes import axis_index as _axis, broadcast_shape
+from uopc.mixin.shapes import accept_dim, axis_index as _axis, broadcast_shape
 from uopc.uop import Ops
 from uopc.errors import UsageError
 
@@ -185,3 +185,7 @@ class ReduceMixin(MovementMixin):
     return out
   __matmul__ = dot = matmul
   def __rmatmul__(self, x): return type(self)(np.asarray(x)).matmul(self)
+
+
+accept_dim(ReduceMixin, ("sum", "max", "min", "any", "all", "mean", "softmax", "log_softmax", "prod", "var", "std",
+                         "logsumexp", "argmax", "argmin", "cumsum"))
