@@ -150,3 +150,43 @@ def test_reductions_take_pytorchs_dim_keyword():
   np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-10)
   np.testing.assert_array_equal(Tensor(np.arange(6)).view_as(t[:, :2, 0]).numpy(), np.arange(6).reshape(3, 2))
   with pytest.raises(TypeError, match="dim= and an axis"): t.sum(1, dim=1)
+
+
+def _cross_entropy_np(logits, y, weight, ignore_index, reduction, e):
+  """PyTorch's documented rule in float64 (classes on axis 1): (1 - e) w[y] (-logp[y]) + e / C sum_c w_c (-logp_c),
+  ignored targets 0, "mean" divided by the sum of w[y] over the counted targets."""
+  x = np.moveaxis(logits.astype(np.float64), 1, -1)
+  C = x.shape[-1]
+  logp = x - x.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  w = np.ones(C) if weight is None else weight.astype(np.float64)
+  counted = y != ignore_index
+  safe = np.where(counted, y, 0)
+  nll = -np.take_along_axis(logp, safe[..., None], -1)[..., 0] * w[safe] * counted
+  smooth = -(logp * w).sum(-1) * counted
+  loss = (1 - e) * nll + e / C * smooth
+  if reduction == "mean": return loss.sum() / (w[safe] * counted).sum()
+  return loss.sum() if reduction == "sum" else loss
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_with_class_weights_and_ignore_index(weighted, reduction, smoothing):
+  logits = rng.standard_normal((3, 5, 4)).astype(np.float32)    # (N, C, d1): PyTorch's class axis 1
+  y = rng.integers(0, 5, (3, 4))
+  y[0, 1], y[2, 3] = -100, 2
+  w = rng.random(5) + 0.5 if weighted else None
+  for ignore in (-100, 2):
+    target = y if ignore == -100 else np.where(y == -100, 2, y)
+    got = Tensor(logits).cross_entropy(Tensor(target), reduction, smoothing, None if w is None else Tensor(w),
+                                       ignore_index=ignore)
+    want = _cross_entropy_np(logits, target, w, ignore, reduction, smoothing)
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-6, atol=1e-6)
+  loss = nn.CrossEntropyLoss(None if w is None else Tensor(w), ignore_index=2, reduction=reduction,
+                             label_smoothing=smoothing)
+  np.testing.assert_allclose(loss(Tensor(logits), Tensor(np.where(y == -100, 2, y))).numpy(),
+                             _cross_entropy_np(logits, np.where(y == -100, 2, y), w, 2, reduction, smoothing),
+                             rtol=2e-6, atol=1e-6)
+  with pytest.raises(IndexError, match="-100"):   # without ignore_index, -100 is a target out of range
+    Tensor(logits).cross_entropy(Tensor(y))

@@ -113,3 +113,21 @@ def test_the_mnist_example_s_calls():
   assert pred.eq(Tensor(y).view_as(pred)).sum().item() == tpred.eq(torch.tensor(y).view_as(tpred)).sum().item()
   for name in ("sum", "mean", "std", "var", "logsumexp"):
     same(getattr(Tensor(x), name)(dim=1), getattr(torch.tensor(x), name)(dim=1))
+
+
+def test_cross_entropy_with_class_weights_and_ignore_index():
+  logits = rng.standard_normal((3, 5, 4)).astype(np.float32)
+  y = rng.integers(0, 5, (3, 4))
+  y[0, 1] = -100
+  w = (rng.random(5) + 0.5).astype(np.float32)
+  for reduction in ("mean", "sum", "none"):
+    for smoothing in (0.0, 0.2):
+      x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+      got = x.cross_entropy(Tensor(y), reduction, smoothing, Tensor(w), ignore_index=-100)
+      want = F.cross_entropy(tx, torch.tensor(y), torch.tensor(w), reduction=reduction, label_smoothing=smoothing)
+      same(got, want)
+      got.sum().backward()
+      want.sum().backward()
+      same(x.grad, tx.grad)
+  crit, tcrit = nn.CrossEntropyLoss(Tensor(w), ignore_index=-100), torch.nn.CrossEntropyLoss(torch.tensor(w))
+  same(crit(Tensor(logits), Tensor(y)), tcrit(torch.tensor(logits), torch.tensor(y)))
