@@ -123,3 +123,22 @@ def test_a_checkpoint_with_a_frozen_layer_trains_and_round_trips_as_pytorch(tmp_
   with torch.no_grad(): want = net.eval()(torch.tensor(x)).numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
   with no_grad(): np.testing.assert_array_equal(got, model.eval()(Tensor(x)).numpy())
+
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adam_is_pytorchs_adam(weight_decay):
+  """optim.Adam: the decay added to the gradient (L2), PyTorch's Adam, where AdamW multiplies the weights. A smooth
+  net (tanh): on the LeNet, a weight near a ReLU or max-pool kink makes any float32 rounding difference a different
+  gradient (AdamW with weight_decay=0 there: 2e-3 from torch by step 8, while torch is 1e-8 from float64)."""
+  rng = np.random.default_rng(3)
+  model = nn.Sequential(nn.Linear(12, 16, seed=0), nn.Tanh(), nn.Linear(16, 4, seed=1))
+  tn = torch.nn
+  net = tn.Sequential(tn.Linear(12, 16), tn.Tanh(), tn.Linear(16, 4))
+  net.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+  opt = optim.Adam(model.parameters(), lr=1e-2, weight_decay=weight_decay)
+  topt = torch.optim.Adam(net.parameters(), lr=1e-2, weight_decay=weight_decay)
+  data = [(rng.standard_normal((8, 12)).astype(np.float32), rng.integers(0, 4, 8)) for _ in range(20)]
+  np.testing.assert_allclose(train(model, opt, data, "program"), train_torch(net, topt, data), rtol=0, atol=1e-5)
+  for k, v in net.state_dict().items():
+    np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=0, atol=1e-5, err_msg=k)
