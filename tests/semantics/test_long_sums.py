@@ -108,3 +108,12 @@ def test_long_sums_under_torch():
     (ref_out * torch.tensor(g.astype(np.float64))).sum().backward()
     torch.testing.assert_close(torch.tensor(out.numpy()), ref_out.detach().float(), rtol=RTOL, atol=ATOL)
     torch.testing.assert_close(torch.tensor(t.grad.numpy()), ref.grad.float(), rtol=RTOL, atol=ATOL)
+
+
+def test_a_long_softmax_on_cl_is_blocked_too():
+  """The blocks are in the graph, so every device gets them (CL skips where there is no OpenCL)."""
+  x, g = _row()
+  want = _references(x, g)["softmax"][0]
+  got = Tensor(x, device="CL").softmax(-1).numpy().astype(np.float64)
+  np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+  assert np.max(np.abs(got - want) / want) < 1e-5
