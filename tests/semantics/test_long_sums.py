@@ -117,3 +117,21 @@ def test_a_long_softmax_on_cl_is_blocked_too():
   got = Tensor(x, device="CL").softmax(-1).numpy().astype(np.float64)
   np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
   assert np.max(np.abs(got - want) / want) < 1e-5
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_long_softmax_stays_linear_work_when_reductions_are_fused(fuse):
+  """Under Tensor.fuse_reduce the row max was fused into the partial sums' kernel and computed again for each block
+  (n^1.5 work: a (2, 1,000,003) softmax ran for minutes); the blocked sum stages its terms first."""
+  x = Tensor(np.ones((2, 100_003), np.float32))
+  flops = sum(k.flops for k in make_plan([x.softmax(-1).uop, x.log_softmax(-1).uop], fuse).kernels)
+  assert flops < 40 * x.numel()
+  rng = np.random.default_rng(5)
+  a = (rng.standard_normal((2, 100_003)) * 3).astype(np.float32)
+  e = np.exp(a.astype(np.float64) - a.max(1, keepdims=True))
+  saved = Tensor.fuse_reduce
+  try:
+    Tensor.fuse_reduce = fuse
+    got = Tensor(a).softmax(-1).numpy()
+  finally: Tensor.fuse_reduce = saved
+  assert np.max(np.abs(got - e / e.sum(1, keepdims=True)) * e.sum(1, keepdims=True) / e) < 1e-5

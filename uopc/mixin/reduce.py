@@ -69,7 +69,10 @@ class ReduceMixin(MovementMixin):
     keep = [k for k in range(self.ndim) if k not in axes]
     kept = tuple(self.shape[k] for k in keep)
     block = 1 << ((terms - 1).bit_length() + 1) // 2          # the power of two >= sqrt(terms)
+    # the terms are a buffer of their own: with Tensor.fuse_reduce, a reduction they read (softmax's max) would be
+    # fused into the partial sums' kernel and computed again for every block (n^1.5 work)
     x = self.permute(keep + list(axes)).reshape(*kept, terms)
+    if not x._holds_data(): x = x.contiguous()
     if terms % block: x = x.pad([None] * len(kept) + [(0, block - terms % block)])   # zeros add nothing
     out = x.reshape(*kept, -1, block)._reduce(Ops.ADD, -1, False)._add(-1, False)
     return out.reshape(tuple(1 if k in axes else s for k, s in enumerate(self.shape))) if keepdim else out
