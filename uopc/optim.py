@@ -143,8 +143,6 @@ class AdamW(Optimizer):
     p <- p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
   b1^t and b2^t are tensors multiplied by b1 and b2 at every step (tinygrad's way): the bias corrections are part of
   the graph, so a captured step replays them too."""
-  decoupled = True   # the decay multiplies p; Adam (below) adds wd p to the gradient instead (L2)
-
   def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.01):
     super().__init__(params, lr)
@@ -167,15 +165,14 @@ class AdamW(Optimizer):
       return scalars[key]
     for k, p in enumerate(self.params):
       if p.grad is None: continue
-      wd = self._setting(k, "weight_decay")
-      g = p.grad.detach() if self.decoupled or not wd else p.grad.detach() + p.detach() * wd
-      if not self.decoupled: wd = 0
+      g = p.grad.detach()
       m = self.m[k] * self.b1 + g * (1 - self.b1)
       v = self.v[k] * self.b2 + g * g * (1 - self.b2)
       lr = self._scalar(self._lr, p)
       # x / c is x * (1/c): the reciprocals are the step scalars, the same numbers as inside the division
       r1 = scalar(("1/c1", p.dtype), lambda: self._scalar(1 - b1_t, p).recip())
       r2 = scalar(("1/c2", p.dtype), lambda: self._scalar(1 - b2_t, p).recip())
+      wd = self._setting(k, "weight_decay")
       decay = scalar(("decay", p.dtype, wd), lambda: 1 - lr * wd) if wd else None
       decayed = p.detach() * decay if wd else p.detach()                         # a group may not decay (wd 0)
       new = decayed - lr * (m * r1) / ((v * r2).sqrt() + self.eps)
@@ -185,12 +182,25 @@ class AdamW(Optimizer):
 
 class Adam(AdamW):
   """PyTorch's Adam: AdamW's update, with weight decay (default 0) added to the gradient, g + wd p, before the
-  moments (L2 regularization), not applied to p apart."""
-  decoupled = False
-
+  moments (L2 regularization), not applied to p apart. (AdamW._updates is chapter 14's printed listing: Adam hands
+  it the L2 gradients and a decay of 0, rather than a switch inside it.)"""
   def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.0):
     super().__init__(params, lr, betas, eps, weight_decay)
+    self._l2 = False
+
+  def _setting(self, k: int, name: str):
+    return 0.0 if name == "weight_decay" and self._l2 else super()._setting(k, name)
+
+  def _updates(self):
+    grads = [p.grad for p in self.params]
+    for k, p in enumerate(self.params):
+      if p.grad is not None and (wd := self._setting(k, "weight_decay")): p.grad = p.grad.detach() + p.detach() * wd
+    self._l2 = True
+    try: return super()._updates()
+    finally:
+      self._l2 = False
+      for p, g in zip(self.params, grads): p.grad = g
 
 
 def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) -> Tensor:
