@@ -6,7 +6,9 @@ is checked then. A computed one registers a flag with its node: ((idx >= -n) & (
 reduction. Tensor.realize finds the flags of the nodes it computes, computes them in the same plan (as extra
 outputs: the index is computed once for both), and raises IndexError if one is False.
 
-A captured step (uopc.jit) replays the flags' kernels but not the check: a replay trusts the captured indices.
+A captured step (uopc.jit) replays the flags' kernels and checks their outputs too (Step.checks): kernel by kernel,
+before that realize's write-backs; as one step program, after the call (its writes are done by then, as a GPU's
+device-side assert reports after the launch).
 """
 from __future__ import annotations
 import weakref
@@ -27,3 +29,9 @@ def flags_of(topo) -> list[tuple[UOp, str]]:
 def raise_if_out_of_range(found: list[tuple[UOp, str]], values) -> None:
   for (_, message), value in zip(found, values):
     if not value.all(): raise IndexError(message)
+
+
+def check_outputs(checks: list[tuple[int, str]], outs) -> None:
+  """A replay's check: checks holds (output position, message) of each flag its realize computed."""
+  for i, message in checks:
+    if not outs[i].all(): raise IndexError(message)

@@ -1,6 +1,7 @@
 """The record of realizes that a capture (uopc.jit.TinyJit) keeps while it runs a function once more.
 
-Tensor.realize appends (plan, options, input arrays, outputs, writes) to the innermost record under way; a read of
+Tensor.realize appends (plan, options, input arrays, outputs, writes, bounds checks: (output, message) of each
+computed index's range flag, uopc.bounds) to the innermost record under way; a read of
 a value into Python (Tensor.item, `if t:`) is counted in its `reads`, since the function may branch on it.
 """
 from __future__ import annotations

@@ -63,6 +63,8 @@ class dtypes:
   bool = DType("bool", 1, "b")
   void = DType("void", 0, "v")
   int = i32      # the type of loop indices
+  # tinygrad's C-style aliases (dtypes.half, dtypes.float, dtypes.long...), so its users' code reads the same here
+  half, float, double, long, char, uchar, uint, ulong = f16, f32, f64, i64, i8, u8, u32, u64
   default_float = f32
 
   @staticmethod

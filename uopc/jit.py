@@ -19,7 +19,8 @@ values as arguments, or keep them in Tensors the function assigns.
 
 What replay checks (a JitError names what differed): each Tensor argument's shape, dtype and device; which
 arguments were one and the same tensor; every other argument's value (a Python float is part of the capture, so a
-new value cannot be replayed: pass it as a Tensor). A function that reads a value into Python while it is captured
+new value cannot be replayed: pass it as a Tensor); and each index computed in a kernel (an IndexError, as the
+eager realize raises: uopc.bounds). A function that reads a value into Python while it is captured
 (.item(), `if t:`) may branch on it, which replay cannot: the capture raises. A TinyJit called inside
 another's capture runs its function plainly, so the outer capture records its realizes.
 A random seed made by uopc.rng.draw_seed (dropout's) is the one value built afresh: the capture notes it, and
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 import contextlib, time
 import numpy as np
+from uopc.bounds import check_outputs
 from uopc.capture import capturing, recording
 from uopc.device import get_device
 from uopc.dtype import np_dtype
@@ -55,6 +57,7 @@ class Step:
   bound: list[list] | None = None          # per kernel, per argument: its converted pointer if it never changes
   direct: bool | None = None               # whether every kernel is a Program that converts its own arguments
   free: list[list] | None = None           # per kernel: (position, kind, n) of each argument converted at every call
+  checks: list[tuple[int, str]] = field(default_factory=list)   # (output i, message): computed indices' range flags
 
   def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
     """The plan on these inputs. On the CPU the pointers of what is the same array at every replay (the plan's
@@ -239,7 +242,7 @@ class TinyJit:
     """Name where every input array of every recorded realize came from."""
     made: dict[int, tuple[int, int]] = {}   # id(array) -> (step, output) of the realize that produced it
     steps, seeds = [], {}
-    for k, (plan, options, arrays, outs, writes) in enumerate(rec):
+    for k, (plan, options, arrays, outs, writes, checks) in enumerate(rec):
       src = []
       for a in arrays:
         if any(a is x for x in arg_arrays): src.append(("arg", next(n for n, x in enumerate(arg_arrays) if a is x)))
@@ -248,7 +251,7 @@ class TinyJit:
           src.append(("keep", a))
           if (refill := refill_of(a)) is not None: seeds.setdefault(id(a), refill)
       for i, o in enumerate(outs): made[id(o)] = (k, i)
-      steps.append(Step(plan, options, src, writes))
+      steps.append(Step(plan, options, src, writes, checks=checks))
     self._made, self.refills = made, list(seeds.values())
     return steps
 
@@ -262,11 +265,15 @@ class TinyJit:
   def _replay(self, arg_arrays: list[np.ndarray]):
     results: list[list[np.ndarray]] = []
     for refill in self.refills: refill()     # each random seed once per replay, before any kernel reads it
-    if self.graph is not None: return _rebuild(self.returns, self.graph.run(arg_arrays), arg_arrays)
+    if self.graph is not None:
+      results = self.graph.run(arg_arrays)
+      for st, outs in zip(self.steps, results): check_outputs(st.checks, outs)
+      return _rebuild(self.returns, results, arg_arrays)
     for st in self.steps:
       arrays = [arg_arrays[s[1]] if s[0] == "arg" else results[s[1]][s[2]] if s[0] == "out" else s[1]
                 for s in st.inputs]
       outs = st.run(arrays)
+      check_outputs(st.checks, outs)
       for i, target in st.writes: np.copyto(target, outs[i])
       results.append(outs)
     return _rebuild(self.returns, results, arg_arrays)

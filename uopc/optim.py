@@ -1,4 +1,4 @@
-"""Optimizers: SGD and AdamW, with PyTorch's zero_grad() and step().
+"""Optimizers: SGD, AdamW and Adam, with PyTorch's zero_grad() and step().
 
   opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
   opt = AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}], lr=1e-3)
@@ -193,6 +193,29 @@ class AdamW(Optimizer):
       new = decayed - lr * (m * r1) / ((v * r2).sqrt() + self.eps)
       out += [(self.m[k], m), (self.v[k], v), (p, new)]
     return out
+
+
+class Adam(AdamW):
+  """PyTorch's Adam: AdamW's update, with weight decay (default 0) added to the gradient, g + wd p, before the
+  moments (L2 regularization), not applied to p apart. (AdamW._updates is chapter 14's printed listing: Adam hands
+  it the L2 gradients and a decay of 0, rather than a switch inside it.)"""
+  def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.0):
+    super().__init__(params, lr, betas, eps, weight_decay)
+    self._l2 = False
+
+  def _setting(self, k: int, name: str):
+    return 0.0 if name == "weight_decay" and self._l2 else super()._setting(k, name)
+
+  def _updates(self):
+    grads = [p.grad for p in self.params]
+    for k, p in enumerate(self.params):
+      if p.grad is not None and (wd := self._setting(k, "weight_decay")): p.grad = p.grad.detach() + p.detach() * wd
+    self._l2 = True
+    try: return super()._updates()
+    finally:
+      self._l2 = False
+      for p, g in zip(self.params, grads): p.grad = g
 
 
 def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) -> Tensor:

@@ -92,13 +92,18 @@ class OpenCLRenderer(GPURenderer):
   load_only = {dtypes.f16: ("half", "float {name} = vload_half({idx}, {buf});")}
   store_from_float = {dtypes.f16: "vstore_half({val}, {idx}, {buf});"}
   tf32_round = "as_float((as_uint({x})+0x1000u)&0xffffe000u)"   # round half away from zero at bit 13, drop 13 bits
+  # each float16 result rounded to a half (CL_PRELUDE's function), as NumPy's and PyTorch's ops round: (a*a)/c with
+  # the product kept in float was one unit in the last place off in a quarter of cases
   code_for_workitem = {"gidx": "get_group_id({dim})", "lidx": "get_local_id({dim})"}
   barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
   smem_prefix = "__local "
   code_for_op = {**CStyleRenderer.code_for_op, Ops.EXP2: _gpu_fn("exp2"), Ops.LOG2: _gpu_fn("log2"),
                  Ops.SQRT: _gpu_fn("sqrt"), Ops.SIN: _gpu_fn("sin"),
                  # a cast to a byte-sized bool must still turn 0.5 into 1
-                 Ops.CAST: lambda r, d, x: f"(({x})!=0)" if d is dtypes.bool else f"(({r.type(d)}){x})"}
+                 Ops.CAST: lambda r, d, x: f"(({x})!=0)" if d is dtypes.bool else
+                 r.rounded_to_half(x) if d is dtypes.f16 else f"(({r.type(d)}){x})"}
+
+  def rounded_to_half(self, x: str) -> str: return f"uopc_round_half({x})"
 
   def const(self, v, dtype):
     out = super().const(v, dtype)
@@ -143,7 +148,10 @@ class CUDARenderer(GPURenderer):
 
 
 # what the devices prepend when they compile (not part of the printed kernel, as runtime.PRELUDE is for C)
-CL_PRELUDE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+# uopc_round_half: a float through a half and back (vstore_half rounds to nearest even; no cl_khr_fp16 needed)
+CL_PRELUDE = ("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+              "float uopc_round_half(float x) {\n"
+              "  ushort h; vstore_half(x, 0, (half*)&h); return vload_half(0, (half*)&h);\n}\n")
 CUDA_PRELUDE = "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
 
 CL, CUDA = OpenCLRenderer(), CUDARenderer()

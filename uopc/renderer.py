@@ -80,6 +80,11 @@ class CStyleRenderer:
     """One scalar ALU op's text: the table's, with NumPy's meaning where C's differs (NOTES 35, uopc.codegen.cint)."""
     return int_semantics(self, u, srcs) or self.code_for_op[u.op](self, u.dtype, *srcs)
 
+  def rounded_to_half(self, x: str) -> str:
+    """The float16 value nearest x (its text): C's _Float16 cast rounds. A dialect that computes halves in float
+    rounds with a function of its own."""
+    return f"(({self.type(dtypes.f16)}){x})"
+
   def type(self, dtype: DType) -> str:
     if dtype.count > 1: return self.vector_type(dtype)
     if dtype not in self.types:

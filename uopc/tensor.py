@@ -163,7 +163,9 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
         if not is_contiguous_buffer(t.uop): t._tail = t.uop
       # a replay (uopc.jit) writes its outputs into the arrays these values now read
       writes += [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
-    if (rec := recording()) is not None: rec.append((seen["plan"], options, seen["arrays"], outs, writes))
+    if (rec := recording()) is not None:   # a replay checks the flags' outputs as this realize did
+      checks = [(len(roots) + len(extra) + j, message) for j, (_, message) in enumerate(bounds)]
+      rec.append((seen["plan"], options, seen["arrays"], outs, writes, checks))
     return self
 
   def assign(self, x) -> Tensor:

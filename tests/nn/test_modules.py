@@ -170,6 +170,42 @@ def test_batchnorm_running_statistics_under_tinyjit_are_the_eager_ones():
   assert np.abs(got[0]["running_mean"]).max() > 1e-3   # the statistics moved
 
 
+def _cumulative_bn_reference(xs):
+  """PyTorch's momentum=None rule in float64: the running statistics are the plain averages of every batch's mean and
+  unbiased variance so far."""
+  means = [x.astype(np.float64).mean((0, 2, 3)) for x in xs]
+  varis = [x.astype(np.float64).var((0, 2, 3), ddof=1) for x in xs]
+  return np.mean(means, 0), np.mean(varis, 0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "step program", "kernel by kernel"])
+def test_batchnorm_with_cumulative_momentum_under_tinyjit(mode):
+  """momentum=None: the factor 1 / (batches + 1) comes from num_batches_tracked in the kernel; read into Python, a
+  captured step replayed the second batch's 1/2 at every later step (running mean 3.22 where the average is 2.02)."""
+  from uopc.helpers import Context
+  xs = [(rng.standard_normal((4, 3, 5, 5)) * (k + 1) + k).astype(np.float32) for k in range(6)]
+  bn = nn.BatchNorm2d(3, momentum=None)
+  with Context(JIT_GRAPH=int(mode == "step program")):
+    step = (lambda x: bn(x).sum().realize()) if mode == "eager" else TinyJit(lambda x: bn(x).sum().realize())
+    for x in xs: step(Tensor(x))
+  want_mean, want_var = _cumulative_bn_reference(xs)
+  assert bn.num_batches_tracked.item() == 6
+  np.testing.assert_allclose(bn.running_mean.numpy(), want_mean, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bn.running_var.numpy(), want_var, rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_with_cumulative_momentum_matches_torch():
+  torch = pytest.importorskip("torch")
+  xs = [(rng.standard_normal((4, 3, 5, 5)) * (k + 1) + k).astype(np.float32) for k in range(6)]
+  bn, ref = nn.BatchNorm2d(3, momentum=None), torch.nn.BatchNorm2d(3, momentum=None)
+  step = TinyJit(lambda x: bn(x).realize())
+  for x in xs:
+    out = step(Tensor(x)).numpy()
+    np.testing.assert_allclose(out, ref(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-5)
+  for k, v in ref.state_dict().items():
+    np.testing.assert_allclose(bn.state_dict()[k], v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_inplace_ops_and_the_version_counter_rule():
   w = Tensor(np.ones(3, np.float32), requires_grad=True)
   with pytest.raises(RuntimeError, match="leaf Tensor that requires grad"): w.add_(1)

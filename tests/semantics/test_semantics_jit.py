@@ -93,3 +93,25 @@ def test_changed_dtype_is_named():
   f(Tensor(arr(3))); f(Tensor(arr(3)))
   with pytest.raises(JitError, match="Tensor argument 0 has dtype dtypes.i32"):
     f(Tensor(np.arange(3, dtype=np.int32)))
+
+
+@pytest.mark.parametrize("graph", [1, 0], ids=["step program", "kernel by kernel"])
+@pytest.mark.parametrize("how", ["index", "gather"])
+def test_a_replay_raises_on_a_computed_index_out_of_range(how, graph):
+  """The eager realize raises IndexError when an index computed in a kernel is out of range (uopc.bounds); a replayed
+  step checks the same flags, so a bad index in a later batch is not a silent 0."""
+  from uopc.helpers import Context
+  x = arr(5, 3)
+  def pick(t, i):
+    if how == "index": return t[i + 1] * 2                        # i + 1: an index only the kernel knows
+    return t.gather(0, (i + 1).reshape(-1, 1).expand(i.shape[0], 3)) * 2
+  with Context(JIT_GRAPH=graph):
+    step = TinyJit(pick)
+    for i in ([0, 2], [1, 3], [3, 0]):   # capture, then replays
+      got = step(Tensor(x), Tensor(np.array(i, np.int32))).numpy()
+      np.testing.assert_array_equal(got, x[np.array(i) + 1] * 2)
+    assert step.steps is not None and (step.graph is not None) == bool(graph)
+    with pytest.raises(IndexError, match="out of bounds"):
+      step(Tensor(x), Tensor(np.array([1, 4], np.int32)))         # 4 + 1 = 5: past the 5 rows
+    with pytest.raises(IndexError, match="out of bounds"):        # eager says the same
+      pick(Tensor(x), Tensor(np.array([1, 4], np.int32))).numpy()

@@ -117,3 +117,76 @@ def test_sdpa_enable_gqa_shares_each_key_head_with_a_group_of_query_heads():
   np.testing.assert_allclose(flash.numpy(), want, rtol=1e-4, atol=1e-5)
   with pytest.raises(ValueError, match="multiple"):
     Tensor(q[:, :5]).scaled_dot_product_attention(Tensor(k), Tensor(v), enable_gqa=True)
+
+
+def test_tinygrad_dtype_aliases():
+  """tinygrad's `dtypes.half`, `dtypes.float`...; a float32 src scattered into a half tensor is refused, as PyTorch's
+  "Expected self.dtype to be equal to src.dtype"."""
+  aliases = tuple(getattr(dtypes, n) for n in ("half", "float", "double", "long", "char", "uchar", "uint", "ulong"))
+  assert aliases == (dtypes.f16, dtypes.f32, dtypes.f64, dtypes.i64, dtypes.i8, dtypes.u8, dtypes.u32, dtypes.u64)
+  half = Tensor.zeros(3, dtype=dtypes.half)
+  with pytest.raises(TypeError):
+    half.scatter(0, Tensor(np.array([0, 1])), Tensor(np.array([1.0, 2.0], np.float32)))
+
+
+def test_reductions_take_pytorchs_dim_keyword():
+  """PyTorch's MNIST example writes F.log_softmax(x, dim=1) and output.argmax(dim=1, keepdim=True): dim= is axis=."""
+  x = rng.standard_normal((3, 5, 4))
+  t = Tensor(x)
+  for name, ref in (("sum", lambda a, k: a.sum(1, keepdims=k)), ("mean", lambda a, k: a.mean(1, keepdims=k)),
+                    ("max", lambda a, k: a.max(1, keepdims=k)), ("min", lambda a, k: a.min(1, keepdims=k)),
+                    ("argmax", lambda a, k: a.argmax(1, keepdims=k)), ("prod", lambda a, k: a.prod(1, keepdims=k)),
+                    ("var", lambda a, k: a.var(1, ddof=1, keepdims=k)), ("std", lambda a, k: a.std(1, ddof=1,
+                                                                                                   keepdims=k))):
+    for keep in (False, True):
+      np.testing.assert_allclose(getattr(t, name)(dim=1, keepdim=keep).numpy(), ref(x, keep), rtol=1e-10, err_msg=name)
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(t.softmax(dim=1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-10)
+  np.testing.assert_allclose(t.log_softmax(dim=1).numpy(), np.log(e / e.sum(1, keepdims=True)), rtol=1e-10)
+  np.testing.assert_allclose(t.cumsum(dim=1).numpy(), x.cumsum(1), rtol=1e-10)
+  values, indices = t.cummax(dim=2)
+  np.testing.assert_array_equal(values.numpy(), np.maximum.accumulate(x, 2))
+  std, mean = t.std_mean(dim=0)
+  np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-10)
+  np.testing.assert_array_equal(Tensor(np.arange(6)).view_as(t[:, :2, 0]).numpy(), np.arange(6).reshape(3, 2))
+  with pytest.raises(TypeError, match="dim= and an axis"): t.sum(1, dim=1)
+
+
+def _cross_entropy_np(logits, y, weight, ignore_index, reduction, e):
+  """PyTorch's documented rule in float64 (classes on axis 1): (1 - e) w[y] (-logp[y]) + e / C sum_c w_c (-logp_c),
+  ignored targets 0, "mean" divided by the sum of w[y] over the counted targets."""
+  x = np.moveaxis(logits.astype(np.float64), 1, -1)
+  C = x.shape[-1]
+  logp = x - x.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  w = np.ones(C) if weight is None else weight.astype(np.float64)
+  counted = y != ignore_index
+  safe = np.where(counted, y, 0)
+  nll = -np.take_along_axis(logp, safe[..., None], -1)[..., 0] * w[safe] * counted
+  smooth = -(logp * w).sum(-1) * counted
+  loss = (1 - e) * nll + e / C * smooth
+  if reduction == "mean": return loss.sum() / (w[safe] * counted).sum()
+  return loss.sum() if reduction == "sum" else loss
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_with_class_weights_and_ignore_index(weighted, reduction, smoothing):
+  logits = rng.standard_normal((3, 5, 4)).astype(np.float32)    # (N, C, d1): PyTorch's class axis 1
+  y = rng.integers(0, 5, (3, 4))
+  y[0, 1], y[2, 3] = -100, 2
+  w = rng.random(5) + 0.5 if weighted else None
+  for ignore in (-100, 2):
+    target = y if ignore == -100 else np.where(y == -100, 2, y)
+    got = Tensor(logits).cross_entropy(Tensor(target), reduction, smoothing, None if w is None else Tensor(w),
+                                       ignore_index=ignore)
+    want = _cross_entropy_np(logits, target, w, ignore, reduction, smoothing)
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-6, atol=1e-6)
+  loss = nn.CrossEntropyLoss(None if w is None else Tensor(w), ignore_index=2, reduction=reduction,
+                             label_smoothing=smoothing)
+  np.testing.assert_allclose(loss(Tensor(logits), Tensor(np.where(y == -100, 2, y))).numpy(),
+                             _cross_entropy_np(logits, np.where(y == -100, 2, y), w, 2, reduction, smoothing),
+                             rtol=2e-6, atol=1e-6)
+  with pytest.raises(IndexError, match="-100"):   # without ignore_index, -100 is a target out of range
+    Tensor(logits).cross_entropy(Tensor(y))

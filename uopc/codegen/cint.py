@@ -11,7 +11,8 @@ C and NumPy agree on most integer ops; where they do not, the C is undefined or 
   does NumPy; gcc may fold `(float)(int)x` to a truncation that keeps the value. Written with a range test that
   gives INT_MIN; uint8 and int8 are converted through int32 and wrapped, as NumPy does on x86.
 - _Float16 arithmetic is done in float and rounded only where gcc chooses: each float16 result is cast to
-  _Float16, which rounds (300*300/1000 is inf, as in NumPy, not 90).
+  _Float16, which rounds (300*300/1000 is inf, as in NumPy, not 90). OpenCL computes halves in float
+  (r.rounded_to_half rounds there): each op's result is a half, as NumPy's and PyTorch's are.
 Index arithmetic (loop variables, constants) never overflows and keeps C's plain text: only values read from memory
 get the unsigned form, and a division by a positive constant is written as C's.
 """
@@ -76,7 +77,7 @@ def int_semantics(r: Renderer, u: UOp, srcs: list[str]) -> str | None:
   d = u.dtype
   if d.count > 1 or any(s.dtype.count > 1 for s in u.src): return None
   if u.op is Ops.CAST and d.is_int and u.src[0].dtype.is_float: return float_to_int(r, d, srcs[0])
-  if d is dtypes.f16 and u.op in F16_ROUNDS: return f"(({r.type(d)}){r.code_for_op[u.op](r, d, *srcs)})"
+  if d is dtypes.f16 and u.op in F16_ROUNDS: return r.rounded_to_half(r.code_for_op[u.op](r, d, *srcs))
   if not d.is_int or u.op not in NARROW_OPS: return None
   text = r.code_for_op[u.op](r, d, *srcs)
   if d.itemsize < 4: return f"(({r.type(d)}){text})"   # C computed it in int: wrap it back

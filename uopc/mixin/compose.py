@@ -14,6 +14,7 @@ from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import _norm_axis
 from uopc.mixin.windows import WindowMixin
 from uopc.errors import UsageError, UsageTypeError
+from uopc.mixin.shapes import accept_dim
 
 
 class ComposeMixin(WindowMixin):
@@ -286,3 +287,6 @@ class ComposeMixin(WindowMixin):
     p = e / total.eq(0).where(1.0, total)
     if dropout_p: p = p.dropout(dropout_p)
     return p @ value
+
+
+accept_dim(ComposeMixin, ("cumprod", "cummax", "cummin", "logcumsumexp"))

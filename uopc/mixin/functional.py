@@ -156,20 +156,48 @@ class NNMixin(IndexingMixin):
     if ignore_index is not None: bad &= ids != ignore_index
     if bad.any(): raise IndexError(f"{what}: target {int(ids[bad][0])} is out of bounds for {self.shape[-1]} classes")
     return Y
-  def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0) -> Self:
+  def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0, weight=None,
+                    ignore_index: int | None = None) -> Self:
     """PyTorch's F.cross_entropy. self: logits (N, C, d1, ...), (N, C) or (C,): the class axis is 1 (0 for one
     sample). Y: integer class indices (N, d1, ...), or class probabilities of self's shape. label_smoothing e mixes
-    the uniform distribution into the target, either kind: (1 - e) target + e / C."""
+    the uniform distribution into the target, either kind: (1 - e) target + e / C. weight (C,): each class's
+    weight; ignore_index: targets equal to it do not count (_weighted_cross_entropy). PyTorch's default ignore_index
+    is -100; here a target -100 without ignore_index=-100 is an IndexError, and the unweighted graph has no mask."""
     T = type(self)
     if not 0 <= label_smoothing <= 1: raise UsageError(f"cross_entropy: label_smoothing {label_smoothing} not in 0..1")
     x = self._classes_last()
     Yt = Y if isinstance(Y, T) else T(np.asarray(Y))
+    C = x.shape[-1]
+    if weight is not None:
+      weight = weight if isinstance(weight, T) else T(np.asarray(weight, np.float64)).cast(self.dtype)
+      if weight.shape != (C,): raise UsageError(f"cross_entropy: weight must have shape ({C},), got {weight.shape}")
     if Yt.dtype.is_float:
       if Yt.shape != self.shape: raise UsageError(f"cross_entropy: probabilities {Yt.shape} for logits {self.shape}")
+      if ignore_index is not None:
+        raise UsageError("cross_entropy: ignore_index applies to class indices, not to probabilities")
       probs = Yt._classes_last()
-    else: probs = x._class_targets(Yt, "cross_entropy", logits=self.shape).one_hot(x.shape[-1]).cast(self.dtype)
-    probs = probs * (1 - label_smoothing) + label_smoothing / x.shape[-1]
+    elif weight is not None or ignore_index is not None:
+      return x._weighted_cross_entropy(x._class_targets(Yt, "cross_entropy", ignore_index, self.shape), weight,
+                                       ignore_index, reduction, label_smoothing)
+    else: probs = x._class_targets(Yt, "cross_entropy", logits=self.shape).one_hot(C).cast(self.dtype)
+    probs = probs * (1 - label_smoothing) + label_smoothing / C
+    if weight is not None: probs = probs * weight
     return (-(x.log_softmax(-1) * probs).sum(-1))._reduction(reduction)
+  def _weighted_cross_entropy(self, Y, weight, ignore_index, reduction: str, label_smoothing: float) -> Self:
+    """PyTorch's rule with class weights w and ignored targets, self classes last: loss_i = (1 - e) w[y_i] (-logp[y_i])
+    + e / C sum_c w_c (-logp_c), 0 where y_i is ignored; "mean" divides the sum by sum_i w[y_i] over the counted
+    targets (the count, unweighted), as PyTorch's nll_loss does."""
+    C = self.shape[-1]
+    logp = self.log_softmax(-1)
+    hot = Y.one_hot(C).cast(self.dtype)   # an ignored target (outside 0..C-1) is a row of zeros
+    if ignore_index is not None and 0 <= ignore_index < C: hot = hot * Y.ne(ignore_index).unsqueeze(-1)
+    w_hot = hot if weight is None else hot * weight
+    loss = -(logp * w_hot).sum(-1) * (1 - label_smoothing)
+    if label_smoothing:
+      counted = hot.sum(-1)   # 1 for a counted target, 0 for an ignored one
+      loss = loss - (logp if weight is None else logp * weight).sum(-1) * counted * (label_smoothing / C)
+    if reduction == "mean": return loss.sum() / w_hot.sum()
+    return loss._reduction(reduction)
   def nll_loss(self, Y, weight=None, ignore_index: int | None = None, reduction: str = "mean") -> Self:
     """PyTorch's F.nll_loss. self: log-probabilities (N, C, d1, ...), (N, C) or (C,); Y: class indices (N, d1, ...).
     Mean over the counted (weighted) targets, as PyTorch."""

@@ -7,9 +7,14 @@ from uopc.dtype import dtypes, sum_dtype
 from uopc.helpers import prod
 from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import MovementMixin
-from uopc.mixin.shapes import axis_index as _axis, broadcast_shape
+from uopc.mixin.shapes import accept_dim, axis_index as _axis, broadcast_shape
 from uopc.uop import Ops
 from uopc.errors import UsageError
+
+
+# A float sum over more terms than this adds in blocks (ReduceMixin._add_in_blocks). Shorter sums keep the one REDUCE
+# they always had, so every kernel the chapters print (rows of at most 16,384 terms) stays as it is.
+LONG_SUM = 1 << 16
 
 
 class ReduceMixin(MovementMixin):
@@ -22,9 +27,12 @@ class ReduceMixin(MovementMixin):
   def _holds_data(self) -> bool: raise NotImplementedError
 
   # ---- reductions ----
-  def _reduce(self, op: Ops, axis, keepdim: bool) -> Self:
+  def _axes(self, axis) -> tuple[int, ...]:
+    """The reduced axes, sorted and non-negative (None: all of them)."""
     given = tuple(range(self.ndim)) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
-    axes = tuple(sorted({_axis(a, self.ndim) for a in given}))
+    return tuple(sorted({_axis(a, self.ndim) for a in given}))
+  def _reduce(self, op: Ops, axis, keepdim: bool) -> Self:
+    axes = self._axes(axis)
     if not axes or self.ndim == 0: return self
     out_shape = tuple(1 if k in axes else s for k, s in enumerate(self.shape))
     if any(self.shape[k] == 0 for k in axes):   # a reduction over nothing is its identity
@@ -42,10 +50,32 @@ class ReduceMixin(MovementMixin):
     return out.reshape(out_shape) if keepdim else out
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Self:
     """Integers and bools sum in int64 (NumPy's and PyTorch's result dtype), so a count never wraps; float16 adds in
-    float32 and rounds once at the end (tinygrad's and PyTorch's accumulation). dtype: the result's (and the sum's)."""
-    if dtype is not None: return self.cast(dtype)._reduce(Ops.ADD, axis, keepdim)
-    if self.dtype is dtypes.f16: return self.cast(dtypes.f32)._reduce(Ops.ADD, axis, keepdim).cast(dtypes.f16)
-    return self.cast(sum_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
+    float32 and rounds once at the end (tinygrad's and PyTorch's accumulation). dtype: the result's (and the sum's).
+    A float sum of more than LONG_SUM terms adds in blocks (_add_in_blocks)."""
+    if dtype is not None: return self.cast(dtype)._add(axis, keepdim)
+    if self.dtype is dtypes.f16: return self.cast(dtypes.f32)._add(axis, keepdim).cast(dtypes.f16)
+    return self.cast(sum_dtype(self.dtype))._add(axis, keepdim)
+  def _add(self, axis, keepdim: bool) -> Self:
+    axes = self._axes(axis) if self.ndim else ()
+    terms = prod(self.shape[k] for k in axes)
+    if not self.dtype.is_float or terms <= LONG_SUM: return self._reduce(Ops.ADD, axis, keepdim)
+    return self._add_in_blocks(axes, terms, keepdim)
+  def _add_in_blocks(self, axes: tuple[int, ...], terms: int, keepdim: bool) -> Self:
+    """The sum of `terms` float terms as sums of blocks of about sqrt(terms), then the sum of those (itself in blocks
+    if it is still long): each its own REDUCE, so each its own accumulator. One running sum of a million float32
+    terms loses the small ones (each is rounded against a sum a million times larger; softmax of 1,000,003
+    elements was 1e-3 off in places); two levels of a thousand keep every partial sum near its terms. PyTorch's and
+    NumPy's sums are blocked and pairwise for the same reason."""
+    keep = [k for k in range(self.ndim) if k not in axes]
+    kept = tuple(self.shape[k] for k in keep)
+    block = 1 << ((terms - 1).bit_length() + 1) // 2          # the power of two >= sqrt(terms)
+    # the terms are a buffer of their own: with Tensor.fuse_reduce, a reduction they read (softmax's max) would be
+    # fused into the partial sums' kernel and computed again for every block (n^1.5 work)
+    x = self.permute(keep + list(axes)).reshape(*kept, terms)
+    if not x._holds_data(): x = x.contiguous()
+    if terms % block: x = x.pad([None] * len(kept) + [(0, block - terms % block)])   # zeros add nothing
+    out = x.reshape(*kept, -1, block)._reduce(Ops.ADD, -1, False)._add(-1, False)
+    return out.reshape(tuple(1 if k in axes else s for k, s in enumerate(self.shape))) if keepdim else out
   def max(self, axis=None, keepdim: bool = False) -> Self:
     """The maximum over axis: the values only, as tinygrad's max and PyTorch's amax (PyTorch's max(dim) returns
     (values, indices)). So that PyTorch's `_, pred = out.max(1)` cannot silently unpack the rows of the values, the
@@ -158,3 +188,7 @@ class ReduceMixin(MovementMixin):
     return out
   __matmul__ = dot = matmul
   def __rmatmul__(self, x): return type(self)(np.asarray(x)).matmul(self)
+
+
+accept_dim(ReduceMixin, ("sum", "max", "min", "any", "all", "mean", "softmax", "log_softmax", "prod", "var", "std",
+                         "logsumexp", "argmax", "argmin", "cumsum"))

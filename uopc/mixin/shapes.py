@@ -1,5 +1,6 @@
 """Shapes and axes as the Tensor front end checks them: one place for the rules every Tensor method shares."""
 from __future__ import annotations
+import functools
 import numpy as np
 from uopc.errors import UsageError
 
@@ -36,3 +37,18 @@ def shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
       raise TypeError(f"{what}: sizes must be integers, got {s!r} ({type(s).__name__}) in {tuple(shape)}")
   return tuple(int(s) for s in shape)
+
+
+def accept_dim(cls: type, names: tuple[str, ...]) -> None:
+  """Each method of cls named takes PyTorch's `dim=` for its `axis` (x.sum(dim=1), x.argmax(dim=1, keepdim=True),
+  x.log_softmax(dim=1): what PyTorch's own MNIST example writes); both at once is a TypeError."""
+  for name in names:
+    fn = cls.__dict__[name]
+    @functools.wraps(fn)
+    def with_dim(self, *args, _fn=fn, **kwargs):
+      if "dim" in kwargs:
+        if args or "axis" in kwargs:
+          raise TypeError(f"{_fn.__name__}: got dim= and an axis; dim is PyTorch's name for axis: give one")
+        kwargs["axis"] = kwargs.pop("dim")
+      return _fn(self, *args, **kwargs)
+    setattr(cls, name, with_dim)

@@ -12,7 +12,7 @@ from uopc.dtype import dtypes
 from uopc.mixin.compose import ComposeMixin
 from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import _norm_axis
-from uopc.mixin.shapes import broadcast_shape, shape_arg
+from uopc.mixin.shapes import accept_dim, broadcast_shape, shape_arg
 from uopc.errors import UsageError
 
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805   # PyTorch's constants (Klambauer et al.)
@@ -36,6 +36,7 @@ class TorchMixin(ComposeMixin):
   def size(self, dim: int | None = None):
     return self.shape if dim is None else self.shape[_norm_axis(dim, self.ndim)]
   def dim(self) -> int: return self.ndim
+  def view_as(self, other) -> Self: return self.reshape(other.shape)   # pred.eq(target.view_as(pred))
   def tolist(self): return self.numpy().tolist()
   def __len__(self) -> int:
     if self.ndim == 0: raise TypeError("len() of a 0-d tensor")
@@ -144,3 +145,6 @@ class TorchMixin(ComposeMixin):
     (grouped-query attention, PyTorch's flag): they are repeated to the query's count first."""
     if enable_gqa: key, value = repeat_heads(key, value, self.shape[-3])
     return super().scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+accept_dim(TorchMixin, ("std_mean",))

@@ -74,10 +74,12 @@ class AdaptiveAvgPool2d(Module):
 # ---- losses: PyTorch's criterion modules, loss = criterion(output, target) ----
 class CrossEntropyLoss(Module):
   """PyTorch's nn.CrossEntropyLoss: logits and class indices (or probabilities), Tensor.cross_entropy."""
-  def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+  def __init__(self, weight=None, *, ignore_index: int | None = None, reduction: str = "mean",
+               label_smoothing: float = 0.0):
+    self.weight, self.ignore_index = weight, ignore_index
     self.reduction, self.label_smoothing = reduction, label_smoothing
   def __call__(self, logits: Tensor, target) -> Tensor:
-    return logits.cross_entropy(target, self.reduction, self.label_smoothing)
+    return logits.cross_entropy(target, self.reduction, self.label_smoothing, self.weight, self.ignore_index)
 
 
 class NLLLoss(Module):

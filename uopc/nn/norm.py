@@ -55,8 +55,9 @@ class _BatchNorm(Module):
   def _track(self, mean: Tensor, var: Tensor, count: int) -> None:
     """The running statistics, written into their own buffers now (a captured step replays the write)."""
     with no_grad():
-      # momentum=None: the cumulative average (a value read here: a captured step replays the first one's factor)
-      m = 1 / (int(self.num_batches_tracked.numpy()) + 1) if self.momentum is None else self.momentum
+      # momentum=None: the cumulative average, 1 / (batches so far + 1) computed in the kernel from the buffer, so a
+      # captured step (TinyJit) replays it with each step's count (a Python number here would be the capture's)
+      m = self.momentum if self.momentum is not None else 1 / (self.num_batches_tracked.cast(mean.dtype) + 1)
       self.num_batches_tracked.assign(self.num_batches_tracked + 1)
       unbiased = var.detach() * (count / (count - 1))
       self.running_mean.assign(self.running_mean * (1 - m) + mean.detach() * m)
