@@ -15,7 +15,7 @@ WRONG = [
   # the row loop not a THREAD loop: right values and no race, but not parallel (an accumulator declared outside the
   # parallel loop is a race uopc.races reads from the program: the values test's first verdict, as for the prefix sum)
   Wrong("running argmax", "  i = range_(R, 0, AxisType.THREAD)\n  m, idx", "  i = range_(R, 0)\n  m, idx",
-        "argmax_program: no parallel loop (make the row loop AxisType.THREAD)"),
+        "argmax_program(16, 8): no parallel loop (make the row loop, 16 rows, AxisType.THREAD)"),
   # the loop made a THREAD loop: right on one thread, a race on several (issue 43: it passed make check); read from
   # the program (uopc.races), so found on any machine (issue 49)
   Wrong("prefix sum", "k = range_(n, 0)", "k = range_(n, 0, AxisType.THREAD)",
