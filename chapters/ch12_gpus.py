@@ -226,8 +226,28 @@ for which in ("tree", "first"):
 # PoCL runs a work-group's work-items one after another between barriers, in the same order every time, so a race
 # gives the same result on every run: all five runs agree for each kernel above, wrong every time or right every
 # time, by luck of that order. A GPU interleaves work-items differently from run to run, so the same kernels there
-# could fail now and then. Neither device proves a kernel free of races; Chapter 13 uses Oclgrind, which checks
-# every access to local memory.
+# could fail now and then. Neither device proves a kernel free of races.
+#
+# The program can. `uopc.races.opencl_local_races` reads the kernel's text: every read of another work-item's slot
+# of a `__local` array must come after a `barrier(...)` on every way to it from the stores it can see, the loop's first
+# trip and the trips after. It runs nothing, so its verdict is the same on PoCL, on a GPU, and on a laptop with no
+# OpenCL at all; `check_local_barriers` is the visible check built on it (week 6 uses it). Here it reads the kernel with
+# both barriers, then with each one removed (Chapter 13 reads uopc's own tiled kernels the same way, and uses
+# Oclgrind, which checks every access to local memory as the kernel runs):
+
+# %%
+from uopc.races import check_local_barriers, opencl_local_races
+
+lines = render_group_sum("group_sum", BLOCK).splitlines()
+first, tree = [k for k, line in enumerate(lines) if "barrier" in line]
+check_local_barriers("group_sum: every read of another work-item's slot after a barrier", "\n".join(lines))
+for which, at in (("first", first), ("tree", tree)):
+  print(f"without the {which} barrier:", *opencl_local_races("\n".join(lines[:at] + lines[at + 1:])))
+
+# %% [markdown]
+# The first barrier orders the loads into `tile` before the tree's first read of a neighbour's slot; the one in the
+# loop orders each step's sums before the next step reads them, so removing either leaves a read that another
+# work-item's store may not have reached.
 #
 # Count the traffic of that kernel. Global memory: each of the 8192 elements is loaded once, and 64 sums are
 # stored. Local memory: 8192 stores, then in each step every active work-item loads two slots and stores one. The

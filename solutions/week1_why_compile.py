@@ -41,6 +41,21 @@ print(f"CPU:      {cpu.group(1) if cpu else platform.machine()}, {os.cpu_count()
 print(f"compiler: {subprocess.run(['cc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
 print(f"date:     {datetime.date.today()}")
 
+# %% tags=["hidden-setup"]
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+# Placed before the setup cell: in a solution run under nbval, whose kernel keeps no input history, `raises` finds the
+# notebook's classes (MiniProgram) among the cells run after this one.
+import sys as _sys
+from pathlib import Path as _Path
+import uopc as _uopc
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
+from solution_setup import raises  # noqa: F401
+
+
 # %% [markdown]
 # ## Setup
 #
@@ -97,19 +112,6 @@ def best_time(fn, reps: int = 5) -> float:
   for _ in range(reps):
     t0 = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t0)
   return best
-
-# %% tags=["hidden-setup"]
-# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
-# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
-# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
-import sys as _sys
-from pathlib import Path as _Path
-import uopc as _uopc
-_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
-from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
-from solution_setup import raises  # noqa: F401
-
 
 # %% [markdown]
 # ## Exercise 1.1: cost table

@@ -1,11 +1,11 @@
 """What the stored notebooks show (issue 49): outputs a reader can read as printed, and the race sections that
-chapters 4, 5 and 13 teach, each with uopc's report on a racing program and its silence on the fixed one.
+chapters 4, 5, 12 and 13 teach, each with uopc's report on a racing program and its silence on the fixed one.
 
   - No stored output stream holds a carriage return: a progress line overwritten in place on a terminal is stored
     in a notebook as every one of its versions (chapter 10's tuner stored three before its result).
-  - Chapter 4 (the shared accumulator), chapter 5 (a tile that overlaps its neighbour) and chapter 13 (the tiled
-    kernel without a barrier) each have a cell that asks uopc.races and prints both "a race: ..." and an "ok: ..."
-    from check_no_races.
+  - Chapter 4 (the shared accumulator), chapter 5 (a tile that overlaps its neighbour), chapter 12 (the group sum
+    without each barrier) and chapter 13 (the tiled kernel without a barrier) each have a cell that asks uopc.races
+    and prints both "a race: ..." and an "ok: ..." from check_no_races (check_local_barriers in chapter 12).
 
 In the instructor's wing (tests/grader/), which the student's tree leaves out: it reads solutions/.
 """
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("solutions/*.ipynb"), *ROOT.glob("assignments/*.ipynb")])
 RACES = {"ch04_loops_as_graphs": "a race: in THREAD loop", "ch05_linearizer_and_c": "a race: in THREAD loop",
-         "ch13_gpu_machinery": "a race: a load of lmem"}
+         "ch12_gpus": "a race: the read tile[", "ch13_gpu_machinery": "a race: a load of lmem"}
 
 
 def streams(nb) -> list[tuple[int, str]]:
