@@ -136,7 +136,8 @@ def pytest_collection_modifyitems(config, items):
     if path not in modules: modules[path] = code_of_tests(path)
     wing = path.relative_to(TESTS).parts[0]
     name = item.cls.__name__ if getattr(item, "cls", None) is not None else getattr(item, "originalname", item.name)
-    text = modules[path].get(name, path.read_text())   # a test made some other way: its whole module, as before
+    code = modules[path]
+    text = code[name] if name in code else path.read_text()   # a test made some other way: its whole module
     for mark, rule in ((pytest.mark.isa, wing in ISA_WINGS and ISA_WORDS.search(text)),
                        (pytest.mark.environment, wing != "grader" and ENVIRONMENT_WORDS.search(text))):
       if rule: item.add_marker(mark)

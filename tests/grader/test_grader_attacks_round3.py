@@ -5,7 +5,6 @@ a C include that names a header through a macro, and the uopc functions that ans
 
 The fast tests run the grader's parts directly; the ones that grade a notebook run it in its sandbox (bubblewrap)."""
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,17 +23,6 @@ import sandbox  # noqa: E402
 
 needs_bwrap = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
 TASK = "blocked attention"
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  """The grader's own home and caches, as test_grader_attacks.py makes them."""
-  base = tmp_path_factory.mktemp("grader")
-  home, cache = base / "home", base / "cache"
-  (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
-  cache.mkdir()
-  return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
-          "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}, home, cache
 
 
 def week1_with(tmp: Path, name: str, source: str) -> Path:

@@ -27,17 +27,6 @@ import sandbox  # noqa: E402
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-  base = tmp_path_factory.mktemp("grader")
-  home, cache = base / "home", base / "cache"
-  (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
-  cache.mkdir()
-  import os
-  return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
-          "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}
-
-
 def submission(tmp: Path, week: str, name: str, tasks: dict[str, str] = {}, extra: tuple[str, ...] = ()) -> Path:
   """The week's solution as a student hands it in, with some task cells replaced and cells added at the end."""
   book = visible(ROOT / "solutions" / f"{week}.ipynb")
@@ -51,7 +40,7 @@ def submission(tmp: Path, week: str, name: str, tasks: dict[str, str] = {}, extr
 
 
 def graded(nb: Path, env, *tasks: str) -> dict:
-  score, _ = grade(nb, env, *[a for t in tasks for a in ("--only", t)])
+  score, _ = grade(nb, env[0], *[a for t in tasks for a in ("--only", t)])
   return score
 
 

@@ -5,6 +5,7 @@ and uneven padding) and stride-1 pooling, and against the view's own gradient on
 import numpy as np
 import pytest
 import uopc.mixin.windows
+from numerics import finite_differences   # tests/numerics.py
 from uopc.tensor import Tensor
 
 rng = np.random.default_rng(50)
@@ -14,20 +15,13 @@ def arr(*shape, dtype=np.float64): return rng.standard_normal(shape).astype(dtyp
 
 
 def fd_check(f, *arrays, eps=1e-6, rtol=1e-5, atol=1e-7):
-  """backward() of sum(f(*xs) * g) against central differences, every input in float64."""
+  """backward() of sum(f(*xs) * g) against central differences (tests/numerics.py), every input in float64."""
   ts = [Tensor(a, requires_grad=True) for a in arrays]
   out = f(*ts)
   g = arr(*out.shape)
   (out * Tensor(g)).sum().backward()
-  for k, (t, a) in enumerate(zip(ts, arrays)):
-    num = np.zeros_like(a)
-    for i in np.ndindex(a.shape):
-      vals = []
-      for s in (eps, -eps):
-        b = [x.copy() for x in arrays]
-        b[k][i] += s
-        vals.append(float((f(*map(Tensor, b)).numpy() * g).sum()))
-      num[i] = (vals[0] - vals[1]) / (2 * eps)
+  numeric = finite_differences(lambda *b: float((f(*map(Tensor, b)).numpy() * g).sum()), list(arrays), eps)
+  for t, num in zip(ts, numeric):
     np.testing.assert_allclose(t.grad.numpy(), num, rtol=rtol, atol=atol)
 
 
