@@ -4,11 +4,13 @@
   python scripts/grade_all.py submissions/ --out grades/ --seed 7 --force
 
 Writes, in --out (default: <folder>/grades): gradebook.csv, one row per entry named *.ipynb (student, week, points per
-task, total, max, errors, feedback), feedback/<file>.txt, the table `make grade` prints (what was wrong, task by
-task), and canvas.csv and moodle.csv, the totals as Canvas's and Moodle's grade imports take them, a student's id read
-from the file name as scripts/grading.toml says (scripts/gradebook.py). The student is the entry's path in the folder
-without `.ipynb` (alice.ipynb -> alice, alice/week3.ipynb -> alice/week3; a name that is not UTF-8 is shown with its
-odd bytes escaped, \\xff). Every entry gets its row, whatever it is:
+task, total, max, errors, feedback), feedback/<file>.txt, the table `make grade` prints (what was wrong, task by task),
+reports/<file>.json, the whole report `make grade --json` writes (every hidden test's status, message and time, the
+student's cells' errors: for a script that reviews the class, or a regrade request), and canvas.csv and moodle.csv, the
+totals as Canvas's and Moodle's grade imports take them, a student's id read from the file name as scripts/grading.toml
+says (scripts/gradebook.py). The student is the entry's path in the folder without `.ipynb` (alice.ipynb -> alice,
+alice/week3.ipynb -> alice/week3; a name that is not UTF-8 is shown with its odd bytes escaped, \\xff). Every entry gets
+its row, whatever it is:
 - a regular file is graded (read through a descriptor opened without following links); one that crashes, hangs or is
   no notebook is a row with its error, and the batch goes on;
 - anything else named *.ipynb (a symbolic link, a folder, a pipe) is a row with an error and is never followed or read;
@@ -40,7 +42,7 @@ import secrets
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -117,7 +119,7 @@ def grade_one(path: Path, data: bytes, seed: int, timeout: float, test_timeout: 
     problems = [e["error"] for e in r.student_cells["errors"] if not e["error"].startswith("NotImplementedError")]
     return {"week": week, "tasks": {t: v["points"] for t, v in r.tasks.items()}, "total": r.total, "max": r.max,
             "error": "; ".join(([r.note] if r.note else []) + problems)[:MAX_ERROR], "feedback": grade.table(r),
-            "seconds": time.perf_counter() - t0, "cache": True}
+            "report": asdict(r), "seconds": time.perf_counter() - t0, "cache": True}
   except Exception as e:   # no solution for it, the sandbox could not be made: a row all the same, graded again later
     mine = isinstance(e, (grade.SubmissionError, grade.UsageError))
     why = str(e) if mine else f"{type(e).__name__}: {e}"
@@ -126,7 +128,7 @@ def grade_one(path: Path, data: bytes, seed: int, timeout: float, test_timeout: 
 
 def failed(why: str, seconds: float = 0.0, cache: bool = False) -> dict:
   return {"week": "", "tasks": {}, "total": 0.0, "max": 0.0, "error": why[:MAX_ERROR], "feedback": why + "\n",
-          "seconds": seconds, "cache": cache}
+          "report": None, "seconds": seconds, "cache": cache}
 
 
 def feedback_names(students: list[tuple[bytes, str]]) -> dict[bytes, str]:
@@ -238,8 +240,8 @@ def grade_all(folder: Path, out: Path, jobs: int | None = None, seed: int | None
   od = OutDir(out)
   held = [od]
   try:
-    cache, fb = od.sub(CACHE), od.sub("feedback")
-    held += [cache, fb]
+    cache, fb, reports = od.sub(CACHE), od.sub("feedback"), od.sub("reports")
+    held += [cache, fb, reports]
     seed = resolve_seed(cache, seed)
     found = entries(folder, od.identity())
     limits = (timeout, test_timeout, budget)
@@ -298,7 +300,7 @@ def grade_all(folder: Path, out: Path, jobs: int | None = None, seed: int | None
             raise
     finally:
       bar.end()
-    result = write_outputs(od, fb, found, rows, lms)
+    result = write_outputs(od, fb, reports, found, rows, lms)
     if stats is not None:
       stats.update(notebooks=len(found), reused=reused, graded=bar.graded, jobs=jobs, seed=seed,
                    job_seconds=job_seconds, seconds=time.perf_counter() - t_start)
@@ -307,8 +309,9 @@ def grade_all(folder: Path, out: Path, jobs: int | None = None, seed: int | None
     for d in held: d.close()
 
 
-def write_outputs(od: OutDir, fb: OutDir, found: list[Entry], rows: dict[bytes, dict], lms) -> list[dict]:
-  """gradebook.csv, feedback/, canvas.csv and moodle.csv, each written whole and renamed into place."""
+def write_outputs(od: OutDir, fb: OutDir, reports: OutDir, found: list[Entry], rows: dict[bytes, dict],
+                  lms) -> list[dict]:
+  """gradebook.csv, feedback/, reports/, canvas.csv and moodle.csv, each written whole and renamed into place."""
   names = feedback_names([(e.rel, e.student) for e in found])
   # one column per (week, task), in the order the tasks come in each week's solution
   tasks = list(dict.fromkeys((row["week"], task) for row in sorted(rows.values(), key=lambda r: str(r["week"]))
@@ -322,6 +325,8 @@ def write_outputs(od: OutDir, fb: OutDir, found: list[Entry], rows: dict[bytes, 
       line = [student, row["week"], *points, row["total"], row["max"], row["error"], f"feedback/{names[e.rel]}"]
       csv_text([line])   # a row that cannot be written fails here, before it is added
       fb.write(names[e.rel], row["feedback"] + "\n")
+      if row.get("report") is not None:   # (none for a row that was never graded)
+        reports.write(names[e.rel].removesuffix(".txt") + ".json", json.dumps(row["report"], indent=1) + "\n")
     except Exception as err:   # one bad row never costs another its row
       row = failed(f"the row could not be written ({type(err).__name__})")
       line = [student, "", *[""] * len(tasks), 0.0, 0.0, row["error"], ""]

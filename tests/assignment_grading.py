@@ -4,7 +4,9 @@
   task of the notebook;
 - a deliberately wrong answer for every task (the solution with one region changed) scores less than the task's
   points, with a message that names the fault, while the notebook as a whole still earns a partial mark.
-A test file supplies the notebook's name and its wrong answers; `make_tests` returns the three test functions.
+A test file supplies the notebook's name and its wrong answers; `make_tests` returns the three test functions. The
+solution and the stubs are read from the class that tests/grader/conftest.py grades once for the run (`make
+grade-all`, each notebook's whole report kept): the same grading `make grade` does, not done again per test file.
 """
 from __future__ import annotations
 import json
@@ -75,23 +77,21 @@ def with_wrong(solution: Path, wrongs: list[Wrong]) -> nbformat.NotebookNode:
 
 
 def make_tests(name: str, wrongs: list[Wrong], n_tasks: int):
-  solution, assignment = ROOT / "solutions" / f"{name}.ipynb", ROOT / "assignments" / f"{name}.ipynb"
+  solution = ROOT / "solutions" / f"{name}.ipynb"
 
-  def test_solution_scores_full_marks(tmp_path):
+  def test_solution_scores_full_marks(graded_class):
     want = task_points(solution)
     sol = nbformat.read(solution, as_version=4)
     tasks = {m for c in sol.cells if c.cell_type == "code" for m in TASK.findall(c.source)}
     assert tasks == set(want) and len(tasks) == n_tasks
-    score = grade(solution, tmp_path)   # the week is found from the notebook's title
+    score = graded_class.report(name, "solved")   # the week is found from the notebook's title
     assert points(score) == want, score["table"]
     assert score["total"] == score["max"] == sum(want.values())
     assert score["student_cells"]["errors"] == [] and score["kernel_restarts"] == 0
 
-  def test_stub_scores_zero_and_fails_only_with_its_stubs(tmp_path):
+  def test_stub_scores_zero_and_fails_only_with_its_stubs(graded_class):
     want = task_points(solution)
-    mine = tmp_path / "my_copy.ipynb"   # any name: the grader reads the week from the notebook's metadata
-    mine.write_bytes(assignment.read_bytes())
-    score = grade(mine, tmp_path)
+    score = graded_class.report(name, "stub")   # a name that names no week: the grader reads it from the metadata
     assert score["total"] == 0 and score["max"] == sum(want.values())
     errors = score["student_cells"]["errors"]
     assert errors and score["student_cells"]["timeouts"] == 0

@@ -1,6 +1,14 @@
-"""The grader's tests share one picture of a grading machine: the grader's own home and caches."""
+"""The grader's tests share one picture of a grading machine (the grader's own home and caches) and one class graded
+by `make grade-all` (tests/grader/graded_class.py), graded once for the whole run."""
+from __future__ import annotations
+import csv
+import fcntl
 import os
+import shutil
+import subprocess
+import sys
 import pytest
+from graded_class import CLASS_SEED, CLASS_TIMEOUT, ROOT, GradedClass, make_class
 
 
 @pytest.fixture(scope="module")
@@ -15,3 +23,23 @@ def env(tmp_path_factory):
   # grader compiled from sandboxes' sources (scripts/grader/trusted.py, tests/grader/test_grader_trusted.py) live apart
   return {**os.environ, "HOME": str(home), "UOPC_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
           "UOPC_GRADER_SEEDS": str(base / "seeds"), "UOPC_GRADER_KERNELS": str(base / "kernels")}, home, cache
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory, worker_id) -> GradedClass:
+  """The class, graded once for the run: the batch tests read its gradebook, each week's tests its solution's and
+  stubs' reports (a solution is graded once, not once per test file that checks it). pytest-xdist's workers share
+  it through the run's temporary folder and a lock on it: the first to ask grades, another waits for it."""
+  shared = tmp_path_factory.getbasetemp()
+  if worker_id != "master": shared = shared.parent   # the folder above each worker's own: this run's, not another's
+  folder, out = shared / "class", shared / "class" / "grades"
+  with open(shared / "class.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (out / "gradebook.csv").is_file():
+      shutil.rmtree(folder, ignore_errors=True)   # (what a worker that failed half-way left)
+      make_class(folder)
+      r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade_all.py"), str(folder), "--jobs", "2", "--seed",
+                          CLASS_SEED, "--timeout", CLASS_TIMEOUT], capture_output=True, text=True, timeout=1800)
+      assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  with open(out / "gradebook.csv") as f: rows = {row["student"]: row for row in csv.DictReader(f)}
+  return GradedClass(folder, out, rows)

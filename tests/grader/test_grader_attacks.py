@@ -186,28 +186,42 @@ OWN_KERNEL = re.compile(r"^[A-Za-z_]\w*-[0-9a-f]{32}\.(so|sum)$")
 
 def fingerprint(home: Path, cache: Path) -> dict:
   """Hashes of what a submission must not change: the grader's tree (the content of tracked files, the names of
-  untracked and ignored ones), its virtual environment (every file's size and time), its home and its cache. Left
-  out: the caches that test processes running beside this one write (.pyc files, hypothesis, ruff), and the
-  compiler's verdicts the grader's own processes keep in its cache (uopc.runtime.compiler_bugs); the sandbox
-  mounts all of it read-only or not at all, which is what this checks from the outside."""
-  def tree(root: Path, skip=(), own=None) -> str:
-    h = hashlib.sha256()
-    for d, _, files in sorted(os.walk(root)):   # (sorted walks it all first: pruning `dirs` would come too late)
-      if set(Path(d).relative_to(root).parts) & set(skip): continue
-      for f in sorted(files):
-        if own is not None and own.match(f) and Path(d) == root: continue
-        p = Path(d) / f
-        st = p.lstat()
-        h.update(f"{p.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+  untracked and ignored ones), its home and its cache (every file's size and time). Left out: the caches that test
+  processes running beside this one write (.pyc files, hypothesis, ruff), and the compiler's verdicts the grader's
+  own processes keep in its cache (uopc.runtime.compiler_bugs); the sandbox mounts all of it read-only or not at
+  all, which is what this checks from the outside. (The venv: venv_unchanged, once for the module.)"""
   git = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
                        capture_output=True, text=True).stdout
   git = "\n".join(line for line in git.splitlines() if not any(c in line for c in CACHES))
   content = hashlib.sha256()
   for f in subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True).stdout.split("\0"):
     if f and (ROOT / f).is_file(): content.update(f.encode() + (ROOT / f).read_bytes())
-  return {"tree": content.hexdigest(), "git status": git, "venv": tree(Path(sys.prefix), skip=("__pycache__",)),
-          "home": tree(home), "cache": tree(cache, skip=(CHECKS,), own=OWN_KERNEL)}
+  return {"tree": content.hexdigest(), "git status": git, "home": tree(home),
+          "cache": tree(cache, skip=(CHECKS,), own=OWN_KERNEL)}
+
+
+def tree(root: Path, skip=(), own=None) -> str:
+  """A hash of every file's path, size and time under root (skip: folder names left out; own: file names at the
+  top left out)."""
+  h = hashlib.sha256()
+  for d, _, files in sorted(os.walk(root)):   # (sorted walks it all first: pruning `dirs` would come too late)
+    if set(Path(d).relative_to(root).parts) & set(skip): continue
+    for f in sorted(files):
+      if own is not None and own.match(f) and Path(d) == root: continue
+      p = Path(d) / f
+      st = p.lstat()
+      h.update(f"{p.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
+  return h.hexdigest()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def venv_unchanged():
+  """The grader's virtual environment (24,000 files: a second of hashing) the same after every grading of this
+  module as before the first: hashed once at each end, not around each grading. The sandbox mounts it read-only,
+  which this checks from the outside; the tree, home and cache are checked around each grading (graded_unharmed)."""
+  before = tree(Path(sys.prefix), skip=("__pycache__",))
+  yield
+  assert tree(Path(sys.prefix), skip=("__pycache__",)) == before, "a submission changed the grader's venv"
 
 
 def grade(nb: Path, env: dict, *args: str) -> tuple[dict, str]:

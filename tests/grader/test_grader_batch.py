@@ -1,19 +1,18 @@
-"""make grade-all on a class of 20 notebooks (every week's solution, every week's stubs, wrong answers, attacks):
-one gradebook row per notebook, the solutions at full marks and the stubs at zero inside the sandbox, the attacks at
-zero, and the rows the same as grading each notebook alone with the same seed (but for a speed point: two timings on
-shared cores may fall either side of a threshold, the only thing that is not a function of the notebook and seed)."""
+"""make grade-all on a class of 19 notebooks (every week's solution, every week's stubs, wrong answers, attacks; the
+class of tests/grader/graded_class.py, graded once for the run): one gradebook row per notebook, the solutions at full
+marks and the stubs at zero inside the sandbox, the attacks at zero, and the rows the same as grading each notebook
+alone with the same seed (but for a speed point: two timings on shared cores may fall either side of a threshold, the
+only thing that is not a function of the notebook and seed)."""
 import csv
 from concurrent.futures import ThreadPoolExecutor
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
-from assignment_grading import Wrong, with_wrong
-from test_grader_attacks import FORGE, HARM, TAMPER
+from graded_class import CLASS_ATTACKS, CLASS_SEED, CLASS_TIMEOUT, CLASS_WRONG, WEEKS
 from uopc.runtime.cl import cl_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,61 +20,38 @@ sys.path.insert(0, str(ROOT / "scripts" / "grader"))
 import sandbox  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
-SEED, TIMEOUT = "27", "60"
-WEEKS = sorted(p.stem for p in (ROOT / "solutions").glob("week*.ipynb"))
-WRONG = {   # one wrong answer in three weeks (from the weeks' own tests' lists)
-  "week1_why_compile": Wrong("cost table", "io_bytes = 4 * itemsize * N * D", "io_bytes = 3 * itemsize * N * D", ""),
-  "week3_gemm_by_hand": Wrong("B transposed", "BT.index(simplify(j * K + k))", "BT.index(simplify(k * N + j))", ""),
-  "week5_tensor_and_fast_kernel": Wrong("the best tile", "if tile_cost(tm, tn)[1] <= registers]",
-                                        "if tm * tn <= registers]", ""),
-}
-ATTACKS = {"tamper": TAMPER, "forge": FORGE, "harm": HARM}
 
 
 def grade_alone(nb: Path) -> dict:
-  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(nb), "--seed", SEED, "--timeout",
-                      TIMEOUT], capture_output=True, text=True, timeout=900)
+  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(nb), "--seed", CLASS_SEED, "--timeout",
+                      CLASS_TIMEOUT], capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-  folder = tmp_path_factory.mktemp("class")
-  for k, week in enumerate(WEEKS):
-    shutil.copy(ROOT / "solutions" / f"{week}.ipynb", folder / f"solved{k + 1}.ipynb")   # as `make grade NB=` has it
-    shutil.copy(ROOT / "assignments" / f"{week}.ipynb", folder / f"stub{k + 1}.ipynb")
-  for week, wrong in WRONG.items(): nbformat.write(with_wrong(ROOT / "solutions" / f"{week}.ipynb", [wrong]),
-                                                   folder / f"wrong_{week[:5]}.ipynb")
-  (folder / "attacks").mkdir()
-  for name, source in ATTACKS.items():
-    nb = nbformat.read(ROOT / "assignments" / "week1_why_compile.ipynb", as_version=4)
-    nb.cells.append(new_code_cell(source))
-    nbformat.write(nb, folder / "attacks" / f"{name}.ipynb")
-  out = folder / "grades"
-  r = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade_all.py"), str(folder), "--jobs", "2", "--seed",
-                      SEED, "--timeout", TIMEOUT], capture_output=True, text=True, timeout=1800)
-  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-  with open(out / "gradebook.csv") as f: rows = {row["student"]: row for row in csv.DictReader(f)}
-  return folder, out, rows
+def batch(graded_class):
+  return graded_class.folder, graded_class.out, graded_class.rows
 
 
 def test_every_notebook_is_a_row_and_every_week_grades_in_the_sandbox(batch):
   folder, out, rows = batch
-  assert len(rows) == 20 and (out / "feedback" / "attacks__forge.txt").is_file()
+  assert len(rows) == 2 * len(WEEKS) + len(CLASS_WRONG) + len(CLASS_ATTACKS)
+  assert (out / "feedback" / "attacks__forge.txt").is_file()
+  assert (out / "reports" / "attacks__forge.json").is_file() and (out / "reports" / "solved1.json").is_file()
   for k, week in enumerate(WEEKS, 1):
     solved, stub = rows[f"solved{k}"], rows[f"stub{k}"]
     assert solved["week"] == stub["week"] == str(k)
     if not (k == 6 and cl_unavailable()):   # week 6's row max kernel runs on device CL
       assert float(solved["total"]) == float(solved["max"]) > 0 and solved["errors"] == "", solved
     assert float(stub["total"]) == 0 and float(stub["max"]) == float(solved["max"]), stub
-  for name in ATTACKS: assert float(rows[f"attacks/{name}"]["total"]) == 0, rows[f"attacks/{name}"]
+  for name in CLASS_ATTACKS:
+    assert float(rows[f"attacks/{name.lower()}"]["total"]) == 0, rows[f"attacks/{name.lower()}"]
   assert "ok" in (out / "feedback" / "solved1.txt").read_text()
 
 
 def test_a_row_is_what_grading_alone_gives(batch):
   folder, out, rows = batch
-  # (the tampering notebook breaks its kernel and takes a minute: its row is checked above, at zero)
   students = ["wrong_week1", "wrong_week3", "wrong_week5", "attacks/forge", "attacks/harm"]
   with ThreadPoolExecutor(2) as pool:   # two at a time, as the batch had them (--jobs 2): half the wall time
     alones = list(pool.map(grade_alone, [folder / f"{s}.ipynb" for s in students]))

@@ -60,8 +60,8 @@ def write(nb: nbformat.NotebookNode, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def solution_score(tmp_path_factory) -> dict:
-  return grade(SOLUTION, tmp_path_factory.mktemp("solution"))   # the slowest run: once per session
+def solution_score(graded_class) -> dict:
+  return graded_class.report(SOLUTION.stem, "solved")   # the slowest grading: once per run, in the class
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_solution_scores_full_marks(solution_score, task_points):
   assert solution_score["student_cells"]["errors"] == [] and solution_score["kernel_restarts"] == 0
 
 
-def test_assignment_scores_zero_and_fails_only_with_its_stubs(tmp_path, task_points):
-  score = grade(write(nbformat.read(ASSIGNMENT, as_version=4), tmp_path), tmp_path)
+def test_assignment_scores_zero_and_fails_only_with_its_stubs(graded_class, task_points):
+  score = graded_class.report(SOLUTION.stem, "stub")
   assert score["total"] == 0 and score["max"] == sum(task_points.values())
   errors = score["student_cells"]["errors"]
   assert errors and score["student_cells"]["timeouts"] == 0
