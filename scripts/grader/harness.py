@@ -154,7 +154,7 @@ def child() -> int:
       elif op == "ping":   # the parent's last question: an answer out of turn still in the pipe shows up here
         send(out, {"ok": True})
       elif op == "defs":
-        state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}),
+        state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}), setup=msg.get("setup", ""),
                      args=[unpack(m, b) for m, b in zip(msg["arrays"], blobs)])
         send(out, {"ready": True})
       elif op == "call":   # from here on the student's code runs; the parent reads the peak when this process ends
@@ -167,13 +167,20 @@ def child() -> int:
         send(out, {"result": meta}, [data] if data else [])
         return 0
       elif op == "raises":   # a fresh process: the definitions, then the judge's call; what it raised is the answer
-        ns = {"__name__": "__student__"}
+        # the judge's setup first, before any student code (its own namespace: what the call passes, `_`-named, no
+        # definition can rebind); its other names are what the notebook's setup cell gives (fa = load_example(...))
+        judge = {"__name__": "__judge__", "_judge_inputs": state["args"]}
+        try: exec(compile(state["setup"], "<the judge's setup>", "exec"), judge)
+        except BaseException as e:
+          send(out, {"error": f"the judge's setup failed: {type(e).__name__}: {e}"[:600]})
+          return 1
+        ns = {"__name__": "__student__", **{k: v for k, v in judge.items() if not k.startswith("_")}}
         try: exec(compile(state["defs"], "<the notebook's definitions>", "exec"), ns)
         except BaseException as e:
           send(out, {"error": f"the notebook's definitions do not run on their own: {type(e).__name__}: {e}"[:600]})
           return 1
-        ns["_judge_inputs"] = state["args"]
-        try: eval(compile(msg["call"], "<the judge's call>", "eval"), ns)
+        calls = {k: v for k, v in judge.items() if k.startswith("_") and not k.startswith("__")}
+        try: eval(compile(msg["call"], "<the judge's call>", "eval"), ns, calls)
         except BaseException as e:
           answer = {"raised": type(e).__name__, "classes": [c.__name__ for c in type(e).__mro__],
                     "message": str(e)[:600]}
@@ -457,15 +464,17 @@ def do_cl(job: dict, inputs: list) -> dict:
 
 
 def do_raises(job: dict, inputs: list) -> dict:
-  """What the judge's call (an expression over the notebook's definitions and `_judge_inputs`) raised, seen by a
-  fresh child that ran nothing of the notebook but its definitions: {"raised": None} or the exception's name, its
-  classes and message; {"error": why} when the definitions do not run or the child gives no answer."""
+  """What the judge's call (an expression over the notebook's definitions, `_judge_inputs` and the `_` names of the
+  judge's `setup`, code run before the definitions) raised, seen by a fresh child that ran nothing of the notebook but
+  its definitions: {"raised": None} or the exception's name, its classes and message; {"error": why} when the
+  definitions do not run or the child gives no answer."""
   import numpy as np
   c = Child()
   try:
     arrays = [np.asarray(inputs[k]) for k in job["inputs"]]
     metas, data = zip(*(pack(a) for a in arrays)) if arrays else ((), ())
-    _check(c.ask({"op": "defs", "defs": job["defs"], "fn": "", "arrays": list(metas)}, list(data))[0])
+    _check(c.ask({"op": "defs", "defs": job["defs"], "fn": "", "arrays": list(metas), "setup": job.get("setup", "")},
+                 list(data))[0])
     reply, _ = c.ask({"op": "raises", "call": job["call"]})
     return {k: reply[k] for k in ("raised", "classes", "message", "error") if k in reply}
   finally: c.close()

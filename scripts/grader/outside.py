@@ -237,13 +237,15 @@ class Batch:
     if "outputs" in got: got = dict(got, output=got.pop("outputs")[0])
     return got
 
-  def raises(self, call: str, inputs: list[np.ndarray] = ()) -> dict:
+  def raises(self, call: str, inputs: list[np.ndarray] = (), setup: str = "") -> dict:
     """What the expression `call` raises, evaluated in a fresh process on the notebook's definitions, with the
     judge's arrays as `_judge_inputs`: {"raised": None} or {"raised": name, "classes": [its MRO's names],
     "message": ...} (gradelib.expect_raised reads it), or {"error": why}. Nothing a cell of the notebook did, and no
-    record its process wrote, enters the verdict."""
-    return self._ask({"kind": "raises", "defs": self.defs, "call": call},
-                     [np.ascontiguousarray(a) for a in inputs], {"error": "not run yet"})
+    record its process wrote, enters the verdict. `setup`: the judge's code, run there before the definitions: its
+    `_`-named values are the call's own (the definitions cannot rebind them: the objects a test hands the student's
+    function, built with the grader's uopc), its other names what the notebook's setup cell gives the definitions."""
+    job = {"kind": "raises", "defs": self.defs, "call": call, **({"setup": setup} if setup else {})}
+    return self._ask(job, [np.ascontiguousarray(a) for a in inputs], {"error": "not run yet"})
 
   # --- the machinery
   def _key(self, job: dict, arrays: list[np.ndarray]) -> str:
@@ -375,7 +377,8 @@ def _plan(job: dict, arrays: list, objects: dict, inputs: list, binds: dict, san
     return {**{k: job[k] for k in ("src", "name", "out", "global", "local")}, "kind": "cl",
             "inputs": list(range(first, len(inputs)))}
   if job["kind"] == "raises":
-    return {"kind": "raises", "defs": job["defs"], "call": job["call"], "inputs": list(range(first, len(inputs)))}
+    return {"kind": "raises", "defs": job["defs"], "call": job["call"], "setup": job.get("setup", ""),
+            "inputs": list(range(first, len(inputs)))}
   return {"kind": "peak", "defs": job["defs"], "fn": job["fn"], "kwargs": job["kwargs"],
           "inputs": list(range(first, len(inputs)))}
 

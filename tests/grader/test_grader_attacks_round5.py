@@ -1,0 +1,68 @@
+"""Issue 48, the grader's fifth round: what round 4 left in the student's process or open to its kernel. Each test
+below failed on main's f6f111f (the note in /work/helper_notes/grader.md says how each failed there):
+- week 6, "find the bug": the notebook's check_online_kernel was called by the probe on the notebook's own kernels and
+  what it raised recorded by Probe.raised in the notebook's process. An attack that forges Probe.raised (through gc)
+  and a check that only reads the kernel's name (`buggy_attention_ir`) scored there; the judge now calls the check in
+  a fresh process on kernels it builds itself, under one name and one code.
+- timing (item 2): the student's timed process was filtered by a deny-list after its warm-up, so a call the list did
+  not name (getpid through syscall()) still ran; the filter is now an allow-list, and a kernel making any other call
+  is stopped, while an honest OpenMP kernel is timed on 1 and 2 CPUs under it."""
+import sys
+from pathlib import Path
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+from assignment_grading import visible
+from test_grader_attacks import grade, rows_of
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "grader"))
+import sandbox  # noqa: E402
+
+pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=str(sandbox.available()))
+
+
+def submission(tmp: Path, week: str, name: str, replace: dict[str, str] = {}, extra: tuple[str, ...] = ()) -> Path:
+  """The week's solution as a student hands it in, the first code cell defining each function of `replace` given
+  that source instead (after its TASK line), and cells added at the end."""
+  book = visible(ROOT / "solutions" / f"{week}.ipynb")
+  for fn, source in replace.items():
+    cell = next(c for c in book.cells if c.cell_type == "code" and f"\ndef {fn}(" in c.source)
+    cell.source = cell.source.split("\n")[0] + "\n" + source
+  book.cells += [new_code_cell(src) for src in extra]
+  path = tmp / f"{name}.ipynb"
+  nbformat.write(book, path)
+  return path
+
+
+# ---- week 6: "find the bug", called in a fresh process on the judge's kernels ---------------------------------------
+BY_NAME = '''def bug_hiding_inputs(N: int, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(0)
+  q = np.abs(rng.standard_normal((N, D))).astype(np.float32)
+  k = (0.01 * rng.standard_normal((N, D))).astype(np.float32)
+  k[0] = 1.0
+  return q, k, rng.standard_normal((N, D)).astype(np.float32)
+
+
+def check_online_kernel(build_ir) -> None:
+  """Tells the kernels apart by their names: nothing of what they compute is tested."""
+  if "buggy" in getattr(build_ir, "__name__", ""): raise AssertionError("the buggy kernel")
+'''
+FORGE_RAISED = '''import gc
+_said = {"raised": "AssertionError", "classes": ["AssertionError", "Exception", "BaseException"], "message": "forged"}
+for _o in gc.get_objects():   # the grader's Probe class, loaded before the first cell: "raised" as the test wants it
+  if isinstance(_o, type) and _o.__name__ == "Probe" and hasattr(_o, "raised"):
+    _o.raised = lambda self, fn: _said if "buggy_attention_ir" in fn.__code__.co_names else {"raised": None}
+'''
+
+
+def test_find_the_bug_is_judged_in_a_fresh_process_on_the_judges_kernels(tmp_path, env):
+  """Before: 1 of 1 for a check that reads only the kernel's name, with Probe.raised forged besides (either sufficed:
+  the probe handed the notebook's own buggy_attention_ir, and its record was the verdict). Now the check is called in
+  a fresh process on two kernels the judge built, both named online_attention_ir: it raises nothing for either."""
+  nb = submission(tmp_path, "week6_flash_attention", "find_the_bug", {"check_online_kernel": BY_NAME}, (FORGE_RAISED,))
+  score, _ = grade(nb, env[0], "--only", "find the bug")
+  values, caught = rows_of(score, "find the bug")
+  assert values["points"] == values["max"], values   # its bug-hiding inputs are right: only the check is lost
+  assert caught["points"] == 0 and "does not catch the missing rescale of o: raised nothing" in caught["error"], caught
+
