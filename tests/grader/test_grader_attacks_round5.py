@@ -66,3 +66,48 @@ def test_find_the_bug_is_judged_in_a_fresh_process_on_the_judges_kernels(tmp_pat
   assert values["points"] == values["max"], values   # its bug-hiding inputs are right: only the check is lost
   assert caught["points"] == 0 and "does not catch the missing rescale of o: raised nothing" in caught["error"], caught
 
+
+# ---- item 2: the timed process may make only the calls the harness needs (an allow-list) ----------------------------
+AFTER_WARM_UP = """#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int runs = 0;
+void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  if (runs++ > 0) CALL;   /* after the warm-up, under the filter: a call of libc's, found in memory by an attack */
+  #pragma omp parallel for
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i];
+}"""
+CALLS = {"getpid": "syscall(SYS_getpid)",   # named by no deny-list: it ran under main's filter
+         "openat": 'syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY)',   # main: EPERM, and timed on
+         "nothing": "(void)0"}                                                      # the honest kernel
+
+
+def timed(tmp: Path, name: str, cpus: str, monkeypatch) -> dict:
+  """outside.time_apart of AFTER_WARM_UP with CALLS[name], both sides pinned to `cpus` (its OpenMP team as large)."""
+  import subprocess
+  import outside
+  monkeypatch.setenv("UOPC_GRADER_CPUS", cpus)
+  src, obj = tmp / f"{name}.c", tmp / f"{name}{cpus}.so"
+  src.write_text(AFTER_WARM_UP.replace("CALL", CALLS[name]))
+  subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-o", str(obj), str(src)], check=True)
+  obj.chmod(0o644)
+  n = 1 << 16
+  job = {"kind": "time", "student": {"object": "/objects/k.so", "name": "fused", "params": ["p"] * 5 + ["i"]},
+         "reference": None, "numpy": "a * b + c * d - a", "reps": 3, "tol": 1e-3, "outputs": [4],
+         "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
+  assert outside.timed_apart(ROOT)
+  return outside.time_apart(job, {str(obj): "/objects/k.so"}, ROOT)
+
+
+def test_the_timed_process_may_make_only_the_calls_the_harness_needs(tmp_path, monkeypatch):
+  """Before: a deny-list; getpid (no list names it) ran and openat answered EPERM, and both kernels were timed. Now
+  both are stopped at their first timed run, and the honest kernel, on 1 and on 2 CPUs, is timed under the filter."""
+  import os
+  for name in ("getpid", "openat"):
+    got = timed(tmp_path, name, "0", monkeypatch)
+    assert "stopped" in got.get("error", "") and "system call" in got["error"], (name, got)
+  for cpus in ("0", "0-1")[:len(os.sched_getaffinity(0))]:
+    got = timed(tmp_path, "nothing", cpus, monkeypatch)
+    assert "error" not in got and "unfiltered" not in got and got["student"] > 0 and got["reference"] > 0, (cpus, got)
+
