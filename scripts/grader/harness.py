@@ -222,13 +222,16 @@ def run_cl_here(msg: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
 class Child:
   """One child process and its pipes."""
 
-  def __init__(self, fds: tuple[int, ...] = (), argv: list[str] | None = None, preexec=None):
+  def __init__(self, fds: tuple[int, ...] = (), argv: list[str] | None = None, preexec=None,
+               env: dict[str, str] | None = None, cwd: str | None = None):
     """argv: how to start it (default: this file's `child` here; outside.py gives a sandbox of its own per child);
-    preexec: run in it before exec (the CPUs it may use, its limits)."""
+    preexec: run in it before exec (the CPUs it may use, its limits, its user); env, cwd: its environment and folder
+    (default: this process's environment but the grader's variables, and its folder)."""
     self.p = subprocess.Popen(argv or [sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
-                              env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")},
-                              preexec_fn=preexec)
+                              env=env if env is not None else
+                              {k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")},
+                              cwd=cwd, preexec_fn=preexec)
     self.seq = 0
 
   def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:

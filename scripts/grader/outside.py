@@ -301,10 +301,11 @@ REFERENCE_UID = 60000   # the reference's sandbox runs as the student's UID + th
 
 
 def timed_apart(course: Path | None) -> bool:
-  """Whether a timing runs its two sides in sandboxes of their own (bubblewrap), driven from this process."""
+  """Whether a timing runs its two sides in sandboxes of their own, driven from this process: with either backend
+  (bubblewrap: a sandbox each; the unprivileged one: a user each, unprivileged.apart)."""
   if course is None: return False
   import sandbox
-  return sandbox.backend() == "bubblewrap" and sandbox.available() is None
+  return sandbox.available() is None
 
 
 def judge_cpus() -> list[int]:
@@ -342,7 +343,15 @@ def time_apart(job: dict, binds: dict, course: Path) -> dict:
                                  env=trusted.ENV, limits=limits)
     return harness.Child(fds, argv=argv, preexec=preexec)
 
-  try: got = harness.do_time(job, spawn)
+  try:
+    if sandbox.backend() == "unprivileged":   # no namespaces: a user of its own per side, the same pinning
+      import unprivileged
+      with unprivileged.apart(ro, sandbox) as start:
+        def as_user(who: str, fds: tuple[int, ...]):
+          py, drop, env, home = start(sandbox.uid() + (REFERENCE_UID if who == "reference" else 0), cpus, limits)
+          return harness.Child(fds, argv=[py, "-s", "/grader/harness.py", "child"], preexec=drop, env=env, cwd=home)
+        got = harness.do_time(job, as_user)
+    else: got = harness.do_time(job, spawn)
   except Exception as e: got = {"error": f"{type(e).__name__}: {e}"[:MAX_ERR]}
   return dict(got, cpus=cpus)
 

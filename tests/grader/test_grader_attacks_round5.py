@@ -6,7 +6,9 @@ below failed on main's f6f111f (the note in /work/helper_notes/grader.md says ho
   a fresh process on kernels it builds itself, under one name and one code.
 - timing (item 2): the student's timed process was filtered by a deny-list after its warm-up, so a call the list did
   not name (getpid through syscall()) still ran; the filter is now an allow-list, and a kernel making any other call
-  is stopped, while an honest OpenMP kernel is timed on 1 and 2 CPUs under it."""
+  is stopped, while an honest OpenMP kernel is timed on 1 and 2 CPUs under it.
+- timing with the unprivileged backend (item 3): both sides were children of one harness as one UID, so the
+  student's kernel could signal the reference; each side is now a user of its own, pinned to the judge's CPUs."""
 import sys
 from pathlib import Path
 import nbformat
@@ -111,3 +113,68 @@ def test_the_timed_process_may_make_only_the_calls_the_harness_needs(tmp_path, m
     got = timed(tmp_path, "nothing", cpus, monkeypatch)
     assert "error" not in got and "unfiltered" not in got and got["student"] > 0 and got["reference"] > 0, (cpus, got)
 
+
+# ---- item 3: the unprivileged backend times each side as a user of its own -----------------------------------------
+SIGNALS_THE_OTHER = """#define _GNU_SOURCE
+#include <dirent.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int could = -1, cpus = -1;
+void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
+  if (could < 0) {   /* the warm-up: is there another harness child it may signal (SIGSTOP the reference)? */
+    could = 0;
+    DIR* proc = opendir("/proc");
+    struct dirent* e;
+    while (proc && (e = readdir(proc))) {
+      int pid = atoi(e->d_name);
+      char path[64], cmd[256] = {0};
+      if (pid <= 0 || pid == getpid()) continue;
+      snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+      FILE* f = fopen(path, "r");
+      if (!f) continue;
+      size_t got = fread(cmd, 1, sizeof cmd - 1, f);
+      fclose(f);
+      for (size_t k = 0; k < got; k++) if (!cmd[k]) cmd[k] = ' ';
+      if (strstr(cmd, "harness.py child") && kill(pid, 0) == 0) could = 1;
+    }
+    if (proc) closedir(proc);
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    cpus = CPU_COUNT(&set);
+  }
+  float spoil = (could || cpus != 1) ? NAN : 0.0f;
+  for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i] + spoil;
+}"""
+
+
+def test_the_unprivileged_backend_times_each_side_as_a_user_of_its_own(tmp_path, monkeypatch):
+  """Before: with UOPC_SANDBOX=unprivileged (Gradescope's container) both sides were children of one harness, one
+  UID, on every CPU: this kernel found the reference in /proc and could signal it (kill(pid, 0) succeeded), so its
+  output was spoiled. Now each side runs as a user of its own, pinned to the judge's CPU: it can signal neither the
+  reference nor anything else of the harness's, and it is timed."""
+  import os
+  import subprocess
+  import outside
+  import unprivileged
+  if os.geteuid() != 0: pytest.skip("the unprivileged-user sandbox needs root")
+  if unprivileged.hidden_tests_closed(ROOT / "solutions") is not None:
+    pytest.skip(f"{ROOT / 'solutions'} is readable by other users: chmod 700 it to run this sandbox here")
+  monkeypatch.setenv("UOPC_SANDBOX", "unprivileged")
+  monkeypatch.setenv("UOPC_GRADER_CPUS", "0")
+  src = tmp_path / "k.c"
+  src.write_text(SIGNALS_THE_OTHER)
+  obj = tmp_path / "k.so"
+  subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(obj), str(src)], check=True)
+  obj.chmod(0o644)
+  monkeypatch.setattr(outside, "build", lambda sources, sandboxed: {s: obj for s in sources})   # compiled above
+  n = 1 << 14
+  job = {"kind": "time", "student": SIGNALS_THE_OTHER, "reference": None, "numpy": "a * b + c * d - a",
+         "name": "fused", "reps": 3, "tol": 1e-3, "outputs": [4],
+         "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
+  (got,) = outside.run_jobs([(job, [])], ROOT)
+  assert "error" not in got and got["student"] > 0 and got["reference"] > 0 and got.get("cpus") == [0], got
