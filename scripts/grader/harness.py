@@ -5,7 +5,8 @@ This process, the parent, never loads the student's code. It starts one child pe
 `python -s harness.py child`, exec'd: nothing of the parent's memory, its key included, is in it), hands it inputs
 through a pipe, and takes every measurement itself:
 - `run_c`: a C object the grader compiled (its compiler, its flags, a symbol table it checked) loaded in a child,
-  called once on the judge's arrays; the outputs come back for the judge to compare.
+  called once on the judge's arrays (or once per thread count, the arrays handed afresh: a race test's 1 and 8
+  threads in one child); the outputs come back for the judge to compare.
 - `run_cl`: an OpenCL C source built and launched in a child (PoCL); the output comes back.
 - `time`: a student's object and a reference (the grader's object, or a NumPy expression), each in a child of its
   own, taking turns; every repetition gets inputs drawn here and then (unpredictable), outputs filled with NaN, and
@@ -116,9 +117,10 @@ def child() -> int:
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
         fn = getattr(lib, msg["name"])
         fn.argtypes, fn.restype = [CTYPE[p] for p in msg["params"]], None
-        if msg.get("threads"):   # the judge's thread count (a race test: 8), set in OpenMP's runtime here
-          ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(msg["threads"]))
         state.update(fn=fn, lib=lib)
+        send(out, {"ok": True})
+      elif op == "threads":   # the judge's thread count for the runs that follow (a race test: 1, then 8)
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(msg["n"]))
         send(out, {"ok": True})
       elif op == "load_numpy":   # the expression's value is written into its output after the clock has stopped
         expr = NUMPY[msg["numpy"]]
@@ -266,8 +268,7 @@ def _check(reply: dict) -> dict:
 def _load(c: Child, spec: dict) -> None:
   if isinstance(spec, dict) and "numpy" in spec:
     _check(c.ask({"op": "load_numpy", "numpy": spec["numpy"], "out": spec["out"]})[0])
-  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"],
-                      "threads": spec.get("threads")})[0])
+  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"]})[0])
 
 
 def _send_args(c: Child, arrays: list, args: list) -> None:
@@ -293,19 +294,23 @@ def _layout(spec_args: list, inputs: dict) -> tuple[list, list]:
 
 
 def do_run_c(job: dict, inputs: list) -> dict:
-  """One call of a student's object on the judge's arrays: {"outputs": [arrays]}."""
+  """One call of a student's object on the judge's arrays, or one per thread count when `threads` is a list (one
+  child, the arrays handed afresh before each call): {"outputs": [arrays]}, those of each thread count in turn."""
   import numpy as np
+  counts = job["threads"] if isinstance(job.get("threads"), list) else [job.get("threads")]
   c = Child()
   try:
     _load(c, job)
     arrays = {k: np.asarray(inputs[a["input"]]) for k, a in enumerate(job["args"]) if "input" in a}
     values = [None if "input" in a else a["value"] for a in job["args"]]
     flat, args = _layout(values, arrays)
-    _send_args(c, flat, args)
-    reply, _ = c.ask({"op": "run"})
-    _check(reply)
-    slots = [args[k]["array"] for k in job["outputs"]]
-    return {"outputs": _outputs(c, slots)}
+    slots, outputs = [args[k]["array"] for k in job["outputs"]], []
+    for n in counts:
+      if n: _check(c.ask({"op": "threads", "n": int(n)})[0])
+      _send_args(c, flat, args)
+      _check(c.ask({"op": "run"})[0])
+      outputs += _outputs(c, slots)
+    return {"outputs": outputs}
   finally: c.close()
 
 

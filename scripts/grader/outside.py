@@ -4,7 +4,7 @@ A judge (in the grader's process) never calls the student's code; when it needs 
 peak memory of a Python function, it asks a `Batch`:
 - `run_c(src, name, args, outputs)`: the C source compiled by the grader (its compiler and flags, in a compile-only
   sandbox), its object's imports checked (`imports_refused`), then called once in a fresh sandbox on the judge's
-  arrays; returns the output arrays.
+  arrays; returns the output arrays. `run_c_threads(..., threads=(1, 8))`: the same on each thread count, in one child.
 - `launch_cl(src, name, inputs, out, global_size, local_size)`: an OpenCL C kernel built and launched there (PoCL).
 - `time_kernels(src, name, args, outputs, reference=C | numpy=expr)`: the student's object against a reference,
   timed by the harness from outside both, every repetition on fresh inputs and NaN outputs and checked.
@@ -194,8 +194,8 @@ class Batch:
     self.missing = False   # a call since the last reset got a placeholder: the judge's verdict does not count
 
   def functions(self) -> dict:
-    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "launch_cl": self.launch_cl,
-            "peak_memory": self.peak_memory, "raises": self.raises}
+    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "run_c_threads": self.run_c_threads,
+            "launch_cl": self.launch_cl, "peak_memory": self.peak_memory, "raises": self.raises}
 
   # --- what a judge calls
   def time_kernels(self, student: Any, name: str, args: list, outputs: list[int], reference: str | None = None,
@@ -218,6 +218,21 @@ class Batch:
                               for a in args]}, arrays, nan)
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
     return got["outputs"]
+
+  def run_c_threads(self, src: Any, name: str, args: list, outputs: list[int], threads: tuple[int, ...],
+                    what: str = "the kernel") -> dict[int, list[np.ndarray]]:
+    """run_c on each of `threads` OpenMP thread counts (a race test: 1 and 8), all in one child that loads the object
+    once and is handed the judge's arrays afresh before each call: thread count -> its outputs."""
+    if not isinstance(src, str): raise AssertionError(f"{what}: expected C source, found {src!r:.60}")
+    counts = [int(t) for t in threads]
+    arrays = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
+    nan = {"outputs": [np.full(np.shape(args[k]), np.nan) for _ in counts for k in outputs]}
+    got = self._ask({"kind": "run_c", "src": src, "name": name, "outputs": outputs, "threads": counts,
+                     "args": [None if isinstance(a, np.ndarray) else (a.item() if isinstance(a, np.generic) else a)
+                              for a in args]}, arrays, nan)
+    if "error" in got: raise AssertionError(f"{what}: {got['error']}")
+    each = len(outputs)
+    return {t: got["outputs"][k * each:(k + 1) * each] for k, t in enumerate(counts)}
 
   def launch_cl(self, src: Any, name: str, inputs: list[np.ndarray], out: tuple, global_size: tuple, local_size: tuple,
              what: str = "the kernel") -> np.ndarray:

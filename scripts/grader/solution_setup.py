@@ -23,6 +23,7 @@ _probe = probe.Probe(Path(tempfile.gettempdir()) / f"uopc-probe-{uuid.uuid4().he
 record, raised, seeded, recorded = _probe.record, _probe.raised, _probe.seeded, probe.Live(_probe)
 _batch = outside.Batch(None)   # the grader's own: jobs in a sandbox, asked for by its judges
 time_kernels, run_c, launch_cl = _batch.time_kernels, _batch.run_c, _batch.launch_cl
+run_c_threads = _batch.run_c_threads
 
 try: from IPython import get_ipython
 except ImportError: get_ipython = lambda: None
@@ -82,5 +83,5 @@ def raises(call: str, inputs: list = (), setup: str = "") -> dict:
   return _batch.raises(call, inputs, setup)
 
 
-__all__ = ["SEED", "gradelib", "peak_memory", "raised", "raises", "record", "recorded", "run_c", "launch_cl",
-           "seeded", "time_kernels"]
+__all__ = ["SEED", "gradelib", "peak_memory", "raised", "raises", "record", "recorded", "run_c", "run_c_threads",
+           "launch_cl", "seeded", "time_kernels"]
