@@ -82,7 +82,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import run_c  # noqa: F401
+from solution_setup import run_c, run_c_threads  # noqa: F401
 import re
 from uopc.symbolic import evaluate as _evaluate, simplify as _simplify
 from uopc.uop import range_ as _range
@@ -348,7 +348,8 @@ check("argmax_program(300, 11) on random rows", run_argmax(argmax_program, big),
 # POINTS: running argmax 2
 ### BEGIN HIDDEN TESTS
 # the probe hands over the student's loop programs as data; the judge renders them with its own uopc, reads their
-# races from the program (uopc.races) and runs the C on 1 and on 8 threads in its own sandbox (run_c)
+# races from the program (uopc.races) and runs the C on 1 and on 8 threads in its own sandbox (run_c_threads: one
+# child for both)
 _shapes = {"random": (64, 33), "ties (values 0, 1, 2)": (50, 9), "one column": (7, 1), "rows of -inf": (3, 5),
            "the max last": (4, 10)}
 for _what, _shape in _shapes.items(): record(_what, argmax_program(*_shape))
@@ -363,10 +364,10 @@ for _what, _a in _cases:
   _races = gradelib.certain_races(_prg, _name)
   if _races: raise AssertionError(f"{_name}: {_races[0]}")   # from the program: on any machine
   _src = gradelib.render(_prg, "argmax", _name)
-  _run = lambda t: run_c(_src, "argmax", [np.ascontiguousarray(_a, np.float32), np.full(_a.shape[0], -1, np.int32)],
-                         outputs=[1], what=_name, threads=t)[0]
-  _want, _eight = np.argmax(_a, 1).astype(np.int32), _run(8)
-  if np.array_equal(_run(1), _want) and not np.array_equal(_eight, _want):
+  _ran = run_c_threads(_src, "argmax", [np.ascontiguousarray(_a, np.float32), np.full(_a.shape[0], -1, np.int32)],
+                       outputs=[1], threads=(1, 8), what=_name)   # one child: both thread counts
+  _want, _one, _eight = np.argmax(_a, 1).astype(np.int32), _ran[1][0], _ran[8][0]
+  if np.array_equal(_one, _want) and not np.array_equal(_eight, _want):
     raise AssertionError(f"{_name}: right on one thread, wrong on 8: a data race (its values change with the number "
                          f"of threads)")   # uopc.races found none certain above: no guess at the cause
   gradelib.expect_equal(_eight, _want, f"{_name}, 8 threads: the index per row")
@@ -469,10 +470,10 @@ for _n in (1, 2, 17, 1000):
   _a = seeded(_n).standard_normal(_n).astype(np.float32)
   _want = np.cumsum(_a.astype(np.float64))
   _src = gradelib.render(recorded[f"n = {_n}"], "cumsum", f"prefix_sum_program({_n})")
-  _run = lambda t: run_c(_src, "cumsum", [_a, np.full(_n, np.nan, np.float32)], outputs=[1],
-                         what=f"prefix_sum_program({_n})", threads=t)[0]
-  _eight = _run(8)
-  if np.allclose(_run(1), _want, atol=1e-4) and not np.allclose(_eight, _want, atol=1e-4):
+  _ran = run_c_threads(_src, "cumsum", [_a, np.full(_n, np.nan, np.float32)], outputs=[1], threads=(1, 8),
+                       what=f"prefix_sum_program({_n})")
+  _eight = _ran[8][0]
+  if np.allclose(_ran[1][0], _want, atol=1e-4) and not np.allclose(_eight, _want, atol=1e-4):
     raise AssertionError(f"prefix_sum_program({_n}): right on one thread, wrong on 8: a data race (iteration k needs "
                          f"iteration k - 1: this loop must not be a THREAD loop)")
   gradelib.expect_close(_eight, _want, f"prefix_sum_program({_n}), 8 threads: out", tol=1e-4)

@@ -148,7 +148,7 @@ from pathlib import Path as _Path
 import uopc as _uopc
 _sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
 from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import launch_cl, peak_memory, run_c  # noqa: F401
+from solution_setup import launch_cl, peak_memory, raises, run_c  # noqa: F401
 
 
 def _qkv(N: int, D: int, *key: int) -> tuple:
@@ -1167,14 +1167,27 @@ gradelib.expect_close(_buggy(*_xs, None), gradelib.attention_ref(*_xs),
 # %% tags=["hidden-test"]
 # POINTS: find the bug 1
 ### BEGIN HIDDEN TESTS
-record("correct", raised(lambda: check_online_kernel(online_attention_ir)))
-record("buggy", raised(lambda: check_online_kernel(buggy_attention_ir)))
 # JUDGE
-_correct = recorded["correct"]
-_correct = _correct if isinstance(_correct, dict) else {"raised": repr(_correct)}
+# each call in a fresh process on the notebook's definitions (fa, which its setup cell loads, given), on kernels the
+# judge builds there with the grader's uopc, not the notebook's online_attention_ir or buggy_attention_ir: both under
+# one name and one code, told apart only by what they compute; what the check raises is seen there
+_kernels = """
+from uopc.book import load_example as _load
+from uopc.uop import Ops as _Ops, Pat as _Pat, graph_rewrite as _rewrite
+fa = _load("flash_attention")
+_update = _Pat(_Ops.ADD, (_Pat(_Ops.MUL, (_Pat(_Ops.LOAD, name="old"), _Pat.var("corr"))), _Pat.var("pv")))
+_no_rescale = [(_Pat(_Ops.STORE, (_Pat.var("idx"), _update)),
+                lambda idx, old, corr, pv: idx.store(old + pv) if idx.src[1].op is not _Ops.CONST else None)]
+def _kernel(rules, build=fa.online_attention_ir):
+  def online_attention_ir(N, D): return _rewrite(build(N, D), rules)
+  return online_attention_ir
+_right, _buggy = _kernel([]), _kernel(_no_rescale)
+"""
+_correct = raises("check_online_kernel(_right)", setup=_kernels)
+assert "error" not in _correct, f"check_online_kernel(online_attention_ir) could not be called: {_correct['error']}"
 assert _correct.get("raised") is None, (f"check_online_kernel fails the correct kernel: {_correct.get('raised')}: "
                                         f"{_correct.get('message', '')}")
-gradelib.expect_raised(recorded["buggy"], "AssertionError",
+gradelib.expect_raised(raises("check_online_kernel(_buggy)", setup=_kernels), "AssertionError",
                        "check_online_kernel(buggy_attention_ir): does not catch the missing rescale of o")
 ### END HIDDEN TESTS
 

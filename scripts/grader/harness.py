@@ -5,7 +5,8 @@ This process, the parent, never loads the student's code. It starts one child pe
 `python -s harness.py child`, exec'd: nothing of the parent's memory, its key included, is in it), hands it inputs
 through a pipe, and takes every measurement itself:
 - `run_c`: a C object the grader compiled (its compiler, its flags, a symbol table it checked) loaded in a child,
-  called once on the judge's arrays; the outputs come back for the judge to compare.
+  called once on the judge's arrays (or once per thread count, the arrays handed afresh: a race test's 1 and 8
+  threads in one child); the outputs come back for the judge to compare.
 - `run_cl`: an OpenCL C source built and launched in a child (PoCL); the output comes back.
 - `time`: a student's object and a reference (the grader's object, or a NumPy expression), each in a child of its
   own, taking turns; every repetition gets inputs drawn here and then (unpredictable), outputs filled with NaN, and
@@ -103,7 +104,9 @@ def child() -> int:
   state: dict = {}
   while True:
     try: msg, blobs = recv(inp)
-    except EOFError: return 0
+    except EOFError:
+      if state.get("locked"): os._exit(0)   # nothing of Python's shutdown runs under the filter (lockdown.ALLOW)
+      return 0
     op = msg["op"]
     turn = {"seq": msg.get("seq"), "nonce": msg.get("nonce")}   # echoed: the parent pairs each answer with its question
     send = lambda f, obj, data=(), turn=turn: _send(f, dict(obj, **turn), data)
@@ -114,9 +117,10 @@ def child() -> int:
         lib = ctypes.CDLL(msg["object"], mode=os.RTLD_LOCAL)
         fn = getattr(lib, msg["name"])
         fn.argtypes, fn.restype = [CTYPE[p] for p in msg["params"]], None
-        if msg.get("threads"):   # the judge's thread count (a race test: 8), set in OpenMP's runtime here
-          ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(msg["threads"]))
         state.update(fn=fn, lib=lib)
+        send(out, {"ok": True})
+      elif op == "threads":   # the judge's thread count for the runs that follow (a race test: 1, then 8)
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(int(msg["n"]))
         send(out, {"ok": True})
       elif op == "load_numpy":   # the expression's value is written into its output after the clock has stopped
         expr = NUMPY[msg["numpy"]]
@@ -150,11 +154,12 @@ def child() -> int:
       elif op == "cl":
         send(out, *run_cl_here(msg, blobs))
       elif op == "lock":   # the student's timed process, after its warm-up (lockdown.py)
-        send(out, {"ok": True, "unlocked": lockdown.lock()})
+        state["locked"] = (why := lockdown.lock()) is None
+        send(out, {"ok": True, "unlocked": why})
       elif op == "ping":   # the parent's last question: an answer out of turn still in the pipe shows up here
         send(out, {"ok": True})
       elif op == "defs":
-        state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}),
+        state.update(defs=msg["defs"], fn_name=msg["fn"], kwargs=msg.get("kwargs", {}), setup=msg.get("setup", ""),
                      args=[unpack(m, b) for m, b in zip(msg["arrays"], blobs)])
         send(out, {"ready": True})
       elif op == "call":   # from here on the student's code runs; the parent reads the peak when this process ends
@@ -167,13 +172,20 @@ def child() -> int:
         send(out, {"result": meta}, [data] if data else [])
         return 0
       elif op == "raises":   # a fresh process: the definitions, then the judge's call; what it raised is the answer
-        ns = {"__name__": "__student__"}
+        # the judge's setup first, before any student code (its own namespace: what the call passes, `_`-named, no
+        # definition can rebind); its other names are what the notebook's setup cell gives (fa = load_example(...))
+        judge = {"__name__": "__judge__", "_judge_inputs": state["args"]}
+        try: exec(compile(state["setup"], "<the judge's setup>", "exec"), judge)
+        except BaseException as e:
+          send(out, {"error": f"the judge's setup failed: {type(e).__name__}: {e}"[:600]})
+          return 1
+        ns = {"__name__": "__student__", **{k: v for k, v in judge.items() if not k.startswith("_")}}
         try: exec(compile(state["defs"], "<the notebook's definitions>", "exec"), ns)
         except BaseException as e:
           send(out, {"error": f"the notebook's definitions do not run on their own: {type(e).__name__}: {e}"[:600]})
           return 1
-        ns["_judge_inputs"] = state["args"]
-        try: eval(compile(msg["call"], "<the judge's call>", "eval"), ns)
+        calls = {k: v for k, v in judge.items() if k.startswith("_") and not k.startswith("__")}
+        try: eval(compile(msg["call"], "<the judge's call>", "eval"), ns, calls)
         except BaseException as e:
           answer = {"raised": type(e).__name__, "classes": [c.__name__ for c in type(e).__mro__],
                     "message": str(e)[:600]}
@@ -212,13 +224,16 @@ def run_cl_here(msg: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
 class Child:
   """One child process and its pipes."""
 
-  def __init__(self, fds: tuple[int, ...] = (), argv: list[str] | None = None, preexec=None):
+  def __init__(self, fds: tuple[int, ...] = (), argv: list[str] | None = None, preexec=None,
+               env: dict[str, str] | None = None, cwd: str | None = None):
     """argv: how to start it (default: this file's `child` here; outside.py gives a sandbox of its own per child);
-    preexec: run in it before exec (the CPUs it may use, its limits)."""
+    preexec: run in it before exec (the CPUs it may use, its limits, its user); env, cwd: its environment and folder
+    (default: this process's environment but the grader's variables, and its folder)."""
     self.p = subprocess.Popen(argv or [sys.executable, "-s", str(HERE), "child"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, pass_fds=fds,
-                              env={k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")},
-                              preexec_fn=preexec)
+                              env=env if env is not None else
+                              {k: v for k, v in os.environ.items() if not k.startswith("UOPC_GRADER")},
+                              cwd=cwd, preexec_fn=preexec)
     self.seq = 0
 
   def ask(self, msg: dict, blobs: list[bytes] = (), timeout: float = CHILD_TIMEOUT) -> tuple[dict, list[bytes]]:
@@ -253,8 +268,7 @@ def _check(reply: dict) -> dict:
 def _load(c: Child, spec: dict) -> None:
   if isinstance(spec, dict) and "numpy" in spec:
     _check(c.ask({"op": "load_numpy", "numpy": spec["numpy"], "out": spec["out"]})[0])
-  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"],
-                      "threads": spec.get("threads")})[0])
+  else: _check(c.ask({"op": "load_c", "object": spec["object"], "name": spec["name"], "params": spec["params"]})[0])
 
 
 def _send_args(c: Child, arrays: list, args: list) -> None:
@@ -280,19 +294,23 @@ def _layout(spec_args: list, inputs: dict) -> tuple[list, list]:
 
 
 def do_run_c(job: dict, inputs: list) -> dict:
-  """One call of a student's object on the judge's arrays: {"outputs": [arrays]}."""
+  """One call of a student's object on the judge's arrays, or one per thread count when `threads` is a list (one
+  child, the arrays handed afresh before each call): {"outputs": [arrays]}, those of each thread count in turn."""
   import numpy as np
+  counts = job["threads"] if isinstance(job.get("threads"), list) else [job.get("threads")]
   c = Child()
   try:
     _load(c, job)
     arrays = {k: np.asarray(inputs[a["input"]]) for k, a in enumerate(job["args"]) if "input" in a}
     values = [None if "input" in a else a["value"] for a in job["args"]]
     flat, args = _layout(values, arrays)
-    _send_args(c, flat, args)
-    reply, _ = c.ask({"op": "run"})
-    _check(reply)
-    slots = [args[k]["array"] for k in job["outputs"]]
-    return {"outputs": _outputs(c, slots)}
+    slots, outputs = [args[k]["array"] for k in job["outputs"]], []
+    for n in counts:
+      if n: _check(c.ask({"op": "threads", "n": int(n)})[0])
+      _send_args(c, flat, args)
+      _check(c.ask({"op": "run"})[0])
+      outputs += _outputs(c, slots)
+    return {"outputs": outputs}
   finally: c.close()
 
 
@@ -418,7 +436,12 @@ def do_time(job: dict, spawn=None) -> dict:
         for dst, src in zip(shared[who].arrays, fresh): dst[...] = src
         if who == "reference": _pause(kids["student"])   # nothing of the student's runs while the reference does
         t0 = time.perf_counter()
-        reply, _ = c.ask({"op": "run"})
+        try: reply, _ = c.ask({"op": "run"})
+        except EOFError:
+          if who == "reference": raise
+          return {"error": f"the timed kernel was stopped on repetition {rep + 1}: after its warm-up it made a system "
+                           f"call that the timed process may not make (the harness allows its pipe, memory and "
+                           f"OpenMP's waiting, lockdown.ALLOW), or it ended the process"}
         dt = time.perf_counter() - t0
         _check(reply)
         _check(c.ask({"op": "settle"})[0])
@@ -457,15 +480,17 @@ def do_cl(job: dict, inputs: list) -> dict:
 
 
 def do_raises(job: dict, inputs: list) -> dict:
-  """What the judge's call (an expression over the notebook's definitions and `_judge_inputs`) raised, seen by a
-  fresh child that ran nothing of the notebook but its definitions: {"raised": None} or the exception's name, its
-  classes and message; {"error": why} when the definitions do not run or the child gives no answer."""
+  """What the judge's call (an expression over the notebook's definitions, `_judge_inputs` and the `_` names of the
+  judge's `setup`, code run before the definitions) raised, seen by a fresh child that ran nothing of the notebook but
+  its definitions: {"raised": None} or the exception's name, its classes and message; {"error": why} when the
+  definitions do not run or the child gives no answer."""
   import numpy as np
   c = Child()
   try:
     arrays = [np.asarray(inputs[k]) for k in job["inputs"]]
     metas, data = zip(*(pack(a) for a in arrays)) if arrays else ((), ())
-    _check(c.ask({"op": "defs", "defs": job["defs"], "fn": "", "arrays": list(metas)}, list(data))[0])
+    _check(c.ask({"op": "defs", "defs": job["defs"], "fn": "", "arrays": list(metas), "setup": job.get("setup", "")},
+                 list(data))[0])
     reply, _ = c.ask({"op": "raises", "call": job["call"]})
     return {k: reply[k] for k in ("raised", "classes", "message", "error") if k in reply}
   finally: c.close()

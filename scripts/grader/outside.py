@@ -4,7 +4,7 @@ A judge (in the grader's process) never calls the student's code; when it needs 
 peak memory of a Python function, it asks a `Batch`:
 - `run_c(src, name, args, outputs)`: the C source compiled by the grader (its compiler and flags, in a compile-only
   sandbox), its object's imports checked (`imports_refused`), then called once in a fresh sandbox on the judge's
-  arrays; returns the output arrays.
+  arrays; returns the output arrays. `run_c_threads(..., threads=(1, 8))`: the same on each thread count, in one child.
 - `launch_cl(src, name, inputs, out, global_size, local_size)`: an OpenCL C kernel built and launched there (PoCL).
 - `time_kernels(src, name, args, outputs, reference=C | numpy=expr)`: the student's object against a reference,
   timed by the harness from outside both, every repetition on fresh inputs and NaN outputs and checked.
@@ -194,8 +194,8 @@ class Batch:
     self.missing = False   # a call since the last reset got a placeholder: the judge's verdict does not count
 
   def functions(self) -> dict:
-    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "launch_cl": self.launch_cl,
-            "peak_memory": self.peak_memory, "raises": self.raises}
+    return {"time_kernels": self.time_kernels, "run_c": self.run_c, "run_c_threads": self.run_c_threads,
+            "launch_cl": self.launch_cl, "peak_memory": self.peak_memory, "raises": self.raises}
 
   # --- what a judge calls
   def time_kernels(self, student: Any, name: str, args: list, outputs: list[int], reference: str | None = None,
@@ -219,6 +219,21 @@ class Batch:
     if "error" in got: raise AssertionError(f"{what}: {got['error']}")
     return got["outputs"]
 
+  def run_c_threads(self, src: Any, name: str, args: list, outputs: list[int], threads: tuple[int, ...],
+                    what: str = "the kernel") -> dict[int, list[np.ndarray]]:
+    """run_c on each of `threads` OpenMP thread counts (a race test: 1 and 8), all in one child that loads the object
+    once and is handed the judge's arrays afresh before each call: thread count -> its outputs."""
+    if not isinstance(src, str): raise AssertionError(f"{what}: expected C source, found {src!r:.60}")
+    counts = [int(t) for t in threads]
+    arrays = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
+    nan = {"outputs": [np.full(np.shape(args[k]), np.nan) for _ in counts for k in outputs]}
+    got = self._ask({"kind": "run_c", "src": src, "name": name, "outputs": outputs, "threads": counts,
+                     "args": [None if isinstance(a, np.ndarray) else (a.item() if isinstance(a, np.generic) else a)
+                              for a in args]}, arrays, nan)
+    if "error" in got: raise AssertionError(f"{what}: {got['error']}")
+    each = len(outputs)
+    return {t: got["outputs"][k * each:(k + 1) * each] for k, t in enumerate(counts)}
+
   def launch_cl(self, src: Any, name: str, inputs: list[np.ndarray], out: tuple, global_size: tuple, local_size: tuple,
              what: str = "the kernel") -> np.ndarray:
     """The output (shape and dtype `out`, NaN before the launch) of one launch of the OpenCL kernel `name`."""
@@ -237,13 +252,15 @@ class Batch:
     if "outputs" in got: got = dict(got, output=got.pop("outputs")[0])
     return got
 
-  def raises(self, call: str, inputs: list[np.ndarray] = ()) -> dict:
+  def raises(self, call: str, inputs: list[np.ndarray] = (), setup: str = "") -> dict:
     """What the expression `call` raises, evaluated in a fresh process on the notebook's definitions, with the
     judge's arrays as `_judge_inputs`: {"raised": None} or {"raised": name, "classes": [its MRO's names],
     "message": ...} (gradelib.expect_raised reads it), or {"error": why}. Nothing a cell of the notebook did, and no
-    record its process wrote, enters the verdict."""
-    return self._ask({"kind": "raises", "defs": self.defs, "call": call},
-                     [np.ascontiguousarray(a) for a in inputs], {"error": "not run yet"})
+    record its process wrote, enters the verdict. `setup`: the judge's code, run there before the definitions: its
+    `_`-named values are the call's own (the definitions cannot rebind them: the objects a test hands the student's
+    function, built with the grader's uopc), its other names what the notebook's setup cell gives the definitions."""
+    job = {"kind": "raises", "defs": self.defs, "call": call, **({"setup": setup} if setup else {})}
+    return self._ask(job, [np.ascontiguousarray(a) for a in inputs], {"error": "not run yet"})
 
   # --- the machinery
   def _key(self, job: dict, arrays: list[np.ndarray]) -> str:
@@ -299,10 +316,11 @@ REFERENCE_UID = 60000   # the reference's sandbox runs as the student's UID + th
 
 
 def timed_apart(course: Path | None) -> bool:
-  """Whether a timing runs its two sides in sandboxes of their own (bubblewrap), driven from this process."""
+  """Whether a timing runs its two sides in sandboxes of their own, driven from this process: with either backend
+  (bubblewrap: a sandbox each; the unprivileged one: a user each, unprivileged.apart)."""
   if course is None: return False
   import sandbox
-  return sandbox.backend() == "bubblewrap" and sandbox.available() is None
+  return sandbox.available() is None
 
 
 def judge_cpus() -> list[int]:
@@ -340,7 +358,15 @@ def time_apart(job: dict, binds: dict, course: Path) -> dict:
                                  env=trusted.ENV, limits=limits)
     return harness.Child(fds, argv=argv, preexec=preexec)
 
-  try: got = harness.do_time(job, spawn)
+  try:
+    if sandbox.backend() == "unprivileged":   # no namespaces: a user of its own per side, the same pinning
+      import unprivileged
+      with unprivileged.apart(ro, sandbox) as start:
+        def as_user(who: str, fds: tuple[int, ...]):
+          py, drop, env, home = start(sandbox.uid() + (REFERENCE_UID if who == "reference" else 0), cpus, limits)
+          return harness.Child(fds, argv=[py, "-s", "/grader/harness.py", "child"], preexec=drop, env=env, cwd=home)
+        got = harness.do_time(job, as_user)
+    else: got = harness.do_time(job, spawn)
   except Exception as e: got = {"error": f"{type(e).__name__}: {e}"[:MAX_ERR]}
   return dict(got, cpus=cpus)
 
@@ -375,7 +401,8 @@ def _plan(job: dict, arrays: list, objects: dict, inputs: list, binds: dict, san
     return {**{k: job[k] for k in ("src", "name", "out", "global", "local")}, "kind": "cl",
             "inputs": list(range(first, len(inputs)))}
   if job["kind"] == "raises":
-    return {"kind": "raises", "defs": job["defs"], "call": job["call"], "inputs": list(range(first, len(inputs)))}
+    return {"kind": "raises", "defs": job["defs"], "call": job["call"], "setup": job.get("setup", ""),
+            "inputs": list(range(first, len(inputs)))}
   return {"kind": "peak", "defs": job["defs"], "fn": job["fn"], "kwargs": job["kwargs"],
           "inputs": list(range(first, len(inputs)))}
 

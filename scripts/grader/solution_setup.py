@@ -23,6 +23,7 @@ _probe = probe.Probe(Path(tempfile.gettempdir()) / f"uopc-probe-{uuid.uuid4().he
 record, raised, seeded, recorded = _probe.record, _probe.raised, _probe.seeded, probe.Live(_probe)
 _batch = outside.Batch(None)   # the grader's own: jobs in a sandbox, asked for by its judges
 time_kernels, run_c, launch_cl = _batch.time_kernels, _batch.run_c, _batch.launch_cl
+run_c_threads = _batch.run_c_threads
 
 try: from IPython import get_ipython
 except ImportError: get_ipython = lambda: None
@@ -62,8 +63,9 @@ def _definitions(ns: dict) -> str:
           if obj.__name__ in earlier: defs.append(earlier[obj.__name__])
           continue
         try: tree = ast.parse(src)   # cells that share a file name can give another cell's lines: kept only if right
-        except SyntaxError: continue
+        except SyntaxError: tree = ast.parse("")
         if [getattr(n, "name", None) for n in tree.body] == [obj.__name__]: defs.append(src)
+        elif obj.__name__ in earlier: defs.append(earlier[obj.__name__])
       elif "." not in obj.__qualname__ and "<" not in obj.__qualname__:
         imports.append(f"from {obj.__module__} import {obj.__qualname__} as {name}")
   return "\n".join(imports) + "\n\n" + "\n".join(defs) + "\n\n" + outside.definitions(_cells)
@@ -75,11 +77,11 @@ def peak_memory(fn: str, inputs: list, kwargs: dict | None = None) -> dict:
   return _batch.peak_memory(fn, inputs, kwargs)
 
 
-def raises(call: str, inputs: list = ()) -> dict:
+def raises(call: str, inputs: list = (), setup: str = "") -> dict:
   """outside.Batch.raises on the definitions of the notebook's namespace."""
   _batch.defs = _definitions(_ipython.user_ns) if _ipython is not None else ""
-  return _batch.raises(call, inputs)
+  return _batch.raises(call, inputs, setup)
 
 
-__all__ = ["SEED", "gradelib", "peak_memory", "raised", "raises", "record", "recorded", "run_c", "launch_cl",
-           "seeded", "time_kernels"]
+__all__ = ["SEED", "gradelib", "peak_memory", "raised", "raises", "record", "recorded", "run_c", "run_c_threads",
+           "launch_cl", "seeded", "time_kernels"]

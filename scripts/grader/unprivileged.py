@@ -22,8 +22,12 @@ loopback TCP, which a seccomp filter cannot tell from any other address), no pri
 listed; those of other users cannot be signalled or traced), /tmp is the machine's (its files are removed at the end),
 and /job/out is a folder on the disk, not a tmpfs of a fixed size: its size is polled every 50 ms and the sandbox is
 stopped past Limits.out_bytes (a fast writer overshoots by what it writes in that time).
+
+A timing (`apart`, for outside.time_apart) runs its two sides as two users of their own, pinned to the judge's CPUs,
+each a direct child of the judge's process: apart, but each sees the other in /proc (no PID namespace here).
 """
 from __future__ import annotations
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
@@ -232,3 +236,47 @@ def run(argv: list[str], ro: list[tuple[str, str]], out: Path, stdin: bytes, lim
       for dst in made:   # the links only (the folders made for them stay: empty, root's)
         if os.path.islink(dst): os.unlink(dst)
       shutil.rmtree(private, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def apart(ro: list[tuple[str, str]], sandbox):
+  """For a timing whose two sides each run as a user of their own (outside.time_apart): the machine's sandbox lock
+  held, the fixed paths linked to ro and the Python's folders, and `start(as_uid, cpus, limits)`, which gives the
+  (python, preexec, env, cwd) of one side: a fresh home of its own, pinned to cpus, then dropped to as_uid as run()'s
+  sandbox is (rlimits, no groups, no capabilities, no new privileges, the seccomp filter). At the end every process of
+  each user is killed, their /tmp files removed, the links and homes too. Without namespaces, neither side gets a
+  PID namespace of its own: each sees the other in /proc, but as another user it can neither signal nor trace it."""
+  if (why := available()) is not None: raise sandbox.SandboxError(why)
+  if (why := hidden_tests_closed(GRADING_TREE / "solutions")) is not None: raise sandbox.SandboxError(why)
+  with open(LOCK, "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)   # one sandbox at a time: the fixed paths are the machine's
+    made, users, homes = [], [], []
+    py, py_binds = sandbox.python()
+    try:
+      for src, dst in [*py_binds, *ro]:
+        _reachable(src)
+        if src != dst: _link(dst, src, made)
+      seccomp = _seccomp()
+
+      def start(as_uid: int, cpus: list[int], limits) -> tuple[str, object, dict[str, str], str]:
+        _kill_all(as_uid)
+        users.append(as_uid)
+        home = Path(tempfile.mkdtemp(prefix="uopc-unpriv-side-"))
+        homes.append(home)
+        os.chown(home, as_uid, as_uid)
+        drop = _drop(as_uid, limits, seccomp)
+
+        def preexec() -> None:   # pinned first (as root), then the user: it cannot widen its CPUs
+          os.sched_setaffinity(0, cpus)
+          drop()
+        env = {"PATH": "/venv/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+               "PYTHONPATH": "/course", "PYTHONDONTWRITEBYTECODE": "1"}
+        return py, preexec, env, str(home)
+      yield start
+    finally:
+      for as_uid in users:
+        _kill_all(as_uid)
+        _sweep_tmp(as_uid)
+      for dst in made:
+        if os.path.islink(dst): os.unlink(dst)
+      for home in homes: shutil.rmtree(home, ignore_errors=True)
