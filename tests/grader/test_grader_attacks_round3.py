@@ -312,8 +312,10 @@ void fused(const float* a, const float* b, const float* c, const float* d, float
 
 
 def test_the_timed_process_is_locked_after_its_warm_up(tmp_path):
-  """Before: a kernel could open /proc, signal the reference (SIGSTOP) and start spinning threads at any call; now
-  each of those fails with EPERM once the warm-up is over, so this kernel's outputs stay right and it is timed."""
+  """Before: a kernel could open /proc, signal the reference (SIGSTOP) and start spinning threads at any call. Round 3
+  made each of those fail with EPERM; since round 5 (lockdown.ALLOW, an allow-list) the first of them ends the timed
+  process: the timing is an error and the kernel earns no speed point (test_grader_attacks_round5 for the honest
+  OpenMP kernel that is timed under the same filter)."""
   import subprocess
   import harness
   import ctypes.util
@@ -329,14 +331,17 @@ def test_the_timed_process_is_locked_after_its_warm_up(tmp_path):
          "reference": None, "numpy": "a * b + c * d - a", "reps": 3, "tol": 1e-3, "outputs": [4],
          "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
   got = harness.do_time(job)
-  assert set(got) == {"student", "reference"} and got["student"] > 0, got
+  assert set(got) == {"error"} and "system call" in got["error"], got
 
 
-UNEVEN = """#include <unistd.h>
+UNEVEN = """#include <time.h>
 static int calls;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 void fused(const float* a, const float* b, const float* c, const float* d, float* out, int n) {
   for (int i = 0; i < n; i++) out[i] = a[i] * b[i] + c[i] * d[i] - a[i];
-  if (++calls != 3) usleep(20000);   /* every run takes 20 ms or more, but one */
+  /* every run takes 20 ms or more, but one: a wait on the clock (clock_gettime is the one clock call the timed
+     process's filter allows; a sleep would end it, lockdown.ALLOW) */
+  if (++calls != 3) for (double t0 = now(); now() - t0 < 0.02;) {}
 }"""
 
 
@@ -354,4 +359,4 @@ def test_a_repetition_out_of_band_is_rerun_not_taken_as_the_best(tmp_path):
          "reference": None, "numpy": "a * b + c * d - a", "reps": 5, "tol": 1e-3, "outputs": [4],
          "args": [["f32", [n]], ["f32", [n]], ["f32", [n]], ["f32", [n]], ["zeros", [n]], ["int", n]]}
   got = harness.do_time(job)
-  assert got["student"] >= 0.02, got   # usleep(20000) sleeps at least that long: a lower bound, not a measurement
+  assert got["student"] >= 0.02, got   # each slow run waits 20 ms on the clock: a lower bound, not a measurement
