@@ -31,6 +31,36 @@
 #
 # The whole notebook runs in well under a minute on two cores.
 
+# %% tags=["hidden-setup"]
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+# Placed before the setup cell: in a solution run under nbval, whose kernel keeps no input history, `raises` finds
+# the notebook's definitions (finite_differences, mean, var, ...) among the cells run after this one.
+import sys as _sys
+from pathlib import Path as _Path
+import uopc as _uopc
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from solution_setup import raises  # noqa: F401
+
+
+def _finite_differences(fn, xs, eps=1e-6):
+  """The judges' own central differences (the notebook's may have been changed)."""
+  grads = []
+  for k, x in enumerate(xs):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
+      plus[k][i] += eps; minus[k][i] -= eps
+      g[i] = (fn(*plus) - fn(*minus)) / (2 * eps)
+    grads.append(g)
+  return grads
+
+
+def _np_layernorm(a, eps=1e-5): return (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + eps)
+
+
 # %% [markdown]
 # ## Setup
 #
@@ -58,34 +88,6 @@ def finite_differences(fn, xs, eps=1e-6):
 
 
 rng = np.random.default_rng(0)
-
-# %% tags=["hidden-setup"]
-# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
-# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
-# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
-import sys as _sys
-from pathlib import Path as _Path
-import uopc as _uopc
-_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
-from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import raises  # noqa: F401
-
-
-def _finite_differences(fn, xs, eps=1e-6):
-  """The judges' own central differences (the notebook's may have been changed)."""
-  grads = []
-  for k, x in enumerate(xs):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-      plus, minus = [y.copy() for y in xs], [y.copy() for y in xs]
-      plus[k][i] += eps; minus[k][i] -= eps
-      g[i] = (fn(*plus) - fn(*minus)) / (2 * eps)
-    grads.append(g)
-  return grads
-
-
-def _np_layernorm(a, eps=1e-5): return (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + eps)
-
 
 # %% [markdown]
 # ## Exercise 9.4: variance and LayerNorm

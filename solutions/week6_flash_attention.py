@@ -60,6 +60,26 @@ print(f"CPU:      {cpu_model()}, {os.cpu_count()} cores (OMP_NUM_THREADS={os.env
 print(f"compiler: {subprocess.run([cc, '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
 print(f"date:     {datetime.date.today()}")
 
+# %% tags=["hidden-setup"]
+# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
+# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
+# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
+# Placed before the setup cell: in a solution run under nbval, whose kernel keeps no input history, `raises` finds
+# the notebook's definitions (qkv, ref_attention, check_online_kernel, ...) among the cells run after this one.
+import sys as _sys
+from pathlib import Path as _Path
+import uopc as _uopc
+_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
+from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
+from solution_setup import launch_cl, peak_memory, raises, run_c  # noqa: F401
+
+
+def _qkv(N: int, D: int, *key: int) -> tuple:
+  """The judges' inputs: the probe's, made again from the grader's seed."""
+  r = seeded(*key)
+  return tuple(r.standard_normal((N, D)).astype(np.float32) for _ in range(3))
+
+
 # %% [markdown]
 # ## Setup
 #
@@ -138,24 +158,6 @@ def best_times(fns: dict, reps: int = 5) -> dict:
 q, k, v = qkv(256, 64)
 print("online_attention_ir matches NumPy:", matches(run_attention_kernel(online_attention_ir, q, k, v, "flash"),
                                                   ref_attention(q, k, v)))
-
-# %% tags=["hidden-setup"]
-# the grader's side of the hidden tests (scripts/grader/solution_setup.py): record, raised and seeded for the probes;
-# recorded, gradelib's checks and time_kernels for the judges. Grading splits each hidden test at `# JUDGE`: the probe
-# runs in the sandbox after the student's cells, the judge in the grader's own process on the values it recorded.
-import sys as _sys
-from pathlib import Path as _Path
-import uopc as _uopc
-_sys.path.insert(0, str(_Path(_uopc.__file__).resolve().parents[1] / "scripts" / "grader"))
-from solution_setup import gradelib, raised, record, recorded, seeded, time_kernels  # noqa: F401
-from solution_setup import launch_cl, peak_memory, raises, run_c  # noqa: F401
-
-
-def _qkv(N: int, D: int, *key: int) -> tuple:
-  """The judges' inputs: the probe's, made again from the grader's seed."""
-  r = seeded(*key)
-  return tuple(r.standard_normal((N, D)).astype(np.float32) for _ in range(3))
-
 
 # %% [markdown]
 # ## Exercise 1 (★): size the matrices
