@@ -282,9 +282,9 @@ def test_forging_the_result_is_not_believed(tmp_path, env):
   assert json.loads(out.strip().splitlines()[-1])["total"] == 0 and out.count('"total": 10.0') == 0
 
 
-def test_harm_does_not_outlive_the_submission(tmp_path, env):
-  """A harmful notebook (whose metadata also names a solution outside the table), then an honest one: the honest
-  one scores what it scores alone, and nothing of the grader's changed."""
+def test_harm_does_not_outlive_the_submission(tmp_path, env, graded_class):
+  """A harmful notebook (whose metadata also names a solution outside the table): nothing of the grader's changed
+  (graded_unharmed), so an honest notebook graded next scores what it scores alone (honest_after)."""
   nb = attack(WEEK1, tmp_path, "harm", [HARM])
   meta = nbformat.read(nb, as_version=4)
   meta.metadata["uopc"] = {"assignment": "../outputs/x"}
@@ -292,8 +292,7 @@ def test_harm_does_not_outlive_the_submission(tmp_path, env):
   score = graded_unharmed(nb, env)
   assert score["total"] == 0 and score["solution"].endswith(f"solutions/{WEEK1}.ipynb"), score
   assert not Path("/tmp/uopc-attack-marker").exists()
-  honest_after(WEEK1, tmp_path, env)
-  assert _HONEST[WEEK1]["max"] == 10, _HONEST[WEEK1]
+  assert honest_after(WEEK1, graded_class)["max"] == 10
 
 
 def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
@@ -321,20 +320,15 @@ def test_gaming_the_measure_scores_nothing_for_it(tmp_path, env):
 WEEK6 = "week6_flash_attention"
 
 
-_HONEST: dict[str, dict] = {}   # week -> the honest grading of this module's run (one per week: see honest_after)
-
-
-def honest_after(week: str, tmp: Path, env) -> None:
-  """The solution as a student hands it in, graded after an attack with the same home and caches: full marks. Graded
-  once per week in a run of this module (the first test that asks, after its attacks): every attack's grading is
-  fingerprinted, so nothing an attack could leave for a later grading exists, and grading the same honest notebook
-  after each one would prove nothing more."""
-  if week not in _HONEST:
-    nb = tmp / f"honest_{week[:5]}.ipynb"
-    nbformat.write(visible(ROOT / "solutions" / f"{week}.ipynb"), nb)
-    _HONEST[week] = graded_unharmed(nb, env)
-  score = _HONEST[week]
-  assert score["total"] == score["max"], {t: v for t, v in score["tasks"].items() if v["points"] < v["max"]}
+def honest_after(week: str, graded_class) -> dict:
+  """The week's honest notebook at full marks, after an attack: its grading in the run's class (graded_class.py,
+  `make grade-all` once for the run). Every attack's grading is fingerprinted (graded_unharmed: the grader's tree,
+  home and cache hash the same after it, the venv at the module's end), so nothing an attack could leave for a later
+  grading exists, and the same notebook graded again here in the attack's home would prove nothing more (it did, in
+  four whole gradings a run: NOTES 60)."""
+  score = graded_class.report(week, "solved")
+  assert score["total"] == score["max"] > 0, {t: v for t, v in score["tasks"].items() if v["points"] < v["max"]}
+  return score
 
 
 def cell_with(nb: Path, task: str, source: str) -> None:
@@ -363,7 +357,7 @@ void fused(const float* a, const float* b, const float* c, const float* d, float
 }"""'''
 
 
-def test_speed_cannot_be_forged(tmp_path, env):
+def test_speed_cannot_be_forged(tmp_path, env, graded_class):
   """A kernel that skips its work when called again on the same output buffer, and one that calls into the process's
   Python (where the old grader's signing key lived): neither scores the speed point; the first still has its values,
   the second is refused for the symbol it imports."""
@@ -375,7 +369,7 @@ def test_speed_cannot_be_forged(tmp_path, env):
   cell_with(into, "a fused kernel", INTO_PYTHON)
   values, speed = rows_of(graded_unharmed(into, env, *only("a fused kernel")), "a fused kernel")
   assert values["points"] == speed["points"] == 0 and "PyRun_SimpleString" in values["error"], (values, speed)
-  honest_after(WEEK1, tmp_path, env)
+  honest_after(WEEK1, graded_class)
 
 
 COMPUTED_NAMES = '''
@@ -402,7 +396,7 @@ def gemm_naive_bt(M, N, K): return _lowered(M, N, K, True)
 '''
 
 
-def test_shortcuts_cannot_be_reached_by_any_route(tmp_path, env):
+def test_shortcuts_cannot_be_reached_by_any_route(tmp_path, env, graded_class):
   """uopc's finished answers reached by a computed name (importlib and getattr with built strings, exec of decoded
   text) in week 7, and week 3's GEMMs from uopc's own plan of a Tensor matmul: each such task scores 0 with a
   message naming it; the other tasks keep their points."""
@@ -414,8 +408,8 @@ def test_shortcuts_cannot_be_reached_by_any_route(tmp_path, env):
   score = graded_unharmed(attack(WEEK3, tmp_path, "make_plan", [MAKE_PLAN_GEMM], base="solution"), env)
   assert points(score)["naive GEMM"] == points(score)["B transposed"] == 0, points(score)
   assert "ShortcutUnavailable: uopc.rangeify" in json.dumps(score["tasks"]["naive GEMM"])
-  honest_after(WEEK7, tmp_path, env)
-  honest_after(WEEK3, tmp_path, env)
+  honest_after(WEEK7, graded_class)
+  honest_after(WEEK3, graded_class)
 
 
 SELF_CHECKS = '''
@@ -427,14 +421,14 @@ print(GPT(GPTConfig(), seed=0).num_parameters() == gpt_parameters(GPTConfig()))
 '''
 
 
-def test_a_self_check_against_uopc_costs_nothing(tmp_path, env):
+def test_a_self_check_against_uopc_costs_nothing(tmp_path, env, graded_class):
   """A right answer followed by a check against uopc's own version (as the worked examples teach): full marks; the
   cell that called uopc's version is named, with why it stopped."""
   score = graded_unharmed(attack(WEEK7, tmp_path, "self_check", [SELF_CHECKS], base="solution"), env)
   assert score["total"] == score["max"] and score["student_cells"]["errors"] == [], score
   last = len(nbformat.read(tmp_path / "self_check.ipynb", as_version=4).cells) - 1
   assert any(s["cell"] == last and "adamw_step_numpy" in s["error"] for s in score["stops"]), score["stops"]
-  honest_after(WEEK7, tmp_path, env)
+  honest_after(WEEK7, graded_class)
 
 
 NO_MAX = '''
@@ -462,7 +456,7 @@ def blocked_attention(q, k, v, block=128):   # right values, one N x N array
 '''
 
 
-def test_week1_softmax_and_memory_judged_rightly(tmp_path, env):
+def test_week1_softmax_and_memory_judged_rightly(tmp_path, env, graded_class):
   """Week 1: a softmax without the max subtraction loses the values points (scores that overflow exp); a right answer
   with np.sqrt(D) keeps every point; an N x N array loses the structure point with the bound in bytes."""
   got = {}
@@ -474,7 +468,7 @@ def test_week1_softmax_and_memory_judged_rightly(tmp_path, env):
   assert [t["points"] for t in got["np_sqrt"]] == [2, 1], got["np_sqrt"]
   assert got["naive"][0]["points"] == 2 and got["naive"][1]["points"] == 0, got["naive"]
   assert "above the bound of 33,554,432 bytes" in got["naive"][1]["error"], got["naive"]
-  honest_after(WEEK1, tmp_path, env)
+  honest_after(WEEK1, graded_class)
 
 
 def test_a_batch_survives_any_file(tmp_path, env):
@@ -569,7 +563,7 @@ uopc.__file__ = "/tmp/fake_uopc/__init__.py"
 '''
 
 
-def test_the_notebooks_helpers_do_not_do_the_testing(tmp_path, env):
+def test_the_notebooks_helpers_do_not_do_the_testing(tmp_path, env, graded_class):
   """Week 1's MiniProgram and week 6's run_attention_kernel, render_c and run_cl redefined to compute with NumPy (no
   kernel written), and a probe library of the notebook's own put where the old grader loaded its own from: nothing
   scored for it."""
@@ -577,8 +571,8 @@ def test_the_notebooks_helpers_do_not_do_the_testing(tmp_path, env):
   assert score["total"] == 0, points(score)
   score = graded_unharmed(attack(WEEK6, tmp_path, "helpers6", [WEEK6_HELPERS, PROBE_LIBRARY]), env)
   assert score["total"] == 0, points(score)
-  honest_after(WEEK1, tmp_path, env)
-  honest_after(WEEK6, tmp_path, env)
+  honest_after(WEEK1, graded_class)
+  honest_after(WEEK6, graded_class)
 
 
 FILL = '''
@@ -604,7 +598,7 @@ open(sys.argv[1], "w").write(str(usage.ru_maxrss))
 sys.exit(os.waitstatus_to_exitcode(status))"""
 
 
-def test_host_resources_are_bounded(tmp_path, env):
+def test_host_resources_are_bounded(tmp_path, env, graded_class):
   """A notebook that writes 1.5 GB into the folder the grader reads back, and a record naming one 60 MiB array 20
   times: the grader's temporary files stay under its cap and its memory under 1 GiB; an honest notebook after it
   scores full marks."""
@@ -641,7 +635,7 @@ def test_host_resources_are_bounded(tmp_path, env):
   assert status == 0 and score["total"] == 0 and peak[0] < 700 << 20, (status, score["total"], peak[0])
   maxrss = int(report.read_text())
   assert maxrss < 1 << 20, maxrss   # KiB: no process held the array 20 times
-  honest_after(WEEK1, tmp_path, env)
+  honest_after(WEEK1, graded_class)
 
 
 TWO_FAULTS = '''
@@ -676,7 +670,7 @@ NO_BARRIER_SOLUTION = '''def row_max_kernel(width, n):
 }}"""'''
 
 
-def test_every_failing_expectation_is_reported_with_its_diagnosis(tmp_path, env):
+def test_every_failing_expectation_is_reported_with_its_diagnosis(tmp_path, env, graded_class):
   """Two faults in one task are both reported; AdamW with eps inside the square root is named so; a work-group
   reduction without a barrier in its tree is named a race (week 6's row max kernel)."""
   score = graded_unharmed(attack(WEEK1, tmp_path, "two_faults", [TWO_FAULTS], base="solution"), env,
@@ -691,4 +685,4 @@ def test_every_failing_expectation_is_reported_with_its_diagnosis(tmp_path, env)
   cell_with(nb, "row max kernel", NO_BARRIER_SOLUTION)
   (row_max,) = rows_of(graded_unharmed(nb, env, *only("row max kernel")), "row max kernel")
   assert row_max["points"] == 0 and "a race" in row_max["error"], row_max
-  honest_after(WEEK7, tmp_path, env)
+  honest_after(WEEK7, graded_class)
