@@ -125,6 +125,8 @@ class VectorOpt(DefaultOpt):
   steps by one along it (uopc.codegen.vector_loops: elementwise, row and column reductions); the rest stay scalar.
   Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book prints."""
   tuner = staticmethod(tuner)
+  # a stride-1 convolution built under this optimizer takes its gradients as convolutions (uopc.mixin.windows)
+  conv_gradients = True
 
   @staticmethod
   def isa(options: Options | None = None) -> ISA:

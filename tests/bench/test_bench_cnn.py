@@ -67,16 +67,17 @@ def per_element_div_mod(src: str) -> list[str]:
   return found
 
 
-def conv_layer_kernels(cin: int, hw: int, lanes: int | None = None):
-  """One LeNet convolution's forward and its two backward convolutions (the weight's and the input's gradients):
-  the plan's kernels under VectorOpt (with `lanes` lanes, or the machine's), and the kernel that computes each of y,
-  dw and dx (by the shape of its output)."""
+def conv_layer_kernels(cin: int, hw: int, lanes: int | None = None, opt=VectorOpt):
+  """One LeNet convolution's forward and its two backward convolutions (the weight's and the input's gradients),
+  built and planned under `opt` (VectorOpt with `lanes` lanes, or the machine's): the plan's kernels, and the kernel
+  that computes each of y, dw and dx (by the shape of its output; a reduction)."""
+  Tensor.opt = opt   # the optimizer the graph is built under chooses the gradients' form (uopc.mixin.windows)
   rng = np.random.default_rng(0)
   x = Tensor(rng.standard_normal((64, cin, hw, hw)).astype(np.float32), requires_grad=True)
   conv = lenet()[0 if cin == 1 else 3]
   y = conv(x)
   (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()
-  kernels = make_plan([y.uop, conv.weight.grad.uop, x.grad.uop], options=Options(opt=VectorOpt, lanes=lanes)).kernels
+  kernels = make_plan([y.uop, conv.weight.grad.uop, x.grad.uop], options=Options(opt=opt, lanes=lanes)).kernels
   by_shape = lambda shape: next((k for k in kernels if k.body.shape == shape and k.name.startswith("r_")), None)
   named = {"y": by_shape(y.shape), "dw": by_shape(conv.weight.shape), "dx": by_shape(x.shape)}
   return kernels, {name: k for name, k in named.items() if k is not None}
@@ -130,3 +131,11 @@ def test_the_convolutions_are_vector_code_reading_plain_buffers(fresh_plan_cache
   assert {k: len(vector_accumulators(named[k].ast)) > 0 for k in named} == {k: True for k in named}
   assert len(vector_accumulators(named["dw"].ast)) > 1
   assert {k.name: per_element_div_mod(str(k.src)) for k in kernels} == {k.name: [] for k in kernels}
+
+
+def test_the_default_optimizer_keeps_autograds_input_gradient(fresh_plan_cache):
+  """The book's optimizer (scalar code, padding checks inline) runs the full convolution of g at half the speed of
+  autograd's windows' gradient and its fold: a graph built under it keeps those (no reduction computes dx)."""
+  from uopc.opt import DefaultOpt
+  _, named = conv_layer_kernels(6, 14, opt=DefaultOpt)
+  assert set(named) == {"y", "dw"}

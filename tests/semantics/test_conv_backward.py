@@ -29,7 +29,10 @@ def fd_check(f, *arrays, eps=1e-6, rtol=1e-5, atol=1e-7):
 
 @pytest.mark.parametrize("x, w, padding", [((1, 2, 5), (3, 2, 3), 1), ((1, 2, 4, 5), (2, 2, 3, 2), [(1, 0), (0, 2)]),
                                            ((1, 1, 3, 3, 3), (2, 1, 2, 2, 2), 0)], ids=["1d", "2d-uneven-pad", "3d"])
-def test_stride_one_conv_gradients_by_central_differences(x, w, padding):
+@pytest.mark.parametrize("opt", ["DefaultOpt", "VectorOpt"])   # autograd's gradients; convolutions (_conv_grads)
+def test_stride_one_conv_gradients_by_central_differences(x, w, padding, opt):
+  import uopc.opt
+  Tensor.opt = getattr(uopc.opt, opt)
   fd_check(lambda x, w, b: x.conv2d(w, b, padding=padding), arr(*x), arr(*w), arr(w[0]))
 
 
@@ -74,15 +77,15 @@ def grads_and_bounds(x, w, g, pad):
   return (dx, w.shape[0] * k * k * u * dx_abs), (dw, g.shape[0] * g.shape[2] * g.shape[3] * u * dw_abs)
 
 
-@pytest.mark.parametrize("as_convs", [True, False], ids=["as-convolutions", "autograd"])
-@pytest.mark.parametrize("vector", [True, False], ids=["VectorOpt", "DefaultOpt"])
-def test_lenet_layer_gradients_within_the_float32_bound(monkeypatch, fresh_plan_cache, as_convs, vector):
-  """LeNet's second layer and a padded first one, in float32: dx (a convolution of g, summed over C_out x 25) and dw
-  (over batch x 100 output pixels, as vector partial sums under VectorOpt) within the bound of the float64 answer,
-  by either gradient (CONV_GRADS_AS_CONVS) and either optimizer."""
-  from uopc.opt import DefaultOpt, VectorOpt
+@pytest.mark.parametrize("opt, as_convs", [("VectorOpt", True), ("VectorOpt", False), ("DefaultOpt", True)],
+                         ids=["VectorOpt-as-convolutions", "VectorOpt-autograd", "DefaultOpt-autograd"])
+def test_lenet_layer_gradients_within_the_float32_bound(monkeypatch, fresh_plan_cache, opt, as_convs):
+  """LeNet's second layer and a padded first one, in float32: dx and dw within the bound of the float64 answer, by
+  either gradient: convolutions (VectorOpt: dx summed over C_out x 25, dw over batch x 100 output pixels as vector
+  partial sums) or autograd's (CONV_GRADS_AS_CONVS off, or the default optimizer)."""
+  import uopc.opt
   monkeypatch.setattr(uopc.mixin.windows, "CONV_GRADS_AS_CONVS", as_convs)
-  Tensor.opt = VectorOpt if vector else DefaultOpt
+  Tensor.opt = getattr(uopc.opt, opt)
   for (n, cin, hw, cout, pad) in [(16, 6, 14, 16, 0), (8, 1, 28, 6, 2)]:
     x, w = arr(n, cin, hw, hw, dtype=np.float32), arr(cout, cin, 5, 5, dtype=np.float32)
     g = arr(n, cout, hw + 2 * pad - 4, hw + 2 * pad - 4, dtype=np.float32)
@@ -96,6 +99,8 @@ def test_lenet_layer_gradients_within_the_float32_bound(monkeypatch, fresh_plan_
 def test_the_gradients_as_convolutions_are_autograds_in_float64(monkeypatch):
   """The same gradients as autograd's through the view (_conv_grads against CONV_GRADS_AS_CONVS off), in float64,
   at strides of one with symmetric and uneven padding, 1 to 3 spatial axes: only the order of dx's sum differs."""
+  from uopc.opt import VectorOpt
+  Tensor.opt = VectorOpt   # the optimizer that asks for them (float64 kernels take its default lowering)
   cases = [((2, 3, 9, 8), (4, 3, 3, 2), 1), ((1, 2, 7), (3, 2, 4), [(2, 0)]), ((1, 2, 4, 5, 4), (2, 2, 2, 3, 2), 0)]
   for xs, ws, pad in cases:
     x, w, g = arr(*xs), arr(*ws), None

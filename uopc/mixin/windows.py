@@ -6,7 +6,8 @@ with movement ops only: the axis repeated (an EXPAND and a RESHAPE), cut to k ro
 starts d further along the repeated axis), then every s-th column kept (a RESHAPE and a SHRINK). The index algebra
 (uopc.symbolic) folds the repeat's `% i` away, so the kernel reads x[o*s + k*d] directly. A convolution is that view
 times the weights, summed over (channels, window): one REDUCE, which the optimizer fuses and vectorizes like a matmul.
-A stride-1 convolution's two gradients are convolutions too (_conv_grads), each one REDUCE over a padded buffer.
+A stride-1 convolution's two gradients may be convolutions too (_conv_grads, under VectorOpt), each one REDUCE over a
+padded buffer.
 """
 from __future__ import annotations
 import itertools, math
@@ -68,7 +69,9 @@ def _fold(g, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int]):
   return total
 
 
-# a stride-1 convolution's gradients are convolutions themselves (_conv_grads); False: autograd's, through the view
+# a stride-1 convolution's gradients as convolutions (_conv_grads) where the optimizer the graph is built under
+# (Tensor.opt) says `conv_gradients`: VectorOpt, whose lanes make the full convolution the cheaper form (the default
+# lowering, scalar, runs it at half the speed of autograd's). False: autograd's always, through the view
 CONV_GRADS_AS_CONVS = True
 
 
@@ -168,7 +171,8 @@ class WindowMixin(IndexingMixin):
     x = x.reshape(bs, cout, *oyx, cin, *HW)
     w = weight.reshape(1, cout, *[1] * n, cin, *HW)
     out = (x * w).sum(tuple(-1 - i for i in range(1 + len(HW))), dtype=dtype)
-    if CONV_GRADS_AS_CONVS and groups == 1 and dtype is None and self.dtype == weight.dtype and self.dtype.is_float \
+    asked = CONV_GRADS_AS_CONVS and getattr(getattr(type(self), "opt", None), "conv_gradients", False)
+    if asked and groups == 1 and dtype is None and self.dtype == weight.dtype and self.dtype.is_float \
        and _tuple(stride, n, "stride") == _tuple(dilation, n, "dilation") == (1,) * n:
       out = out._custom_grad((self, weight), lambda out, s, g: _conv_grads(s[0], s[1], g, pads))
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
