@@ -6,7 +6,8 @@ also take `options=` (uopc.options.Options): the kernelizer passes the realize's
 
   DefaultOpt   the layout pass, then default_opts (or online_opts, or tensor-core warp tiles) per kernel
   VectorOpt    DefaultOpt, plus vector code on the CPU: float32 matmuls (uopc.codegen.gemm_vec, the tile tuned) and
-               the other float32 kernels that read an axis contiguously (uopc.codegen.vector_loops)
+               the other float32 kernels that read an axis contiguously (uopc.codegen.vector_loops), convolutions
+               among them (their padded inputs staged first: vector_loops.stage_window_pads)
   TiledOpt     DefaultOpt, plus local-memory tiles for GPU matmuls (uopc.codegen.localtile)
 
 The lowerings in uopc.codegen only build loop programs. What needs the machine is handed to them from here: the vector
@@ -24,7 +25,7 @@ from uopc.codegen.online import OnlineSoftmax, find_groups
 from uopc.options import Options
 from uopc.codegen.tc import GPU_DEVICES, lower_tc
 from uopc.codegen import gemm_vec
-from uopc.codegen.vector_loops import lower_vector
+from uopc.codegen.vector_loops import lower_vector, stage_window_pads
 from uopc.codegen.localtile import LocalTile, lower_local_tile
 from uopc.runtime import tune
 from uopc.runtime.machine import ISA, isa_of, target
@@ -124,6 +125,8 @@ class VectorOpt(DefaultOpt):
   steps by one along it (uopc.codegen.vector_loops: elementwise, row and column reductions); the rest stay scalar.
   Opt in with `Tensor.opt = VectorOpt`: the default stays the optimizer whose kernels the book prints."""
   tuner = staticmethod(tuner)
+  # a stride-1 convolution built under this optimizer takes its gradients as convolutions (uopc.mixin.windows)
+  conv_gradients = True
 
   @staticmethod
   def isa(options: Options | None = None) -> ISA:
@@ -141,6 +144,7 @@ class VectorOpt(DefaultOpt):
   def layout(cls, roots: list[UOp], options: Options | None = None) -> list[UOp]:
     if options is None or options.device == "CPU":
       isa = cls.isa(options)
+      roots = stage_window_pads(roots)   # a convolution reads its padded input from a buffer, by lanes
       # the whole graph's matmuls (graph=True: a reduction in an operand will be a kernel of its own); wrap hands
       # pack_b each one rebuilt over its packed sources, whose opts are its problem's, chosen once
       opts = lambda u: gemm_vec.choose_opts(u, isa, cls.tuner, graph=True)

@@ -6,6 +6,8 @@ with movement ops only: the axis repeated (an EXPAND and a RESHAPE), cut to k ro
 starts d further along the repeated axis), then every s-th column kept (a RESHAPE and a SHRINK). The index algebra
 (uopc.symbolic) folds the repeat's `% i` away, so the kernel reads x[o*s + k*d] directly. A convolution is that view
 times the weights, summed over (channels, window): one REDUCE, which the optimizer fuses and vectorizes like a matmul.
+A stride-1 convolution's two gradients may be convolutions too (_conv_grads, under VectorOpt), each one REDUCE over a
+padded buffer.
 """
 from __future__ import annotations
 import itertools, math
@@ -65,6 +67,30 @@ def _fold(g, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int]):
     term = term.pad(noop + [(k, i - o - k) for k, i, o in zip(ks, i_, o_)])             # at x[o + ks]
     total = term if total is None else total + term
   return total
+
+
+# a stride-1 convolution's gradients as convolutions (_conv_grads) where the optimizer the graph is built under
+# (Tensor.opt) says `conv_gradients`: VectorOpt, whose lanes make the full convolution the cheaper form (the default
+# lowering, scalar, runs it at half the speed of autograd's). False: autograd's always, through the view
+CONV_GRADS_AS_CONVS = True
+
+
+def _conv_grads(x, weight, g, pads: Sequence[tuple[int, int]]):
+  """The gradients of a stride-1, undilated, ungrouped convolution (x (N, C_in, *i), weight (C_out, C_in, *k), g
+  (N, C_out, *o)) as two convolutions, each a REDUCE whose windows read one padded buffer (PyTorch's backward):
+    dx  g padded by k - 1 less the forward's padding, convolved with the kernel flipped and its channels swapped
+        (conv_transpose): dx[i] = sum_k g[i + pad - k] w[k]. Autograd's own would sum over C_out into a (N, C_in, *o,
+        *k) tensor and fold its prod(k) shifted copies back, a padding check for each
+    dw  the padded input's windows times g, summed over the batch and the output positions: autograd's sum, the
+        product and its order of terms unchanged."""
+  k_, n = weight.shape[2:], weight.ndim - 2
+  spatial = tuple(range(2, 2 + n))
+  wt = weight.transpose(0, 1).flip(spatial)                                           # (C_in, C_out, *k)
+  dx = g.pad([None, None, *[(k - 1 - a, k - 1 - b) for k, (a, b) in zip(k_, pads)]]).conv2d(wt)
+  win = x.pad([None, None, *pads])._pool(k_)                                          # (N, C_in, *o, *k)
+  (bs, cout), o_ = g.shape[:2], g.shape[2:]
+  terms = g.reshape(bs, cout, 1, *o_, *[1] * n) * win.reshape(bs, 1, x.shape[1], *o_, *k_)   # (N, C_out, C_in, *o, *k)
+  return dx, terms.sum((0, *range(3, 3 + n)))                                         # (C_out, C_in, *k)
 
 
 class WindowMixin(IndexingMixin):
@@ -145,6 +171,10 @@ class WindowMixin(IndexingMixin):
     x = x.reshape(bs, cout, *oyx, cin, *HW)
     w = weight.reshape(1, cout, *[1] * n, cin, *HW)
     out = (x * w).sum(tuple(-1 - i for i in range(1 + len(HW))), dtype=dtype)
+    asked = CONV_GRADS_AS_CONVS and getattr(getattr(type(self), "opt", None), "conv_gradients", False)
+    if asked and groups == 1 and dtype is None and self.dtype == weight.dtype and self.dtype.is_float \
+       and _tuple(stride, n, "stride") == _tuple(dilation, n, "dilation") == (1,) * n:
+      out = out._custom_grad((self, weight), lambda out, s, g: _conv_grads(s[0], s[1], g, pads))
     return out if bias is None else out + bias.reshape(1, -1, *[1] * n)
   conv1d = conv3d = conv2d
 
