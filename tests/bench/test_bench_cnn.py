@@ -5,7 +5,7 @@ import importlib.util
 import re
 import numpy as np
 import pytest
-from uopc.bench.cnn import LOSS_TOL, cnn, compare_losses, lenet, loss_line
+from uopc.bench.cnn import LOSS_TOL, cnn, compare_losses, lenet, loss_line, model_flops
 from uopc.kernelize import make_plan
 from uopc.opt import VectorOpt
 from uopc.options import Options
@@ -22,11 +22,18 @@ def test_the_table_has_both_uopc_peers_the_machine_and_a_summary(fresh_plan_cach
   assert impl == ["uopc", "uopc"] and any(r.startswith("uopc jit ") for r in rows)
   assert any(re.search(r"lscpu (family \d+ model \d+|\(unknown\))", r) for r in rows)
   assert any(r.startswith("# summary          threads=") and "uopc_jit_ms=" in r for r in rows)
-  flops = next(int(m.group(1)) for r in rows if (m := re.search(r"step's (\d+) MFLOP", r)))
-  # LeNet-5 at batch 64: ~58 MFLOP forward, twice that backward, the optimizer's few (174); the FLOPs the kernels
-  # execute, which add the vector convolutions' recomputed lanes (a row of 10 pixels as two vectors of 8) and the
-  # zero border of the input gradient's full convolution (about 250)
-  assert 150 <= flops <= 300
+  flops = next(int(m.group(1)) for r in rows if (m := re.search(r"step's (\d+) MFLOP \(the model's", r)))
+  assert flops == round(model_flops(lenet()) / 1e6)   # every peer rated by the model's work, not uopc's kernels'
+
+
+def test_the_model_flops_are_each_layers_products():
+  """LeNet-5 at batch 64, 2 FLOPs a multiply-add: conv1 6x1x5x5 over 28x28 outputs, conv2 16x6x5x5 over 10x10,
+  linear 400-120, 120-84, 84-10; the forward product, the weight gradient, and the input gradient for all but the
+  first layer. uopc's kernels execute more (a vector convolution's overlapping lanes, the input gradient's zero
+  border): the table's rate must not credit that to every peer."""
+  conv1, conv2 = 2 * 64 * 6 * 1 * 25 * 28 * 28, 2 * 64 * 16 * 6 * 25 * 10 * 10
+  linear = 2 * 64 * (400 * 120 + 120 * 84 + 84 * 10)
+  assert model_flops(lenet()) == 2 * conv1 + 3 * (conv2 + linear)
 
 
 def test_the_loss_line_says_whether_the_losses_agree():

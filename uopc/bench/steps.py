@@ -73,10 +73,11 @@ def time_in_turns(peers: dict, batches: int, warmup: int) -> dict[str, float]:
   return best
 
 
-def fma_line(fma: float | None, threads: int, flops: float) -> str:
+def fma_line(fma: float | None, threads: int, flops: float, counted: str = "uopc's kernels' count") -> str:
+  """counted: whose FLOPs the GFLOP/s column divides (one count for every peer: a peer's rate is its time's alone)."""
   return ("# FMA peak         " + (f"{fma:.1f} GFLOP/s ({threads} thread{'s' * (threads > 1)}, measured now)" if fma
                                    else "not measured") + f"; GFLOP/s below: the step's {flops / 1e6:.0f} MFLOP "
-          "(uopc's kernels' count) / step time")
+          f"({counted}) / step time")
 
 
 def table(best: dict[str, float], flops: float, items: int, unit: str, fma: float | None) -> list[str]:
