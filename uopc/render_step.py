@@ -183,9 +183,10 @@ def write_in_place(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Ca
     3. no call between the writer and the Copy reads or writes the target: a later reader of the old value keeps the
        copy. A call before the writer that reads the target stays before it: levels() counts the writer as a writer
        of the target now, and a read before a write puts them a level apart;
-    4. no call after the Copy reads out once the target has been written again (it would read the newer value).
-    5. a writer that reads the target has no accumulator (ALLOC): its loops carry nothing from one iteration to the
-       next, which `#pragma GCC ivdep` below says.
+    4. no call after the Copy reads out once the target has been written again (it would read the newer value);
+    5. a writer that reads the target has no accumulator (ALLOC) and reads nothing it stored (AFTER): every other
+       load is of a buffer it does not write, so no iteration of its loops reads what another wrote, which
+       `#pragma GCC ivdep` below says.
   The C: the writer gets the target's buffer for both the parameter it read the old value through and the one it
   stores through, and the step renders those two without `restrict` (two pointers into one buffer are not restrict
   pointers; every other parameter stays one), and each of its loops with `#pragma GCC ivdep`: over two plain pointers
@@ -238,7 +239,7 @@ def _reads_only_its_elements(c: Call, out: int, target: int) -> bool:
   ins = [j for j, b in enumerate(c.bufs) if b == target]
   if len(outs) != 1 or not c.writes[outs[0]] or any(c.writes[j] for j in ins): return False
   o = params[outs[0]]
-  if ins and any(u.op is Ops.ALLOC for u in c.ast.toposort()): return False   # ivdep: no state carried between loops
+  if ins and any(u.op in (Ops.ALLOC, Ops.AFTER) for u in c.ast.toposort()): return False   # rule 5
   return all((params[j].arg.dtype, params[j].arg.size) == (o.arg.dtype, o.arg.size)
              and _reads_where_it_stores(c.ast, params[j], o) for j in ins)
 
