@@ -10,6 +10,7 @@ from uopc.helpers import Context
 from uopc.jit import TinyJit
 from uopc.nn import GPT
 from uopc.nn.train import configure_optimizer, preset
+from uopc.opt import VectorOpt
 from uopc.optim import AdamW, clip_grad_norm_
 from uopc.render_c import C
 from uopc.render_step import Call, Copy, levels, render_step, write_in_place
@@ -143,7 +144,9 @@ def write_backs(step: TinyJit) -> int:
   return sum(len(st.writes) for st in step.steps)
 
 
-def test_an_adamw_mlp_step_in_place_is_bit_for_bit_the_copies():
+@pytest.mark.parametrize("opt", [None, VectorOpt])
+def test_an_adamw_mlp_step_in_place_is_bit_for_bit_the_copies(opt):
+  Tensor.opt = opt or Tensor.opt
   rng = np.random.default_rng(1)
   data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
           for _ in range(6)]
@@ -155,6 +158,7 @@ def test_an_adamw_mlp_step_in_place_is_bit_for_bit_the_copies():
 
 
 def test_the_baby_gpt_step_in_place_is_bit_for_bit_the_copies():
+  Tensor.opt = VectorOpt   # as uopc.bench gpt measures it (DefaultOpt's step: bit for bit too, checked by hand)
   cfg, tc = preset("baby", vocab_size=76)
   rng = np.random.default_rng(2)
   data = [tuple(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32) for _ in range(2)) for _ in range(5)]
