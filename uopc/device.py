@@ -29,13 +29,14 @@ class Device:
   copyin: Callable[[np.ndarray], Any]           # a flat, C-contiguous host array -> a buffer holding it
   copyout: Callable[[Any], np.ndarray]          # a buffer -> a flat host array
   graph: Callable | None = None                 # (calls, buffers, renderer) -> a step program (uopc.jit), or None
+  graph_renders: bool = False                   # whether the graph renders each kernel from Call.ast (not its program)
 
 
 def _cpu() -> Device:
   from uopc.render_c import C
   from uopc.runtime import Program
   return Device("CPU", C, lambda src: Program(src, src.name), lambda dtype, n: np.empty(n, np_dtype(dtype)),
-                lambda a: a, lambda b: b, _cpu_graph)
+                lambda a: a, lambda b: b, _cpu_graph, graph_renders=True)
 
 
 def _cpu_graph(calls: list, nbufs: int, renderer):

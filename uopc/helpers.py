@@ -60,6 +60,7 @@ DEVICE = ContextVar("DEVICE", "CPU")   # where Tensors are realized unless they 
 TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.codegen.tc): 1 f16 inputs, 2 f32 as tf32
 MARCH = ContextVar("UOPC_MARCH", "")   # the x86 level or CPU that CPU kernels are built for (uopc.runtime.machine)
 JIT_GRAPH = ContextVar("JIT_GRAPH", 1)   # a captured step replayed as one program (uopc.jit); 0: kernel by kernel
+JIT_INPLACE = ContextVar("JIT_INPLACE", 1)   # its assigned outputs written in place (uopc.render_step); 0: copied
 
 
 @contextlib.contextmanager

@@ -29,7 +29,8 @@ every replay first writes its generator's next draw into it, so each replay draw
 One program: where the device has a graph (Device.graph; the CPU's is uopc.render_step's step program), the capture
 becomes one program that runs every kernel of every realize in order, and the write-backs, and a replay is one call
 (JIT_GRAPH=0: kernel by kernel, as before). DEBUG=2 prints the step program's outline when it is made, and a line
-per replay.
+per replay. Its assigned outputs are written in place by their kernels where that is proved safe
+(uopc.render_step.write_in_place; JIT_INPLACE=0: each written to a buffer of its own, then copied).
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -40,9 +41,9 @@ from uopc.bounds import check_outputs
 from uopc.capture import capturing, recording
 from uopc.device import get_device
 from uopc.dtype import np_dtype
-from uopc.helpers import JIT_GRAPH
+from uopc.helpers import JIT_GRAPH, JIT_INPLACE
 from uopc.kernelize import replay
-from uopc.render_step import Call, Copy
+from uopc.render_step import Call, Copy, write_in_place
 from uopc.rng import refill_of
 from uopc.runtime.calls import call_kernel
 from uopc.tensor import Tensor
@@ -89,9 +90,12 @@ class Step:
 class Graph:
   """The captured steps as one program on their device: every buffer of every step numbered once (an argument, an
   array the capture keeps, a plan's temporary, an output), the kernels and the write-backs in order. An output the
-  function returns is a fresh array at every replay; every other output is the graph's own, reused."""
+  function returns is a fresh array at every replay; every other output is the graph's own, reused. in_place: where
+  the device's graph renders the kernels, an output assigned to an array the capture keeps is written by its kernel
+  into that array where uopc.render_step.write_in_place proves it safe (its Copy gone); the others are copied."""
 
-  def __init__(self, steps: list[Step], args: list[np.ndarray], returned: set[tuple[int, int]]):
+  def __init__(self, steps: list[Step], args: list[np.ndarray], returned: set[tuple[int, int]],
+               in_place: bool = True):
     options = steps[0].options
     device = get_device(options.device)
     self.ids: dict[int, int] = {}            # id(array) -> buffer, for the arrays that stay (keep, temporaries)
@@ -110,6 +114,7 @@ class Graph:
       if id(a) not in self.ids: self.ids[id(a)] = self._new(); self.fixed.append((self.ids[id(a)], a))
       return self.ids[id(a)]
     out_bufs: list[list[int]] = []
+    movable: set[int] = set()                # the graph's own outputs assigned to a kept array, no range flags
     for s, st in enumerate(steps):
       plan = st.plan
       ins = [buffer_of(args[x[1]]) if x[0] == "arg" else out_bufs[x[1]][x[2]] if x[0] == "out" else buffer_of(x[1])
@@ -130,15 +135,30 @@ class Graph:
         # a small kernel (Kernel.threads = 1, NOTES 27) runs whole on one thread, by its own text: shared out, such a
         # kernel summed in another order than its own build in one case found (NOTES 45)
         calls.append(Call(k.ast, k.name, tuple(pick[kind][n] for kind, n in k.args), writes, k.threads == 1, k.prg))
-      for i, target in st.writes: calls.append(Copy(buffer_of(target), outs[i], target.nbytes))
+      own = {outs[i] for i, a in enumerate(arrays) if a is not None} - {outs[i] for i, _ in st.checks}
+      for i, target in st.writes:
+        calls.append(Copy(buffer_of(target), outs[i], target.nbytes))
+        if outs[i] in own and id(target) in self.ids: movable.add(outs[i])
       out_bufs.append(outs)
       self.results.append(arrays)
+    if in_place and device.graph_renders: calls = self._write_in_place(calls, movable)
+    self.calls = calls                       # the step program's kernels and write-backs, in order
     self.kernels = sum(isinstance(c, Call) for c in calls)
     self.program = device.graph(calls, self.n, device.renderer.for_options(options))
     for k, a in self.fixed: self.program.bind(k, a)
     self.debug = options.debug
     if self.debug >= 2:
       print(f"step program: {self.program}\n  " + "\n  ".join(getattr(self.program.step, "outline", [])))
+
+  def _write_in_place(self, calls: list, movable: set[int]) -> list:
+    """The calls with the write-backs that are safe made in place; each moved output's buffer and result is then its
+    target's array (its own array is dropped)."""
+    calls, moved = write_in_place(calls, movable)
+    array = dict(self.fixed)
+    now = {id(array[o]): array[t] for o, t in moved.items()}
+    self.fixed = [(k, array[moved.get(k, k)]) for k, _ in self.fixed]
+    self.results = [[now.get(id(a), a) for a in r] for r in self.results]
+    return calls
 
   def _new(self) -> int:
     self.n += 1
@@ -216,7 +236,7 @@ class TinyJit:
     if get_device(steps[0].options.device).graph is None: return None
     if any(st.plan.temp_arrays is None or any(k.ast is None for k in st.plan.kernels) for st in steps): return None
     returned = {(leaf[1], leaf[2]) for leaf in _leaves(self.returns) if leaf[0] == "out"}
-    return Graph(steps, arrays, returned)
+    return Graph(steps, arrays, returned, in_place=bool(JIT_INPLACE))
 
   def _check(self, spec: list[tuple], consts: list[tuple]) -> None:
     """A JitError naming the first argument that differs from the capture."""

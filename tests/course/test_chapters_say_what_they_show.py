@@ -3,7 +3,7 @@ notebooks as built (scripts/notebooks.py build), and print no exercise's answer.
 
 - chapter 14.8: the twin's summary times nothing (no wall or ms/step column beside "not a speed comparison"); the
   speed comparison is the bench's step table, printed with it; the prose claims no drift the output does not show;
-- chapter 14.9: a write-back is said before "68 write-backs" is printed;
+- chapter 14.9: a write-back is said before the count of them ("0 write-backs": all written in place) is printed;
 - chapter 14 writes what a PyTorch user writes (issue 47): `from uopc import ...`, load_state_dict, no_grad;
 - chapter 11's DEBUG=3 run: a kernel slower `again` than the first time is explained in the cell's own output;
 - chapter 12 prints no quarter rule (exercise 12.1, week 6's exercise 10).
