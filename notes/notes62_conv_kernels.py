@@ -2,7 +2,7 @@
 each timed alone: CPU seconds, best of 5 (uopc.bench.steps.kernel_times), with its GFLOP/s, vector width and
 accumulators. Run with one OpenMP thread for per-kernel figures that other processes do not inflate:
 
-  OMP_NUM_THREADS=1 python notes/notes60_conv_kernels.py [all]     (all: every kernel, not only the convolutions')
+  OMP_NUM_THREADS=1 python notes/notes62_conv_kernels.py [all]     (all: every kernel, not only the convolutions')
 """
 import sys
 from uopc.bench.cnn import ADAMW, batches, lenet, step_roots
