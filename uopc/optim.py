@@ -224,10 +224,11 @@ def clip_grad_norm_(params: list[Tensor], max_norm: float, eps: float = 1e-6) ->
   0-d Tensor; nothing runs until the optimizer's step realizes them (so a captured step clips at every replay)."""
   grads = [p for p in params if p.grad is not None]
   if not grads: raise RuntimeError("clip_grad_norm_: no parameter has a .grad; call backward()")
-  total = sum((p.grad.detach() * p.grad.detach()).sum() for p in grads).sqrt()                  # ()
+  gs = [p.grad.detach() for p in grads]   # each DETACH built once (the same node three times before: issue 50)
+  total = sum((g * g).sum() for g in gs).sqrt()                                                  # ()
   # one kernel computes the scale (a 0-d STAGE), instead of every update kernel summing the norms again before its loop
   scale = (max_norm / (total + eps)).minimum(1.0).contiguous()
-  for p in grads: p.grad = p.grad.detach() * (scale if scale.dtype is p.grad.dtype else scale.cast(p.grad.dtype))
+  for p, g in zip(grads, gs): p.grad = g * (scale if scale.dtype is g.dtype else scale.cast(g.dtype))
   pending.add(total)   # realized with the step that overwrites the parameters it reads, as the .grads are
   return total
 

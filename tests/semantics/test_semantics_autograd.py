@@ -92,6 +92,25 @@ def test_clipped_grads_and_total_after_the_step():
   np.testing.assert_allclose(p.grad.numpy(), [[10 / norm, 20 / norm]], rtol=1e-5)
 
 
+
+def test_clip_detaches_each_grad_once_and_builds_the_same_graph(monkeypatch):
+  # issue 50: clip_grad_norm_ asked for the same DETACH three times per parameter at every eager step
+  r = np.random.default_rng(0)
+  ps = [Tensor(r.standard_normal(s).astype(np.float32), requires_grad=True) for s in ((3, 4), (4,))]
+  loss = (Tensor(np.ones((2, 3), np.float32)) @ ps[0] + ps[1]).square().sum()
+  loss.backward()
+  grads = [p.grad for p in ps]
+  calls = []
+  original = Tensor.detach
+  monkeypatch.setattr(Tensor, "detach", lambda self: calls.append(self) or original(self))
+  total = clip_grad_norm_(ps, 1.0)
+  assert len(calls) == len(ps)
+  monkeypatch.undo()   # the graph as the three-detach code built it: the same nodes
+  want = sum((g.detach() * g.detach()).sum() for g in grads).sqrt()
+  scale = (1.0 / (want + 1e-6)).minimum(1.0).contiguous()
+  assert total.uop is want.uop
+  assert all(p.grad.uop is (g.detach() * scale).uop for p, g in zip(ps, grads))
+
 def _mlp_step(seed: int, clip: bool):
   r = np.random.default_rng(seed)
   w1, w2 = (Tensor(r.standard_normal(s).astype(np.float32) * 0.3, requires_grad=True) for s in ((6, 8), (8, 3)))

@@ -62,3 +62,47 @@ def test_a_scalar_operand_builds_the_nodes_of_a_tensor_operand():
   assert (2 - x).uop is ((-x) + Tensor.full((2, 3), 2.0)).uop   # 2 - x is (-x) + 2
   i = Tensor(np.ones((2, 3), np.int32))
   assert (i * 0.5).dtype is dtypes.f32 and (i * 0.5).uop is (i.float() * Tensor.full((2, 3), 0.5)).uop
+
+
+def _counting(monkeypatch, modules, name: str, original) -> list:
+  """Each module's `name` replaced by original, counted (raising=False: a module that no longer imports it gets it,
+  unused); returns the list of the calls' arguments."""
+  calls: list = []
+  def counted(*args):
+    calls.append(args)
+    return original(*args)
+  for module in modules: monkeypatch.setattr(module, name, counted, raising=False)
+  return calls
+
+
+def test_a_pair_of_shapes_is_broadcast_once_per_program(monkeypatch):
+  # issue 50: the elementwise ops of an eager training step asked broadcast_shape a few hundred times for a dozen pairs
+  import uopc.mixin.elementwise as elementwise
+  import uopc.mixin.shapes as shapes
+  clear_caches()
+  calls = _counting(monkeypatch, (shapes, elementwise), "broadcast_shape", shapes.broadcast_shape)
+  a, b = Tensor(np.ones((4, 1), np.float32)), Tensor(np.ones((1, 5), np.float32))
+  first = (a * b).uop
+  (Tensor(np.ones((4, 1), np.float32)) * Tensor(np.ones((1, 5), np.float32)) < 2).where(1.0, b)
+  assert len(calls) == 2   # (4, 1) with (1, 5) once; the where's three shapes once
+  assert first is UOp(Ops.MUL, (a.expand(4, 5).uop, b.expand(4, 5).uop))   # the nodes expand() builds
+  for _ in range(2):   # shapes that do not broadcast raise every time (nothing is remembered for them)
+    with pytest.raises(UsageError, match="cannot be broadcast"): a.reshape(2, 2) * Tensor(np.ones(3, np.float32))
+
+
+def test_reduced_axes_are_worked_out_once_per_question(monkeypatch):
+  # issue 50: every sum asked axis_index twice per axis (ReduceMixin._add, then _reduce), and autograd's EXPAND rule
+  # sums at every broadcast
+  import uopc.mixin.reduce as reduce
+  from uopc.mixin.shapes import axis_index
+  clear_caches()
+  calls = _counting(monkeypatch, (reduce,), "_axis", axis_index)
+  x = Tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+  first = x.sum((0, 2), keepdim=True).uop
+  assert len(calls) == 2   # each axis once: _reduce found _add's answer
+  assert x.sum((0, 2), keepdim=True).uop is first and x.sum((2, 0), keepdim=True).uop is first
+  assert x.sum(-1).uop is x.sum(2).uop and x.sum().uop is x.sum((0, 1, 2)).uop
+  with pytest.raises(TypeError, match="must be an integer"): x.sum(True)       # hashes as 1, still refused
+  with pytest.raises(TypeError, match="must be an integer"): x.sum((True, 0))
+  with pytest.raises(IndexError, match="out of range"): x.sum(3)
+  assert np.array_equal(x.sum((0, 2)).numpy(), np.arange(24, dtype=np.float32).reshape(2, 3, 4).sum((0, 2)))

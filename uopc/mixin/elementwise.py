@@ -7,7 +7,7 @@ import sys
 import numpy as np
 from typing import Sequence, TypeVar
 from uopc.dtype import DType, dtypes, least_upper_dtype, scalar_dtype
-from uopc.mixin.shapes import broadcast_shape
+from uopc.mixin.shapes import broadcast_shapes_of
 from uopc.uop import Ops
 from uopc.errors import UsageError
 
@@ -56,7 +56,7 @@ class ElementwiseMixin:
     """self and other promoted to one dtype (NumPy/PyTorch: float beats int, wide beats narrow) and one shape."""
     other = self._operand(other)
     dt = self.dtype if other.dtype is self.dtype else least_upper_dtype(self.dtype, other.dtype)
-    shape = self.shape if other.shape == self.shape else broadcast_shape(self.shape, other.shape)
+    shape = self.shape if other.shape == self.shape else broadcast_shapes_of(self.shape, other.shape)
     # broadcast_shape checked that both expand to shape: the nodes expand() builds, without its checks
     return self.cast(dt)._broadcast(shape), other.cast(dt)._broadcast(shape)
 
@@ -121,7 +121,7 @@ class ElementwiseMixin:
       dt = scalar_dtype(dt, x) if ts else least_upper_dtype(dt, dtypes.from_py(x))
     a = a.cast(dt) if isinstance(a, ElementwiseMixin) else type(self).full((), a, dt)
     b = b.cast(dt) if isinstance(b, ElementwiseMixin) else type(self).full((), b, dt)
-    shape = broadcast_shape(self.shape, a.shape, b.shape)
+    shape = broadcast_shapes_of(self.shape, a.shape, b.shape)
     return self._broadcast(shape)._alu(Ops.WHERE, a._broadcast(shape), b._broadcast(shape))
   def _unary(self, op: Ops) -> Self:
     x = self if self.dtype.is_float else self.cast(dtypes.default_float)   # exp of an int is a float, as in PyTorch

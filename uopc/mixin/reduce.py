@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 import numpy as np
 from uopc.dtype import dtypes, sum_dtype
-from uopc.helpers import prod
+from uopc.helpers import cache, prod
 from uopc.mixin.elementwise import Self
 from uopc.mixin.movement import MovementMixin
-from uopc.mixin.shapes import accept_dim, axis_index as _axis, broadcast_shape
+from uopc.mixin.shapes import ONLY_INT, accept_dim, axis_index as _axis, broadcast_shape
 from uopc.uop import Ops
 from uopc.errors import UsageError
 
@@ -15,6 +15,7 @@ from uopc.errors import UsageError
 # A float sum over more terms than this adds in blocks (ReduceMixin._add_in_blocks). Shorter sums keep the one REDUCE
 # they always had, so every kernel the chapters print (rows of at most 16,384 terms) stays as it is.
 LONG_SUM = 1 << 16
+_axes_memo: dict[tuple, tuple[int, ...]] = cache("reduce.axes", {})   # (axis, ndim) -> ReduceMixin._axes's answer
 
 
 class ReduceMixin(MovementMixin):
@@ -29,8 +30,17 @@ class ReduceMixin(MovementMixin):
   # ---- reductions ----
   def _axes(self, axis) -> tuple[int, ...]:
     """The reduced axes, sorted and non-negative (None: all of them)."""
+    # memoized by (axis, ndim): a sum asks twice (_add, _reduce), autograd's broadcast rule at every EXPAND. Only for
+    # None, an int or a tuple of ints: a bool axis raises, but hashes as its integer would
+    key = (axis, self.ndim) if axis is None or type(axis) is int or (
+      type(axis) is tuple and ONLY_INT >= {*map(type, axis)}) else None
+    if key is not None and (axes := _axes_memo.get(key)) is not None: return axes
     given = tuple(range(self.ndim)) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
-    return tuple(sorted({_axis(a, self.ndim) for a in given}))
+    axes = tuple(sorted({_axis(a, self.ndim) for a in given}))
+    if key is not None:
+      if len(_axes_memo) >= 4096: _axes_memo.clear()   # a bound, as Tensor.full's memo
+      _axes_memo[key] = axes
+    return axes
   def _reduce(self, op: Ops, axis, keepdim: bool) -> Self:
     axes = self._axes(axis)
     if not axes or self.ndim == 0: return self

@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 from uopc.errors import UsageError
+from uopc.helpers import cache
 
 ONLY_INT = {int}   # {*map(type, xs)} <= ONLY_INT: every x a Python int (no bool, float or NumPy integer), tested in C
 
@@ -26,6 +27,19 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
       raise UsageError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together (axis {k})")
     out.append(sizes.pop() if sizes else 1)
   return tuple(out)
+
+
+_broadcasts: dict[tuple, tuple[int, ...]] = cache("shapes.broadcasts", {})
+
+
+def broadcast_shapes_of(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """broadcast_shape of tensors' own shapes (tuples of ints, as UOp.shape gives them), memoized: the elementwise ops
+  ask it at nearly every node they build, for a few distinct shapes (a training step: a few hundred calls, a dozen
+  pairs). Only tensors' shapes: a float or bool size would find its integer's entry."""
+  if (out := _broadcasts.get(shapes)) is None:
+    if len(_broadcasts) >= 4096: _broadcasts.clear()   # a bound: a program may use ever new shapes
+    out = _broadcasts[shapes] = broadcast_shape(*shapes)   # raises, and caches nothing, if they do not broadcast
+  return out
 
 
 def shape_arg(shape, what: str = "shape") -> tuple[int, ...]:
