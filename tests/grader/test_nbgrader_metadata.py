@@ -52,4 +52,5 @@ def test_definitions_a_fresh_child_needs_are_run_after_the_hidden_setup(path):
   if not re.search(r"\b(raises|peak_memory)\(", hidden): pytest.skip("no hidden test hands definitions to a child")
   setup = next(k for k, t in enumerate(tags) if "hidden-setup" in t)
   before = [k for k in range(setup) if "nbval-ignore-output" not in tags[k]]
-  assert not before, f"code cells {before} run before the hidden-setup cell (cell {setup}): {code[before[0]].source[:80]!r}"
+  assert not before, (f"code cells {before} run before the hidden-setup cell (cell {setup}): "
+                      f"{code[before[0]].source[:80]!r}")
