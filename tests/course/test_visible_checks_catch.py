@@ -246,9 +246,12 @@ WEEK4_SEEN_BY_HIDDEN_ONLY = [   # issue 49: full marks, though wrong
   ("reused temporaries", [("if id(plan) not in self.temps: self.temps", "if not self.temps: self.temps"),
                           ("inputs, self.temps[id(plan)])", "inputs, next(iter(self.temps.values())))")],
    "the second plan's temporaries: its own arrays, of its own sizes: expected"),
-  # the last run's time, not the best
+  # the last run's time, not the best: always caught by the check under a scripted clock; the check on the real
+  # clock before it (the kernels' times added up against one whole call's) catches it too when this run's last
+  # times happen to add up past the call's (CI's loaded machine): either visible check names the mistake
   ("DEBUG lines", [("min(times[k])", "times[k][-1]")],
-   "debug_report's seconds under a clock only the kernels move (each kernel's best of 3 runs)"),
+   ("debug_report's seconds under a clock only the kernels move (each kernel's best of 3 runs)",
+    "the kernels' best times added up (s), against the whole call's time for one run")),
 ]
 
 
@@ -258,7 +261,7 @@ def test_week4_two_plans_and_a_scripted_clock_are_visible(tmp_path, task, change
   path = tmp_path / f"{name}.ipynb"
   nbformat.write(planted(name, [Wrong(task, old, new, "") for old, new in changes]), path)
   with pytest.raises(pytest.fail.Exception) as failed: student.test_visible_checks(path, task)
-  assert says in str(failed.value), str(failed.value)
+  assert any(s in str(failed.value) for s in ((says,) if isinstance(says, str) else says)), str(failed.value)
 
 
 def test_week6_warps_that_differ_are_visible(tmp_path):
