@@ -346,7 +346,8 @@ def test_ctrl_c_during_a_compile_kills_the_whole_compiler(cache, tmp_path):
     signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job ignores SIGINT)
     from uopc.runtime import Program
     def press_ctrl_c():
-      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)   # the compiler has started its child
+      while not (os.path.exists({str(pidfile)!r}) and open({str(pidfile)!r}).read().strip()): time.sleep(0.01)
+      # (the compiler has started its child and written its pid: the shell creates the file before it writes)
       os.kill(os.getpid(), signal.SIGINT)
     threading.Thread(target=press_ctrl_c, daemon=True).start()
     try: Program({ADD!r}, "add", flags=("-shared", "-fPIC"))
@@ -365,7 +366,7 @@ def test_ctrl_c_that_lands_on_another_thread_still_stops_the_compile(cache, tmp_
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from uopc.runtime import Program
     def press_ctrl_c():
-      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)
+      while not (os.path.exists({str(pidfile)!r}) and open({str(pidfile)!r}).read().strip()): time.sleep(0.01)
       time.sleep(0.2)   # the main thread is waiting for the compiler by now
       signal.pthread_kill(threading.get_ident(), signal.SIGINT)   # to this thread, not the main one
     threading.Thread(target=press_ctrl_c, daemon=True).start()
@@ -390,7 +391,7 @@ def test_ctrl_c_just_after_the_compiler_starts_still_kills_it(cache, tmp_path):
     def popen_then_ctrl_c(cmd, *args, **kwargs):
       proc = real(cmd, *args, **kwargs)
       if cmd[0] != {cc!r} or "-shared" not in cmd: return proc   # ldconfig (ctypes), the version query
-      while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)
+      while not (os.path.exists({str(pidfile)!r}) and open({str(pidfile)!r}).read().strip()): time.sleep(0.01)
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.2)   # where an unblocked SIGINT raises, before the caller has proc
       return proc
