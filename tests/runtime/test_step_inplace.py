@@ -109,9 +109,15 @@ def mlp(seed: int = 0):
   return TinyJit(step), [w1, b1, w2, b2, *opt.m, *opt.v, opt.b1_t, opt.b2_t]
 
 
+# the baby GPT's recipe on one of its 4 layers and 4 of its 12 sequences: the same kernels, rules and write-backs per
+# layer at a quarter of the compile (the whole step's 212 write-backs: notes/notes63_step_inplace.py)
+SMALL_BABY = dict(n_layer=1, batch=4)
+
+
 def baby_gpt():
-  """nanoGPT's baby GPT (uopc.nn.train's preset) and its recipe's step (AdamW's groups, clipping), captured."""
-  cfg, tc = preset("baby", vocab_size=76)
+  """nanoGPT's baby GPT (uopc.nn.train's preset, SMALL_BABY) and its recipe's step (AdamW's groups, clipping),
+  captured."""
+  cfg, tc = preset("baby", vocab_size=76, **SMALL_BABY)
   model = GPT(cfg, seed=0)
   opt = configure_optimizer(model, tc)
   def step(x: Tensor, y: Tensor) -> Tensor:
@@ -160,9 +166,9 @@ def test_an_adamw_mlp_step_in_place_is_bit_for_bit_the_copies(opt):
 
 def test_the_baby_gpt_step_in_place_is_bit_for_bit_the_copies():
   Tensor.opt = VectorOpt   # as uopc.bench gpt measures it (DefaultOpt's step: bit for bit too, checked by hand)
-  cfg, tc = preset("baby", vocab_size=76)
+  cfg, tc = preset("baby", vocab_size=76, **SMALL_BABY)
   rng = np.random.default_rng(2)
-  data = [tuple(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32) for _ in range(2)) for _ in range(5)]
+  data = [tuple(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32) for _ in range(2)) for _ in range(4)]
   on, off = train_both(baby_gpt, data)
   check_bit_for_bit(on, off)
   assert off[2].graph.program.step.copies == write_backs(off[2]) > len(on[1])
