@@ -24,12 +24,14 @@ class CRenderer(CStyleRenderer):
   # vectors: GCC's vector extensions (uopc.codegen.vector); an op missing here is written as on scalars
   def vector_type(self, dtype: DType) -> str: return c_vector_name(dtype)
   def render(self, sink: UOp, name: str) -> Rendered:
-    # a vector square root needs its helper in the preamble, which is written before the walk sees the op
-    self.vector_sqrt = any(u.op is Ops.SQRT and u.dtype.count > 1 for u in sink.toposort())
+    # a vector square root or exp2 needs its helper in the preamble, which is written before the walk sees the op
+    on_vectors = {u.op for u in sink.toposort() if u.dtype.count > 1}
+    self.vector_sqrt, self.vector_exp2 = Ops.SQRT in on_vectors, Ops.EXP2 in on_vectors
     return super().render(sink, name)
-  def vector_preamble(self, used: set[DType], sqrt: bool | None = None) -> list[str]:
+  def vector_preamble(self, used: set[DType], sqrt: bool | None = None, exp2: bool | None = None) -> list[str]:
     sqrt = getattr(self, "vector_sqrt", False) if sqrt is None else sqrt
-    return c_typedefs(used, self.type, self.book_max, sqrt) if used else []
+    exp2 = getattr(self, "vector_exp2", False) if exp2 is None else exp2
+    return c_typedefs(used, self.type, self.book_max, sqrt, exp2) if used else []
   def vectorize(self, u: UOp, srcs: list[str]) -> str:
     """Lanes of one vector in another order are a shuffle (gcc 12 and clang both have __builtin_shufflevector)."""
     v = u.src[0].src[0] if u.src[0].op is Ops.GEP else None

@@ -118,7 +118,7 @@ def _dialect(base: CStyleRenderer, shared: bool, used: set, aliased: frozenset =
   own build has it (typed parameters, its own pragma: inside `single`, a `parallel for` is a team of one thread)."""
   def preamble(self, dts, sqrt=None):
     used.update(dts)
-    if getattr(self, "vector_sqrt", False): used.add("sqrt")
+    used.update(op for op in ("sqrt", "exp2") if getattr(self, f"vector_{op}", False))
     return []
   def header(self, name, signature):
     decl = lambda k: "{type}* {name}" if k in aliased else self.buffer_decl   # two parameters of one buffer
@@ -294,9 +294,9 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer) -> StepSourc
       body.append(f"{functions[key]}((void*[]){{{ptrs}}});" if share[k] else f"{functions[key]}({ptrs});")
   kernels = [sh for c, sh in zip(calls, share) if isinstance(c, Call)]
   shared, serial = sum(kernels), len(kernels) - sum(kernels)
-  sqrt = "sqrt" in used
-  used.discard("sqrt")
-  preamble = renderer.vector_preamble(used, sqrt) if used else []
+  sqrt, exp2 = "sqrt" in used, "exp2" in used
+  used -= {"sqrt", "exp2"}
+  preamble = renderer.vector_preamble(used, sqrt, exp2) if used else []
   src = "\n".join([KERNEL_MACRO] + preamble + [BARRIER, COPY] + bodies + [
     f"void {STEP_NAME}(void** b) {{", "  uopc_bar bar = {0, 0, 0};", "#pragma omp parallel", "  {",
     "    int nth = uopc_threads(), sense = 0;"] + ["    " + line for line in body] + ["  }", "}"])

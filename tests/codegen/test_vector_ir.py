@@ -14,7 +14,7 @@ import pytest
 from uopc.dtype import dtypes, from_np, np_dtype
 from uopc.kernels.flash_vec import FlashVecOpts, LOG2E, flash_vector_ir, kt_panels, default_opts as default_flash_opts
 from uopc.kernels.flash_vec_q import FlashQOpts, flash_queries_ir, default_opts as default_queries_opts
-from uopc.render_c import render, render_c
+from uopc.render_c import C, render, render_c
 from uopc.render_gpu import CL, CUDA
 from uopc.runtime import FLAGS, Program, compiler, vector_bits
 from uopc.runtime.machine import ISAS, X86_LEVELS
@@ -200,6 +200,20 @@ def test_f32x8_exp2_is_the_avx2_form_where_the_flags_have_avx2():
   rounds = re.compile(r"\bv(roundps|rndscaleps)\b")
   assert rounds.search(avx2) and "cvttps2dq" not in avx2 and "blendv" not in avx2
   assert not rounds.search(portable) and "cvttps2dq" in portable   # n by truncating xc + 127.5
+
+
+def test_only_a_kernel_that_takes_exp2_on_vectors_has_its_helpers():
+  """The exp2 helpers (and with x86's forms, <immintrin.h>, whose parse is most of a small kernel's compile: NOTES 65)
+  only in a kernel, or a step program, that takes exp2 on vectors; a kernel without it gets the same machine code
+  without them (unused static inline functions), and it has the select and max it may use."""
+  from uopc.render_step import Call, render_step
+  add, exp = (lanewise_ir(fn, [F32], 64, F32, 8) for fn in (lambda a: a + 1.0, lambda a: a.exp2()))
+  has = lambda src: ("uopc_exp2_f32x8(f32x8 x)" in src, "immintrin.h" in src, "uopc_max_f32x8(" in src)
+  assert has(render_c(add, "add")) == (False, False, True)
+  assert has(render_c(exp, "exp")) == (True, X86, True)
+  calls = lambda *asts: [Call(a, f"k{k}", (0, 1), (False, True)) for k, a in enumerate(asts)]
+  assert has(render_step(calls(add), C).src) == (False, False, True)
+  assert has(render_step(calls(add, exp), C).src) == (True, X86, True)
 
 
 def test_exp2_below_2_to_the_minus_126():

@@ -22,10 +22,12 @@ def c_vector_name(d: DType) -> str:
   return f"{d.name}x{d.count}"
 
 
-def c_typedefs(used: set[DType], scalar_type, book_max: bool = False, sqrt: bool = False) -> list[str]:
-  """The typedef of every vector dtype the kernel uses, the select and max of its 32-bit vectors, the exp2 of its
-  float ones (and their square root, where the kernel takes one). book_max (Options.book_max): a float max as the
-  book's ((a>b)?a:b), lane by lane."""
+def c_typedefs(used: set[DType], scalar_type, book_max: bool = False, sqrt: bool = False,
+               exp2: bool = False) -> list[str]:
+  """The typedef of every vector dtype the kernel uses, the select and max of its 32-bit vectors, and the exp2 and
+  square root of its float ones where the kernel takes one on vectors (exp2, sqrt): x86's exp2 forms include
+  <immintrin.h>, whose parse is most of a small kernel's compile (NOTES 65). book_max (Options.book_max): a float max
+  as the book's ((a>b)?a:b), lane by lane."""
   out: list[str] = []
   lanes = sorted({d.count for d in used})
   masks = {n: f"m32x{n}" for n in lanes}
@@ -46,7 +48,7 @@ def c_typedefs(used: set[DType], scalar_type, book_max: bool = False, sqrt: bool
     # an int vector selects with the same mask (the renderer writes WHERE and MAX on it as on floats)
     if d.kind in "fi" and d.itemsize == 4:
       out += _select_helpers(c_vector_name(d), masks[d.count], nan=d.kind == "f" and not book_max)
-    if d.kind == "f" and d.itemsize == 4: out += _exp2_helpers(c_vector_name(d), masks[d.count])
+    if d.kind == "f" and d.itemsize == 4 and exp2: out += _exp2_helpers(c_vector_name(d), masks[d.count])
     if d.kind == "f" and d.itemsize == 4 and sqrt: out += _sqrt_helper(c_vector_name(d), d.count)
     if d.scalar is dtypes.u8: out += _widen_helper(d.count)
   return out
