@@ -49,21 +49,24 @@ def gpt_trainer():
 def gpt_parameters() -> int: return len(GPT(preset("chapter", vocab_size=76)[0], seed=0).parameters())
 
 
-def train(make, data, graph: int, monkeypatch) -> tuple:
-  """Losses (hex), final arrays, the kernel-by-kernel runs counted, and the step programs the plans made."""
+def train(make, data, graph: int, monkeypatch, cache) -> tuple:
+  """Losses (hex), final arrays, the kernel-by-kernel runs counted, and the step programs the plans made. Every plan in
+  the cache starts as one that has never run (the plans are shared by both runs: planning a GPT twice costs seconds)."""
   runs = []
-  monkeypatch.setattr(kernelize, "run_kernels", lambda *a, _f=kernelize.run_kernels, **k: runs.append(1) or _f(*a, **k))
-  with kernelize.isolated_plan_cache() as plans, Context(EAGER_GRAPH=graph):
+  plans = cache.plans.values()
+  for plan in plans: plan.runs = 0; plan.programs.clear()
+  with monkeypatch.context() as m, Context(EAGER_GRAPH=graph):
+    m.setattr(kernelize, "run_kernels", lambda *a, _f=kernelize.run_kernels, **k: runs.append(1) or _f(*a, **k))
     step, arrays = make()
     losses = [float(step(x, y)).hex() for x, y in data]
-    programs = [p for plan in plans.plans.values() for p in plan.programs.values()]
-  monkeypatch.undo()
+  programs = [p for plan in plans for p in plan.programs.values()]
   return losses, [a.numpy() for a in arrays], len(runs), programs
 
 
 def check(make, data, monkeypatch) -> list:
   """Eager with step programs against kernel by kernel, bit for bit; the programs made."""
-  on, off = train(make, data, 1, monkeypatch), train(make, data, 0, monkeypatch)
+  with kernelize.isolated_plan_cache() as cache:
+    off, on = train(make, data, 0, monkeypatch, cache), train(make, data, 1, monkeypatch, cache)
   assert on[0] == off[0]
   for k, (a, b) in enumerate(zip(on[1], off[1])): np.testing.assert_array_equal(a, b, err_msg=f"array {k}")
   assert off[2] >= len(data) and off[3] == []   # every step kernel by kernel, no program
@@ -84,14 +87,11 @@ def test_an_eager_mlp_step_runs_its_plan_as_one_program_bit_for_bit(monkeypatch)
 def test_where_the_compiler_does_not_keep_in_place_bits_the_program_copies(monkeypatch):
   """clang (uopc.runtime.toolchain.keeps_in_place_bits): every write-back stays a copy, still bit for bit."""
   import uopc.plan_program
-  monkeypatch.setattr(uopc.plan_program, "keeps_in_place_bits", lambda: False)
   rng = np.random.default_rng(2)
   data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
           for _ in range(3)]
-  on = train(mlp_trainer, data, 1, monkeypatch)
-  off = train(mlp_trainer, data, 0, monkeypatch)
-  assert on[0] == off[0] and all(np.array_equal(a, b) for a, b in zip(on[1], off[1]))
-  (program,) = on[3]
+  monkeypatch.setattr(uopc.plan_program, "keeps_in_place_bits", lambda: False)
+  (program,) = check(mlp_trainer, data, monkeypatch)
   assert program.copies == len(program.targets) > 0
 
 
