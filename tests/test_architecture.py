@@ -70,7 +70,7 @@ FLOORS = [
   ("rendering", "renderer render_c render_gpu render_step"),   # loop programs -> source text and its signature
   ("runtime", "runtime device"),                          # compile, load, call; a device is a row of tables
   ("kernels", "kernels"),                                 # hand-written loop programs that need the machine's ISA
-  ("planning", "explain kernelize"),                      # cut a graph into kernels; realize a plan
+  ("planning", "explain plan_program kernelize"),                      # cut a graph into kernels; realize a plan
   ("optimizer", "opt"),                                   # handed to make_plan: layouts, opts, the tuner
   ("tensor", "mixin grad_mode bounds autograd tensor rng jit"),   # the user's Tensor, its gradients, capture and replay
   ("training", "optim"),                                  # optimizers over Tensors

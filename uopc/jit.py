@@ -43,10 +43,10 @@ from uopc.device import get_device
 from uopc.dtype import np_dtype
 from uopc.helpers import JIT_GRAPH, JIT_INPLACE
 from uopc.kernelize import replay
+from uopc.plan_program import kernel_calls
 from uopc.render_step import Call, Copy, write_in_place
 from uopc.rng import refill_of
-from uopc.runtime.machine import compiler
-from uopc.runtime.toolchain import compiler_version
+from uopc.runtime.toolchain import keeps_in_place_bits   # noqa: F401 (uopc.jit.keeps_in_place_bits, as the tests name it)
 from uopc.runtime.calls import call_kernel
 from uopc.tensor import Tensor
 
@@ -87,13 +87,6 @@ class Step:
         for i, kind, n in free: args[i] = prg._convert(i, pick[kind][n], prg.params[i])
         call_kernel(prg, args)
     return outs
-
-
-def keeps_in_place_bits() -> bool:
-  """Whether this C compiler keeps a kernel written in place bit for bit: gcc does, through `#pragma GCC ivdep`
-  (render_step.write_in_place); clang ignores that pragma and vectorized an aliased AdamW kernel otherwise (24 of 512
-  values 1 ulp off the kernel-by-kernel replay without OpenMP), so under clang the write-backs stay copies."""
-  return "clang" not in compiler_version(compiler())
 
 
 class Graph:
@@ -138,12 +131,7 @@ class Graph:
           self.fresh.append((outs[-1], s, i, np_dtype(o[0]), o[1]))
         else:
           outs.append(buffer_of(np.empty(o[1], np_dtype(o[0])))); arrays.append(self.fixed[-1][1])
-      pick = {"in": ins, "temp": temps, "out": outs}
-      for k in plan.kernels:
-        writes = tuple(p.writes for p in k.src.signature.params)
-        # a small kernel (Kernel.threads = 1, NOTES 27) runs whole on one thread, by its own text: shared out, such a
-        # kernel summed in another order than its own build in one case found (NOTES 45)
-        calls.append(Call(k.ast, k.name, tuple(pick[kind][n] for kind, n in k.args), writes, k.threads == 1, k.prg))
+      calls += kernel_calls(plan, {"in": ins, "temp": temps, "out": outs})
       own = {outs[i] for i, a in enumerate(arrays) if a is not None} - {outs[i] for i, _ in st.checks}
       for i, target in st.writes:
         calls.append(Copy(buffer_of(target), outs[i], target.nbytes))

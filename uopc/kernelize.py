@@ -22,6 +22,7 @@ from uopc.device import Device, get_device
 from uopc.helpers import DEBUG, DEVICE, MARCH, TC, cache, prod
 from uopc.codegen.online import online_fusion
 from uopc.plancache import PlanCache
+from uopc.plan_program import program_for
 from uopc.options import Options, call_with_options
 from uopc.rangeify import lower, Ctx, reduce_accumulators
 from uopc import trace   # the ground floor's hooks: uopc.viz, when imported, records realizes (VIZ=1) through them
@@ -66,13 +67,12 @@ class Plan:
   temp_arrays: list | None = None   # allocated on first run, then reused: no page faults on every step
   notes: list[str] = field(default_factory=list)   # why each cut was made (see explain)
   lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # one run at a time: temps are shared
+  runs: int = 0                     # realizes that ran it: from the second on, it runs as a step program (EAGER_GRAPH)
+  programs: dict = field(default_factory=dict, repr=False)   # (inputs, write-backs' shape) -> its PlanProgram
 
   def explain(self) -> str:
     """Why the graph was cut where it was, and what each fused reduction costs."""
     return "\n".join(self.notes)
-
-
-strip_detach = [(Pat(Ops.DETACH, (Pat.var("x"),)), lambda x: x)]   # gradients are not a kernel's business
 
 
 def _fused_work(u: UOp) -> int:
@@ -191,9 +191,9 @@ def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
 
 
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
-            options: Options | None = None, observe=None) -> list[np.ndarray]:
-  """Compute roots: plan (cached), then run each kernel on the inputs, the plan's temporaries and fresh outputs.
-  Buffers are host NumPy arrays on every device; a device's program maps them to its memory."""
+            options: Options | None = None, observe=None, writes=()) -> list[np.ndarray]:
+  """Compute roots: plan (cached), run its kernels on the inputs, its temporaries and fresh outputs (host arrays), and
+  write each (output i, array) of writes into its array; from a plan's second run on, as one program (plan_program)."""
   options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value, TC.value, march=MARCH.value)
   t0 = time.perf_counter()
   norm, arrays = normalize(roots)
@@ -202,7 +202,12 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
-  outs = run_kernels(plan, arrays, temps, device, debug)
+  program = program_for(plan, arrays, writes, options, device) if plan.runs and observe is None else None
+  plan.runs += 1
+  if program is not None: outs = program.run(plan, arrays, writes)
+  else:
+    outs = run_kernels(plan, arrays, temps, device, debug)
+    for i, target in writes: np.copyto(target, outs[i])
   t2 = time.perf_counter()
   if debug >= 2:
     print(f"realize{_on(device, ' on ')}: {len(plan.kernels)} kernels, schedule {(t1 - t0) * 1e3:.1f} ms, "
@@ -389,3 +394,5 @@ def _explain(roots, groups, kernels, temps, asked, fuse_reduce: bool, online: li
   from uopc.explain import explain_plan
   return explain_plan(roots, groups, kernels, temps, asked, fuse_reduce, online, _fused_work)
 
+
+strip_detach = [(Pat(Ops.DETACH, (Pat.var("x"),)), lambda x: x)]   # gradients are not a kernel's business

@@ -143,27 +143,27 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
     tracked = GradMode.enabled and autograd.tracks([*roots, *extra])
     options, seen = Tensor.options() if placed is None else Tensor.options().replace(device=placed), {}
     observe = (lambda plan, arrays, outs: seen.update(plan=plan, arrays=arrays)) if recording() is not None else None
-    outs = realize([*roots, *extra, *[f for f, _ in bounds]], options=options, observe=observe)
+    # assign: the new value goes into the buffer the tensor already had (realize writes it back, or in place)
+    writes = [(k, _flat(t._home)) for k, t in enumerate(todo) if t._home is not None]
+    outs = realize([*roots, *extra, *[f for f, _ in bounds]], options=options, observe=observe, writes=writes)
     if bounds: raise_if_out_of_range(bounds, outs[len(roots) + len(extra):])
-    writes = []
-    for k, (t, out) in enumerate(zip(todo, outs)):
+    for t, out in zip(todo, outs):
       t.lazy = t.uop   # the graph that computed it
-      if t._home is not None:   # assign: the new value goes into the buffer the tensor already had
-        home, t._home = t._home, None
-        np.copyto(_flat(home), out)
-        writes.append((k, _flat(home)))
-        t.uop = home
+      if t._home is not None:
+        t.uop, t._home = t._home, None
       else:
         t.uop = Tensor._from_array(out, t.shape, placed).uop
         if tracked: autograd.record(t.uop, t.lazy)   # backward walks through it, as PyTorch's
     if kept:
       wanted = {u for _, us in kept for u in us}
-      done = {u: Tensor._from_array(out, u.shape, placed).uop for u, out in zip([*roots, *extra], outs) if u in wanted}
+      homes_now = {id(a) for _, a in writes}   # an output written in place is its home, which a later assign rewrites
+      done = {u: Tensor._from_array(out.copy() if id(out) in homes_now else out, u.shape, placed).uop
+              for u, out in zip([*roots, *extra], outs) if u in wanted}
       for t, us in kept:
         t.uop = substitute(t.uop, {u: done[u] for u in us})
         if not is_contiguous_buffer(t.uop): t._tail = t.uop
       # a replay (uopc.jit) writes its outputs into the arrays these values now read
-      writes += [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
+      writes = writes + [(len(roots) + k, outs[len(roots) + k]) for k in range(len(extra))]
     if (rec := recording()) is not None:   # a replay checks the flags' outputs as this realize did
       checks = [(len(roots) + len(extra) + j, message) for j, (_, message) in enumerate(bounds)]
       rec.append((seen["plan"], options, seen["arrays"], outs, writes, checks))

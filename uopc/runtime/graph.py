@@ -51,6 +51,7 @@ class StepProgram:
 
   def bind(self, k: int, array: np.ndarray) -> None:
     """Buffer k is array from now on (C-contiguous: the step's kernels index it flat)."""
+    if self.arrays[k] is array: return   # bound already (held in self.arrays, so its memory has not moved)
     if not array.flags.c_contiguous: raise ValueError(f"step buffer {k}: the array is not C-contiguous")
     self.arrays[k] = array
     self.table[k] = self._from_buffer(self._char, array, False) if array.nbytes else self.ffi.NULL

@@ -1,0 +1,119 @@
+"""A plan that has run before runs as one step program (uopc.plan_program): the eager step (its graph built every
+time, no TinyJit) bit for bit what the kernel-by-kernel run gives (EAGER_GRAPH=0), its write-backs in place where
+the compiler keeps their bits, and counted from the code's own calls and the program, never timed."""
+import numpy as np
+import pytest
+from uopc import kernelize
+from uopc.helpers import Context
+from uopc.nn import GPT
+from uopc.nn.train import configure_optimizer, preset
+from uopc.opt import VectorOpt
+from uopc.optim import AdamW, clip_grad_norm_
+from uopc.plan_program import write_targets
+from uopc.runtime.toolchain import keeps_in_place_bits
+from uopc.tensor import Tensor
+
+pytestmark = pytest.mark.ch14
+
+
+def mlp_trainer():
+  """An MLP with AdamW (two groups) and clipping, its step as a student writes it: (step(x, y) -> loss, arrays)."""
+  r = np.random.default_rng(0)
+  w1, b1 = Tensor(r.standard_normal((16, 32)).astype(np.float32) * 0.3), Tensor(np.zeros(32, np.float32))
+  w2, b2 = Tensor(r.standard_normal((32, 4)).astype(np.float32) * 0.3), Tensor(np.zeros(4, np.float32))
+  opt = AdamW([{"params": [w1, w2], "weight_decay": 0.1}, {"params": [b1, b2], "weight_decay": 0.0}], lr=1e-2)
+  def step(x, y) -> float:
+    loss = (((Tensor(x) @ w1 + b1).relu() @ w2 + b2 - Tensor(y)) ** 2).mean()
+    opt.zero_grad(); loss.backward()
+    clip_grad_norm_(opt.params, 1.0)
+    opt.step(loss)
+    return loss.item()
+  return step, [w1, b1, w2, b2, *opt.m, *opt.v, opt.b1_t, opt.b2_t]
+
+
+def gpt_trainer():
+  """Chapter 14's GPT with its recipe (AdamW's groups, clipping), stepped eagerly as uopc.bench gpt does (the baby
+  GPT, bit for bit too, checked by hand over 11 steps: its step program takes minutes to build here)."""
+  cfg, tc = preset("chapter", vocab_size=76)
+  model = GPT(cfg, seed=0)
+  opt = configure_optimizer(model, tc)
+  def step(x, y) -> float:
+    _, loss = model(Tensor(x), Tensor(y))
+    opt.zero_grad(); loss.backward()
+    clip_grad_norm_(opt.params, tc.grad_clip)
+    opt.step(loss)
+    return loss.item()
+  return step, [*model.parameters(), *opt.m, *opt.v, opt.b1_t, opt.b2_t]
+
+
+def gpt_parameters() -> int: return len(GPT(preset("chapter", vocab_size=76)[0], seed=0).parameters())
+
+
+def train(make, data, graph: int, monkeypatch, cache) -> tuple:
+  """Losses (hex), final arrays, the kernel-by-kernel runs counted, and the step programs the plans made. Every plan in
+  the cache starts as one that has never run (the plans are shared by both runs: planning a GPT twice costs seconds)."""
+  runs = []
+  plans = cache.plans.values()
+  for plan in plans: plan.runs = 0; plan.programs.clear()
+  with monkeypatch.context() as m, Context(EAGER_GRAPH=graph):
+    m.setattr(kernelize, "run_kernels", lambda *a, _f=kernelize.run_kernels, **k: runs.append(1) or _f(*a, **k))
+    step, arrays = make()
+    losses = [float(step(x, y)).hex() for x, y in data]
+  programs = [p for plan in plans for p in plan.programs.values()]
+  return losses, [a.numpy() for a in arrays], len(runs), programs
+
+
+def check(make, data, monkeypatch) -> list:
+  """Eager with step programs against kernel by kernel, bit for bit; the programs made."""
+  with kernelize.isolated_plan_cache() as cache:
+    off, on = train(make, data, 0, monkeypatch, cache), train(make, data, 1, monkeypatch, cache)
+  assert on[0] == off[0]
+  for k, (a, b) in enumerate(zip(on[1], off[1])): np.testing.assert_array_equal(a, b, err_msg=f"array {k}")
+  assert off[2] >= len(data) and off[3] == []   # every step kernel by kernel, no program
+  assert on[2] == off[2] - (len(data) - 1)      # the step's plan: kernel by kernel once, then one program a step
+  return on[3]
+
+
+def test_an_eager_mlp_step_runs_its_plan_as_one_program_bit_for_bit(monkeypatch):
+  rng = np.random.default_rng(1)
+  data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
+          for _ in range(5)]
+  (program,) = check(mlp_trainer, data, monkeypatch)
+  # every parameter and both its moments, b1^t and b2^t (the step's one realize: .item() reads the loss it computed)
+  assert len(program.targets) == 4 * 3 + 2
+  assert program.copies == (0 if keeps_in_place_bits() else len(program.targets))
+
+
+def test_where_the_compiler_does_not_keep_in_place_bits_the_program_copies(monkeypatch):
+  """clang (uopc.runtime.toolchain.keeps_in_place_bits): every write-back stays a copy, still bit for bit."""
+  import uopc.plan_program
+  rng = np.random.default_rng(2)
+  data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
+          for _ in range(3)]
+  monkeypatch.setattr(uopc.plan_program, "keeps_in_place_bits", lambda: False)
+  (program,) = check(mlp_trainer, data, monkeypatch)
+  assert program.copies == len(program.targets) > 0
+
+
+def test_the_gpt_eager_step_is_bit_for_bit_with_its_write_backs_in_place(monkeypatch):
+  old, Tensor.opt = Tensor.opt, VectorOpt   # as uopc.bench gpt measures it
+  try:
+    cfg, tc = preset("chapter", vocab_size=76)
+    rng = np.random.default_rng(2)
+    data = [tuple(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32) for _ in range(2))
+            for _ in range(4)]
+    (program,) = check(gpt_trainer, data, monkeypatch)
+  finally: Tensor.opt = old
+  assert len(program.targets) == 3 * gpt_parameters() + 2   # each parameter and its two moments, b1^t and b2^t
+  assert program.copies == (0 if keeps_in_place_bits() else len(program.targets))
+
+
+def test_a_target_over_another_inputs_memory_is_run_kernel_by_kernel():
+  """A write-back whose array shares memory with another input of the plan: the step program could not see the
+  alias (two buffer numbers), so there is no program shape for it."""
+  a = np.zeros(8, np.float32)
+  other = np.zeros(8, np.float32)
+  assert write_targets([a, other], [(0, a)]) == ((0, "in", 0),)
+  assert write_targets([a, other], [(0, np.zeros(4, np.float32))]) == ((0, "new", 0),)
+  assert write_targets([a[:], other], [(0, a)]) is None   # a view of the target is another input
+  assert write_targets([a, a[:4]], [(0, a)]) is None
