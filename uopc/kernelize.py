@@ -67,7 +67,7 @@ class Plan:
   temp_arrays: list | None = None   # allocated on first run, then reused: no page faults on every step
   notes: list[str] = field(default_factory=list)   # why each cut was made (see explain)
   lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # one run at a time: temps are shared
-  runs: int = 0                     # realizes that ran it: from the second on, it runs as a step program (EAGER_GRAPH)
+  runs: int = 0                     # realizes that ran it: from the third on, a step program (plan_program)
   programs: dict = field(default_factory=dict, repr=False)   # (inputs, write-backs' shape) -> its PlanProgram
 
   def explain(self) -> str:
@@ -202,7 +202,7 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   t1 = time.perf_counter()
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
-  program = program_for(plan, arrays, writes, options, device) if plan.runs and observe is None else None
+  program = program_for(plan, arrays, writes, options, device) if observe is None else None
   plan.runs += 1
   if program is not None: outs = program.run(plan, arrays, writes)
   else:

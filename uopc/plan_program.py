@@ -3,7 +3,8 @@
 A student's loop without TinyJit (forward, backward, opt.step() every step) builds the same graph each step, so
 realize finds the same plan (kernelize.plan_for). Run kernel by kernel (kernelize.run_kernels), each kernel is a call
 of its own and each assigned output (a parameter, an optimizer's moment) is copied into its array with np.copyto.
-From the plan's second realize on (EAGER_GRAPH=0: never), kernelize.realize runs it here instead: the plan's kernels
+From the plan's third realize on (EAGER_GRAPH=0: never; PROGRAM_AFTER_RUNS, PROGRAM_MIN_KERNELS), kernelize.realize
+runs it here instead: the plan's kernels
 and the realize's write-backs as one step program (uopc.render_step, the replayed step's machinery, uopc.jit.Graph),
 made once per plan and shape of write-backs, those that uopc.render_step.write_in_place proves safe written in place
 by their kernels (only under a compiler that keeps their bits: uopc.runtime.toolchain.keeps_in_place_bits).
@@ -21,10 +22,18 @@ from uopc.render_step import Call, Copy, write_in_place
 from uopc.runtime.toolchain import keeps_in_place_bits
 
 
+# A program costs a compile of all the plan's kernels once more (seconds for a GPT step) and saves a call and a copy
+# per kernel per run (microseconds): it is made for a plan of at least PROGRAM_MIN_KERNELS kernels that has already
+# run PROGRAM_AFTER_RUNS times (a loop's step, not a graph realized twice: a test, a notebook's cell run again)
+PROGRAM_MIN_KERNELS = 8
+PROGRAM_AFTER_RUNS = 2
+
+
 def program_for(plan, arrays: list[np.ndarray], writes, options, device: Device) -> PlanProgram | None:
-  """The plan as one step program for this shape of write-backs, made the first time a plan that has run before is run
-  with it (None: run it kernel by kernel): on a device whose graph renders kernels, without DEBUG=2's per-kernel lines,
-  where EAGER_GRAPH is on, and where no target shares memory with another input (write_targets)."""
+  """The plan as one step program for this shape of write-backs, made the first time a plan that has run often enough
+  (above) is run with it (None: run it kernel by kernel): on a device whose graph renders kernels, without DEBUG=2's
+  per-kernel lines, where EAGER_GRAPH is on, and where no target shares memory with another input (write_targets)."""
+  if plan.runs < PROGRAM_AFTER_RUNS or len(plan.kernels) < PROGRAM_MIN_KERNELS: return None
   if not EAGER_GRAPH or options.debug >= 2 or not device.graph_renders or any(k.ast is None for k in plan.kernels):
     return None
   if (targets := write_targets(arrays, writes)) is None: return None

@@ -9,7 +9,7 @@ from uopc.nn import GPT
 from uopc.nn.train import configure_optimizer, preset
 from uopc.opt import VectorOpt
 from uopc.optim import AdamW, clip_grad_norm_
-from uopc.plan_program import write_targets
+from uopc.plan_program import PROGRAM_AFTER_RUNS, write_targets
 from uopc.runtime.toolchain import keeps_in_place_bits
 from uopc.tensor import Tensor
 
@@ -70,7 +70,8 @@ def check(make, data, monkeypatch) -> list:
   assert on[0] == off[0]
   for k, (a, b) in enumerate(zip(on[1], off[1])): np.testing.assert_array_equal(a, b, err_msg=f"array {k}")
   assert off[2] >= len(data) and off[3] == []   # every step kernel by kernel, no program
-  assert on[2] == off[2] - (len(data) - 1)      # the step's plan: kernel by kernel once, then one program a step
+  # the step's plan: kernel by kernel twice (PROGRAM_AFTER_RUNS), then one program a step
+  assert on[2] == off[2] - (len(data) - PROGRAM_AFTER_RUNS)
   return on[3]
 
 
@@ -89,7 +90,7 @@ def test_where_the_compiler_does_not_keep_in_place_bits_the_program_copies(monke
   import uopc.plan_program
   rng = np.random.default_rng(2)
   data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
-          for _ in range(3)]
+          for _ in range(4)]
   monkeypatch.setattr(uopc.plan_program, "keeps_in_place_bits", lambda: False)
   (program,) = check(mlp_trainer, data, monkeypatch)
   assert program.copies == len(program.targets) > 0
@@ -117,3 +118,15 @@ def test_a_target_over_another_inputs_memory_is_run_kernel_by_kernel():
   assert write_targets([a, other], [(0, np.zeros(4, np.float32))]) == ((0, "new", 0),)
   assert write_targets([a[:], other], [(0, a)]) is None   # a view of the target is another input
   assert write_targets([a, a[:4]], [(0, a)]) is None
+
+
+def test_a_plan_runs_as_a_program_only_from_its_third_run_and_with_enough_kernels(monkeypatch):
+  """A graph realized twice (a test, a cell run again) and a plan of a few kernels never pay a program's compile."""
+  import uopc.plan_program
+  rng = np.random.default_rng(3)
+  data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
+          for _ in range(PROGRAM_AFTER_RUNS)]
+  with kernelize.isolated_plan_cache() as cache:
+    assert train(mlp_trainer, data, 1, monkeypatch, cache)[3] == []
+    monkeypatch.setattr(uopc.plan_program, "PROGRAM_MIN_KERNELS", 10 ** 6)
+    assert train(mlp_trainer, data * 3, 1, monkeypatch, cache)[3] == []
