@@ -19,6 +19,7 @@ candidates on this machine): this module builds loop programs and never compiles
 """
 from __future__ import annotations
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -53,7 +54,7 @@ MAX_HEURISTIC_ACCS = 16   # enough accumulators that B's loads stay below the FM
 # ran the baby GPT's dW shapes at 78-86 GFLOP/s, not 65-73, on a Zen 3 (NOTES 65); a row-major A gained nothing
 CHUNK_BYTES = 8 << 10
 CHUNKS = (64, 128, 256)   # the chunks a tuner may try for such an A
-SUMS_BYTES = 64 << 10   # the most a chunked panel's sums take on a thread's stack, beside its panel (PANEL_BYTES)
+SUMS_BYTES = 64 << 10   # the most a chunked panel's sums (M x nr floats) take on a thread's stack, beside its panel
 
 
 def tile_registers(rows: int, nvec: int) -> int:
@@ -70,7 +71,7 @@ def heuristic_opts(isa, M: int, N: int, K: int, tail: Callable[[GemmOpts], bool]
   (B packed inline). AVX-512 (32 registers): 8 rows x 2 vectors, as NOTES 24 measured; AVX2 and SSE (16): 6 x 2 (BLIS
   haswell's 12 accumulators; 4 x 2 where 6 does not divide M and there is no tail: 10% slower on AVX2, NOTES 39).
   With no tile that fits the problem, the first one that fits the registers (the default lowering then takes it).
-  a_by_k: A is read across its rows (_reads_a_by_k), and K is taken in chunks of CHUNK_BYTES of a panel."""
+  Where A is read across its rows (a_by_k), K in chunks of CHUNK_BYTES of a panel."""
   tiles = sorted((GemmOpts(rows=r, nvec=v, lanes=isa.lanes) for r in ROWS for v in NVECS
                   if r <= MAX_HEURISTIC_ROWS and r * v <= MAX_HEURISTIC_ACCS and tile_registers(r, v) <= isa.registers),
                  key=lambda o: (-o.rows * o.nvec, abs(o.nvec - 2), o.rows))
@@ -125,8 +126,7 @@ def _matmul(body: UOp, graph: bool = False) -> tuple[UOp, tuple[UOp, UOp]] | Non
 def _merge_batch(body: UOp, x: UOp, y: UOp) -> tuple[UOp, tuple[UOp, UOp]]:
   """A batched matmul whose B is the same for every batch (a Linear layer's weight under (batch, time, features))
   as one matmul of batch x M rows: B's panels are then packed once, not once a batch. A is merged at its first
-  column (it does not depend on n): a merged row's flat index then holds no column, and A's address at that row
-  simplifies back to a linear one wherever A's rows are (_rows_per_batch)."""
+  column (it does not depend on n), so a merged row's index holds no column (see _rows_per_batch)."""
   *batch, M, N, K = x.shape
   if not batch: return body, (x, y)
   probe = tuple(range_(s, 1000 + k) for k, s in enumerate(x.shape))
@@ -141,21 +141,20 @@ def _merge_batch(body: UOp, x: UOp, y: UOp) -> tuple[UOp, tuple[UOp, UOp]]:
 
 def _batch_rows(x: UOp) -> int | None:
   """One batch's rows where x is a merged batch's A (_merge_batch), else None."""
-  if x.op is not Ops.EXPAND or x.src[0].op is not Ops.RESHAPE or x.src[0].src[0].op is not Ops.SHRINK: return None
-  column = x.src[0].src[0]
+  if x.op is not Ops.EXPAND or x.src[0].op is not Ops.RESHAPE or (column := x.src[0].src[0]).op is not Ops.SHRINK:
+    return None
   return column.shape[-3] if len(column.shape) > 3 and column.shape[-2] == 1 else None
 
 
-def _row_address(x: UOp, row: UOp, n: UOp, k: UOp, bidx: tuple = (), ctx: Ctx | None = None) -> UOp:
+def _row_address(x: UOp, row: UOp, n: UOp, k: UOp, bidx=(), ctx: Ctx | None = None) -> UOp:
   """A's value at (row, n, k), simplified: a merged row's // and % put back together where A's rows are linear."""
   return symbolic.simplify_index(rangeify(opaque_reduces(x) if ctx is None else x, (*bidx, row, n, k), ctx or Ctx()))
 
 
 def _rows_per_batch(x: UOp, M: int) -> int:
-  """M, or for a merged batch (_merge_batch) whose rows' addresses are not linear (A's address at a merged row keeps a
-  // or a % of it: a row index over (batch, time) that is not contiguous) one batch's m: a block of rows then stays
-  within a batch (across a batch boundary each row takes a // and a %: 6-row blocks over batches of 64 ran at half
-  speed on AVX2). A contiguous (batch, time, features) input is linear: any block of rows (AVX2's 6 of 768)."""
+  """M, or one batch's m for a merged batch (_merge_batch) whose rows' addresses keep a // or % of the merged row
+  once simplified (rows that are not contiguous): a block of rows then stays within a batch (across a boundary, 6-row
+  blocks over batches of 64 ran at half speed on AVX2). Contiguous rows take any block (AVX2's 6 of 768)."""
   if (m := _batch_rows(x)) is None: return M
   row, n, k = (range_(s, 1000 + j) for j, s in enumerate(x.shape))
   at = _row_address(x, row, n, k)
@@ -164,10 +163,16 @@ def _rows_per_batch(x: UOp, M: int) -> int:
 
 def _reads_a_by_k(x: UOp) -> bool:
   """Whether A is read across its rows: every load of it that moves with k steps by more than one element (dW's x^T)."""
-  row, n, k = (range_(s, 1000 + j) for j, s in enumerate(x.shape[-3:]))
-  bidx = tuple(range_(s, 1100 + j) for j, s in enumerate(x.shape[:-3]))
+  *bidx, row, n, k = (range_(s, 1000 + j) for j, s in enumerate(x.shape))
   loads = [u for u in _row_address(x, row, n, k, bidx).toposort() if u.op is Ops.LOAD and k in symbolic.ranges_in(u)]
   return bool(loads) and not any(_steps_by_one(u.src[0].src[1], k) for u in loads)
+
+
+@functools.cache
+def _how_a_is_read(x: UOp, M: int) -> tuple[int, bool]:
+  """(_rows_per_batch, _reads_a_by_k), once per A: layout and lowering ask of every matmul, each a rangeify."""
+  return _rows_per_batch(x, M), _reads_a_by_k(x)
+cache("gemm_vec.how_a_is_read", _how_a_is_read)
 
 
 def as_matmul(body: UOp) -> UOp | None:
@@ -186,9 +191,9 @@ def _fits(matmul: UOp, x: UOp, opts: GemmOpts) -> bool:
 
 def _tail_ok(opts: GemmOpts, x: UOp, matmul: UOp) -> bool:
   """Whether the last block of a panel's rows may be shorter than opts.rows: where B is packed inline (the thread's
-  loop over blocks of rows then ends with one more), and not in a merged batch (a block there stays in one batch)."""
+  loop over blocks of rows then ends with one more), and not where a block stays in one batch (_rows_per_batch)."""
   *batch, M, N = matmul.shape
-  return M >= opts.rows and _rows_per_batch(x, M) == M and packs_inline(opts, math.prod(batch), N,
+  return M >= opts.rows and _how_a_is_read(x, M)[0] == M and packs_inline(opts, math.prod(batch), N,
                                                                          matmul.src[0].shape[-1])
 
 
@@ -199,7 +204,7 @@ def choose_opts(body: UOp, isa, tuner: Tuner, graph: bool = False) -> GemmOpts |
   body, (x, _) = m
   *batch, M, N = body.shape
   K = body.src[0].shape[-1]
-  unit, by_k = _rows_per_batch(x, M), _reads_a_by_k(x)
+  unit, by_k = _how_a_is_read(x, M)
   problem = (tuple(batch), M, N, K, isa.lanes) + ((unit,) if unit != M else ()) + (("A by k",) if by_k else ())
   if (problem, isa) not in _chosen:   # once per process and ISA: the packing (layout) and the tile (lower) must agree
     tail = lambda o: _tail_ok(o, x, body)
@@ -318,8 +323,7 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
   """The register-tiled loop program of a matmul body (None if it does not fit). Works on any operands; fast when B
   is packed, inline (packs_inline, for `threads`: OpenMP's count by default) or by pack_b (then each vector of B is
   one load). Inline, M need not divide by rows: each panel's loop over blocks of rows ends with one of M % rows.
-  Inline with opts.kc (chunks): K in chunks of kc, every block of the panel's rows over one chunk before the next, each
-  block's sums carried from chunk to chunk in a buffer of the panel's (kept per thread), then stored into C."""
+  Inline with opts.kc: K in chunks, each block's sums carried from chunk to chunk in a per-thread buffer, then C."""
   if out.dtype is not dtypes.f32 or (fit := gemm_fit(body, opts)) is None: return None
   body, (x, y) = fit
   *batch, M, N = body.shape
@@ -329,7 +333,6 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
   tiles_m, tiles_n = M // R, N // NR
   inline = packs_inline(opts, nbatch, N, K, threads)
   if M % R and not inline: return None   # a shorter last block only where a thread owns a panel's every row
-  # K in chunks of opts.kc where it divides K and the panel's sums (M x nr floats) fit SUMS_BYTES; else one chunk
   kc = opts.kc if inline and 0 < opts.kc < K and K % opts.kc == 0 and M * NR * 4 <= SUMS_BYTES else K
   if inline:   # an iteration per panel: pack it, then every block of C under it
     t = ctx.range(nbatch * tiles_n, AxisType.THREAD)
@@ -359,8 +362,8 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
     panel = ctx.alloc(dtypes.f32, K * NR).after(t)
     pack = UOp(Ops.SINK, tuple(panel.index(kp * NR + j * W).store(lanes_of(expand_lanes(
       at(y, UOp.const(0), col(j, lane), kp), lane))) for j in range(NV))).end(kp)
-  if kb is not None:   # the panel's sums so far, a row of nr a row of C, zero before the first chunk
-    sums = ctx.alloc(dtypes.f32, M * NR).after(t)
+  if kb is not None:   # the panel's sums so far, a row of nr a row of C (row m's vector j at row(m, j)), zero first
+    sums, row = ctx.alloc(dtypes.f32, M * NR).after(t), lambda m, j: m * NR + j * W
     z = ctx.range(M * NV, AxisType.LOOP)
     zero = sums.index(z * W).store(UOp.const(0.0, vec)).end(z)
 
@@ -370,30 +373,28 @@ def lower_gemm(body: UOp, out: UOp, ctx: Ctx, opts: GemmOpts, threads: int | Non
     kk = k if kb is None else kb * kc + k
     # A does not depend on n; its value at a stand-in row, simplified once (a merged row's // and % put back
     # together: _rows_per_batch), then at each of the block's rows
-    a_at = _row_address(x, a_row, col(0, 0), kk, tuple(bidx), ctx)
+    a_at = _row_address(x, a_row, col(0, 0), kk, bidx, ctx)
     a_vals = [substitute(a_at, {a_row: m0 + r}) for r in range(rows)]
     if inline: b_vecs = [panel.after(pack, k).index(kk * NR + j * W).load(W) for j in range(NV)]
     else: b_vecs = [lanes_of(expand_lanes(at(y, m0, col(j, lane), k), lane)) for j in range(NV)]   # nor B on m
     accs = [[ctx.alloc(vec).after(*loops) for _ in range(NV)] for _ in range(rows)]
-    start = lambda r, j: UOp.const(0.0, vec) if kb is None else sums.after(zero, *loops).index(
-      (m0 + r) * NR + j * W).load(W)
+    start = lambda r, j: UOp.const(0.0, vec) if kb is None else sums.after(zero, *loops).index(row(m0 + r, j)).load(W)
     init = UOp(Ops.SINK, tuple(accs[r][j].index(0).store(start(r, j)) for r in range(rows) for j in range(NV)))
     acc = lambda r, j: accs[r][j].after(init, k).index(0)
     fma = UOp(Ops.SINK, tuple(acc(r, j).store(acc(r, j).load() + a_vals[r] * b_vecs[j])
                               for r in range(rows) for j in range(NV))).end(k)
     done = lambda r, j: accs[r][j].after(fma).index(0).load()
     if kb is None: stores = [out.index(c_index(m0 + r, j)).store(done(r, j)) for r in range(rows) for j in range(NV)]
-    else: stores = [sums.index((m0 + r) * NR + j * W).store(done(r, j)) for r in range(rows) for j in range(NV)]
+    else: stores = [sums.index(row(m0 + r, j)).store(done(r, j)) for r in range(rows) for j in range(NV)]
     return UOp(Ops.SINK, tuple(stores))
 
   if not inline: return symbolic.simplify_index(sink(block(im * R, R, (t,)).end(t)))
   inner = (t, im) if kb is None else (t, kb, im)
   blocks = block(im * R, R, inner).end(im)
-  if M % R:   # the last M % R rows
-    blocks = UOp(Ops.SINK, (blocks, block(UOp.const(tiles_m * R), M % R, inner[:-1])))
+  if M % R: blocks = UOp(Ops.SINK, (blocks, block(UOp.const(tiles_m * R), M % R, inner[:-1])))   # the last M % R rows
   if kb is not None:   # every chunk, then the sums into C
     m = ctx.range(M, AxisType.LOOP)
-    chunks = sums.after(blocks.end(kb), m)
-    blocks = UOp(Ops.SINK, tuple(out.index(c_index(m, j)).store(chunks.index(m * NR + j * W).load(W))
-                                 for j in range(NV))).end(m)
+    summed = sums.after(blocks.end(kb), m)
+    blocks = UOp(Ops.SINK, tuple(out.index(c_index(m, j)).store(summed.index(row(m, j)).load(W)) for j in range(NV)))
+    blocks = blocks.end(m)
   return symbolic.simplify_index(sink(blocks.end(t)))
