@@ -1,6 +1,7 @@
 """The vector kernels in use: VectorOpt's matmul (uopc.codegen.gemm_vec) and the vector attention
 (uopc.kernels.flash_vec via uopc.nn.flash), against NumPy in float64; which path a shape takes; what the plans and
 sources look like."""
+import dataclasses
 import math
 import numpy as np
 import pytest
@@ -310,15 +311,104 @@ def test_a_matmul_after_a_reduction_still_gets_packed_panels(monkeypatch, fresh_
   close(realize([mm.uop], options=Options(opt=VectorOpt, lanes=16))[0].reshape(4, 64, 128), ln @ w, 16)
 
 
-def test_a_merged_batchs_row_blocks_stay_within_a_batch(fresh_plan_cache):
-  """(12, 64, 128) @ W merged into 768 rows: on AVX2 (8 lanes, 16 registers) the heuristic's 6 rows would divide 768
-  but not 64, and a block across two batches computes its rows' addresses with // and %; the tile's rows divide 64."""
+def _accumulators_per_block(kernel) -> int:
+  """The vector accumulators a matmul kernel's row blocks declare (its tile's rows x vectors)."""
+  return sum(1 for u in kernel.ast.toposort() if u.op is Ops.ALLOC and u.dtype.count > 1)
+
+
+def test_a_merged_batch_of_contiguous_rows_takes_any_block_of_rows(fresh_plan_cache):
+  """(12, 64, 128) @ W merged into 768 rows: the input's rows are contiguous, so a block's rows have linear addresses
+  across a batch boundary (_merge_batch merges A at its first column; _row_address simplifies the // and % of a
+  merged row back together), and AVX2 (8 lanes, 16 registers) takes the heuristic's 6 rows, which divide 768 but not
+  64 (4 rows before: 64 and 65 GFLOP/s against 93 and 98 for the baby GPT's forward shapes, NOTES 65). Every value
+  bit for bit the 4-row tile's: each output is the same FMA chain over k."""
   from uopc.runtime.machine import isa_of
   x, w = f32(12, 64, 128), f32(128, 128)
   mm = Tensor(x) @ Tensor(w)
   plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=8))
   opts = gemm_vec.choose_opts(plan.kernels[-1].body, isa_of(8), VectorOpt.tuner)
-  assert opts is not None and 64 % opts.rows == 0 and opts.lanes == 8
+  assert opts == gemm_vec.GemmOpts(rows=6, nvec=2, lanes=8) and 64 % opts.rows
   assert not [u for u in plan.kernels[-1].ast.toposort() if u.op in (Ops.IDIV, Ops.MOD)]
+  class Rows4(VectorOpt):
+    @staticmethod
+    def tuner(kernel, problem, candidates, heuristic, program):
+      return gemm_vec.GemmOpts(rows=4, nvec=2, lanes=8)
+  out = realize([mm.uop], options=Options(opt=VectorOpt, lanes=8))[0]
+  gemm_vec._chosen.clear()
+  rows4 = make_plan([mm.uop], options=Options(opt=Rows4, lanes=8))
+  assert _accumulators_per_block(rows4.kernels[-1]) == 8 and _accumulators_per_block(plan.kernels[-1]) == 12
+  np.testing.assert_array_equal(out, realize([mm.uop], options=Options(opt=Rows4, lanes=8))[0])
+  close(out.reshape(12, 64, 128), x.astype(np.float64) @ w, 16)
+
+
+def test_a_merged_batchs_row_blocks_stay_within_a_batch_where_its_rows_are_not_linear(fresh_plan_cache):
+  """(12, 64, 128) @ W, the input a transposed (64, 12, 128): a merged row m reads x[m % 64][m // 64], an address
+  no simplification makes linear, so a block of rows stays within a batch: the tile's rows divide 64, and the only
+  // and % left are of the loop over blocks (its batch and its block within it: once a block, not once a row)."""
+  from uopc.runtime.machine import isa_of
+  xt, w = f32(64, 12, 128), f32(128, 128)
+  mm = Tensor(xt).permute(1, 0, 2) @ Tensor(w)
+  plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=8))
+  opts = gemm_vec.choose_opts(plan.kernels[-1].body, isa_of(8), VectorOpt.tuner)
+  assert opts is not None and 64 % opts.rows == 0 and opts.lanes == 8
+  blocks = {(u.src[0].src[0].arg, u.src[1].arg) for u in plan.kernels[-1].ast.toposort() if u.op in (Ops.IDIV, Ops.MOD)}
+  assert blocks == {(768 // opts.rows, 64 // opts.rows)}   # (the loop's trip count, a batch's blocks)
   out = realize([mm.uop], options=Options(opt=VectorOpt, lanes=8))[0].reshape(12, 64, 128)
-  close(out, x.astype(np.float64) @ w, 16)
+  close(out, xt.transpose(1, 0, 2).astype(np.float64) @ w, 16)
+
+
+def _reduce_trips(kernel) -> list[int]:
+  """The trip counts of a kernel's REDUCE loops (its k loops), in the order of their ids."""
+  return [u.src[0].arg for u in sorted((u for u in kernel.ast.toposort() if u.op is Ops.RANGE
+                                        and u.arg[1].name == "REDUCE"), key=lambda u: u.arg[0])]
+
+
+@pytest.mark.parametrize("by_k", [True, False])
+def test_a_read_across_its_rows_is_summed_in_chunks_of_k(by_k, monkeypatch, fresh_plan_cache):
+  """dW = x^T dy reads A = x^T across its rows (a few floats of each cache line a k): on AVX2 the heuristic takes K
+  in chunks of 128 (gemm_vec.CHUNK_BYTES of a 16-column panel), each block's sums carried from chunk to chunk in the
+  panel's buffer; every k loop is then 128 long. Each output is the same FMA chain over k in the same order, so the
+  values are bit for bit the unchunked tile's (a tuner forcing kc = 0). A row-major A is not chunked."""
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1)   # B's 4 panels packed inline
+  x, dy = f32(256, 128), f32(256, 64)   # M = 128, N = 64, K = 256
+  a = Tensor(x).T if by_k else Tensor(np.ascontiguousarray(x.T))
+  mm = a @ Tensor(dy)
+  plan = make_plan([mm.uop], options=Options(opt=VectorOpt, lanes=8))
+  (k,) = plan.kernels
+  opts = gemm_vec.choose_opts(k.body, VectorOpt.isa(Options(lanes=8)), VectorOpt.tuner)
+  assert opts == gemm_vec.GemmOpts(rows=6, nvec=2, lanes=8, kc=128 if by_k else 0)
+  assert set(_reduce_trips(k)) == ({128} if by_k else {256})
+  class Whole(VectorOpt):
+    @staticmethod
+    def tuner(kernel, problem, candidates, heuristic, program):
+      return dataclasses.replace(heuristic, kc=0)
+  out = realize([mm.uop], options=Options(opt=VectorOpt, lanes=8))[0]
+  gemm_vec._chosen.clear()
+  whole = make_plan([mm.uop], options=Options(opt=Whole, lanes=8))
+  assert set(_reduce_trips(whole.kernels[0])) == {256}
+  np.testing.assert_array_equal(out, realize([mm.uop], options=Options(opt=Whole, lanes=8))[0])
+  close(out.reshape(128, 64), x.T.astype(np.float64) @ dy, 16)
+
+
+def test_every_chunk_a_tuner_may_try_gives_the_same_bits(monkeypatch):
+  """The chunks the tuner may try (gemm_vec.CHUNKS, for an A read across its rows: the loop programs it times) each
+  give the unchunked tile's values bit for bit, with a last block of fewer rows (M = 100: 16 blocks of 6, one of 4)."""
+  from uopc.device import get_device
+  monkeypatch.setattr(gemm_vec, "omp_threads", lambda: 1)   # B's 8 panels packed inline
+  dev = get_device("CPU")
+  M, N, K = 100, 128, 256
+  a, b = f32(K, M), f32(K, N)
+  outs = []
+  for kc in (0,) + gemm_vec.CHUNKS:
+    prog = gemm_vec.program(M, N, K, gemm_vec.GemmOpts(rows=6, nvec=2, lanes=8, kc=kc), threads=1, a_by_k=True)
+    assert set(_reduce_trips_of(prog)) == {kc or K, M % 6 and (kc or K)} - {0}
+    src = dev.renderer.render(prog, f"chunk{kc}").src
+    out = np.empty(M * N, np.float32)
+    dev.compile(src)(a.ravel(), b.ravel(), out)
+    outs.append(out)
+  for out in outs[1:]: np.testing.assert_array_equal(out, outs[0])
+  close(outs[0].reshape(M, N), a.T.astype(np.float64) @ b, 16)
+
+
+def _reduce_trips_of(prog) -> list[int]:
+  return [u.src[0].arg for u in prog.toposort() if u.op is Ops.RANGE and u.arg[1].name == "REDUCE"]
