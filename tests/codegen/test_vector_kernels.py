@@ -320,7 +320,7 @@ def test_a_merged_batch_of_contiguous_rows_takes_any_block_of_rows(fresh_plan_ca
   """(12, 64, 128) @ W merged into 768 rows: the input's rows are contiguous, so a block's rows have linear addresses
   across a batch boundary (_merge_batch merges A at its first column; _row_address simplifies the // and % of a
   merged row back together), and AVX2 (8 lanes, 16 registers) takes the heuristic's 6 rows, which divide 768 but not
-  64 (4 rows before: 64 and 65 GFLOP/s against 93 and 98 for the baby GPT's forward shapes, NOTES 65). Every value
+  64 (4 rows before: 64 and 65 GFLOP/s against 93 and 98 for the baby GPT's forward shapes, NOTES 66). Every value
   bit for bit the 4-row tile's: each output is the same FMA chain over k."""
   from uopc.runtime.machine import isa_of
   x, w = f32(12, 64, 128), f32(128, 128)

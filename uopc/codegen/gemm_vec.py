@@ -51,7 +51,7 @@ MAX_HEURISTIC_ROWS = 8    # 16 rows of A a multiple of 4 KB apart share L1 sets 
 MAX_HEURISTIC_ACCS = 16   # enough accumulators that B's loads stay below the FMA rate on every ISA measured
 # A read across its rows (dW = x^T dy: A[m, k] = x[k, m]) uses a few floats of each cache line a k, and a whole panel
 # of B (K x nr) no longer stays in L1 beside those lines: K in chunks whose part of the panel is 8 KB (kc = 128 on AVX2)
-# ran the baby GPT's dW shapes at 78-86 GFLOP/s, not 65-73, on a Zen 3 (NOTES 65); a row-major A gained nothing
+# ran the baby GPT's dW shapes at 78-86 GFLOP/s, not 65-73, on a Zen 3 (NOTES 66); a row-major A gained nothing
 CHUNK_BYTES = 8 << 10
 CHUNKS = (64, 128, 256)   # the chunks a tuner may try for such an A
 SUMS_BYTES = 64 << 10   # the most a chunked panel's sums (M x nr floats) take on a thread's stack, beside its panel

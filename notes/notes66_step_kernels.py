@@ -1,8 +1,8 @@
-"""NOTES 65: the baby GPT's captured step, kernel by kernel: each kernel's C call timed alone (best of --reps, one
+"""NOTES 66: the baby GPT's captured step, kernel by kernel: each kernel's C call timed alone (best of --reps, one
 thread as the caller's OMP_NUM_THREADS has it), its kind, its matmul problem (M, N, K and the tile) and, with --torch,
 PyTorch's (MKL's) time for the same product at the same thread count.
 
-  OMP_NUM_THREADS=1 PYTHONPATH=. python notes/notes65_step_kernels.py [--reps 10] [--top 40] [--torch]
+  OMP_NUM_THREADS=1 PYTHONPATH=. python notes/notes66_step_kernels.py [--reps 10] [--top 40] [--torch]
 """
 from __future__ import annotations
 import argparse, os, time
