@@ -61,7 +61,9 @@ TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.code
 MARCH = ContextVar("UOPC_MARCH", "")   # the x86 level or CPU that CPU kernels are built for (uopc.runtime.machine)
 JIT_GRAPH = ContextVar("JIT_GRAPH", 1)   # a captured step replayed as one program (uopc.jit); 0: kernel by kernel
 JIT_INPLACE = ContextVar("JIT_INPLACE", 1)   # its assigned outputs written in place (uopc.render_step); 0: copied
-EAGER_GRAPH = ContextVar("EAGER_GRAPH", 1)   # a plan that ran before runs as one program (uopc.plan_program); 0: not
+# a plan that ran before runs as one program (uopc.plan_program); off (0) until a step program's kernels are its own
+# builds' bits: a padded convolution is 1 ulp off in it (NOTES 68), and an eager run must not change with its count
+EAGER_GRAPH = ContextVar("EAGER_GRAPH", 0)
 
 
 @contextlib.contextmanager

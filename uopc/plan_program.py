@@ -3,9 +3,9 @@
 A student's loop without TinyJit (forward, backward, opt.step() every step) builds the same graph each step, so
 realize finds the same plan (kernelize.plan_for). Run kernel by kernel (kernelize.run_kernels), each kernel is a call
 of its own and each assigned output (a parameter, an optimizer's moment) is copied into its array with np.copyto.
-From the plan's third realize on (EAGER_GRAPH=0: never; PROGRAM_AFTER_RUNS, PROGRAM_MIN_KERNELS), kernelize.realize
-runs it here instead: the plan's kernels
-and the realize's write-backs as one step program (uopc.render_step, the replayed step's machinery, uopc.jit.Graph),
+With EAGER_GRAPH=1 (off by default: NOTES 68), from the plan's third realize on (PROGRAM_AFTER_RUNS,
+PROGRAM_MIN_KERNELS), kernelize.realize runs it here instead: the plan's kernels and the realize's write-backs as one
+step program (uopc.render_step, the replayed step's machinery, uopc.jit.Graph),
 made once per plan and shape of write-backs, those that uopc.render_step.write_in_place proves safe written in place
 by their kernels (only under a compiler that keeps their bits: uopc.runtime.toolchain.keeps_in_place_bits).
 
