@@ -59,6 +59,8 @@ class Kernel:
   threads: int | None = None    # 1: a small kernel, run on the calling thread (Options.one_thread_below)
 
 
+# (how often a plan has run, and its step programs, are kept beside it by uopc.plan_program.runs_of: chapter 11 prints
+# this class)
 @dataclass
 class Plan:
   kernels: list[Kernel]
@@ -67,8 +69,6 @@ class Plan:
   temp_arrays: list | None = None   # allocated on first run, then reused: no page faults on every step
   notes: list[str] = field(default_factory=list)   # why each cut was made (see explain)
   lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # one run at a time: temps are shared
-  runs: int = 0                     # realizes that ran it: from the third on, a step program (plan_program)
-  programs: dict = field(default_factory=dict, repr=False)   # (inputs, write-backs' shape) -> its PlanProgram
 
   def explain(self) -> str:
     """Why the graph was cut where it was, and what each fused reduction costs."""
@@ -193,7 +193,7 @@ def normalize(roots: list[UOp]) -> tuple[list[UOp], list[np.ndarray]]:
 def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softmax: bool = False,
             options: Options | None = None, observe=None, writes=()) -> list[np.ndarray]:
   """Compute roots: plan (cached), run its kernels on the inputs, its temporaries and fresh outputs (host arrays), and
-  write each (output i, array) of writes into its array; from a plan's second run on, as one program (plan_program)."""
+  write each (output i, array) of writes into its array; where plan_program says so, as one program."""
   options = options or Options(fuse_reduce, opt, online_softmax, DEVICE.value, DEBUG.value, TC.value, march=MARCH.value)
   t0 = time.perf_counter()
   norm, arrays = normalize(roots)
@@ -203,7 +203,6 @@ def realize(roots: list[UOp], fuse_reduce: bool = False, opt=None, online_softma
   if plan.temp_arrays is None: plan.temp_arrays = [np.empty(n, np_dtype(d)) for d, n in plan.temps]
   temps = plan.temp_arrays
   program = program_for(plan, arrays, writes, options, device) if observe is None else None
-  plan.runs += 1
   if program is not None: outs = program.run(plan, arrays, writes)
   else:
     outs = run_kernels(plan, arrays, temps, device, debug)

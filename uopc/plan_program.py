@@ -14,6 +14,8 @@ arrays at every run), then each assigned array that the plan does not read (boun
 in place is no array of its own: the realize returns its target, which now holds its value.
 """
 from __future__ import annotations
+import weakref
+from dataclasses import dataclass, field
 import numpy as np
 from uopc.device import Device
 from uopc.dtype import np_dtype
@@ -29,20 +31,41 @@ PROGRAM_MIN_KERNELS = 8
 PROGRAM_AFTER_RUNS = 2
 
 
+@dataclass
+class Runs:
+  """What this module keeps of a plan, beside it (chapter 11 prints kernelize.Plan): its realizes counted, and its
+  programs by (inputs, write-backs' shape)."""
+  count: int = 0
+  programs: dict = field(default_factory=dict)
+
+
+_runs: dict[int, Runs] = {}   # id(plan) -> its Runs, dropped when the plan is
+
+
+def runs_of(plan) -> Runs:
+  if (r := _runs.get(id(plan))) is None:
+    r = _runs[id(plan)] = Runs()
+    weakref.finalize(plan, _runs.pop, id(plan), None)
+  return r
+
+
 def program_for(plan, arrays: list[np.ndarray], writes, options, device: Device) -> PlanProgram | None:
-  """The plan as one step program for this shape of write-backs, made the first time a plan that has run often enough
-  (above) is run with it (None: run it kernel by kernel): on a device whose graph renders kernels, without DEBUG=2's
-  per-kernel lines, where EAGER_GRAPH is on, and where no target shares memory with another input (write_targets)."""
-  if plan.runs < PROGRAM_AFTER_RUNS or len(plan.kernels) < PROGRAM_MIN_KERNELS: return None
+  """Count this run of the plan; the plan as one step program for this shape of write-backs, made the first time a plan
+  that has run often enough (above) is run with it (None: run it kernel by kernel): on a device whose graph renders
+  kernels, without DEBUG=2's per-kernel lines, where EAGER_GRAPH is on, and where no target shares memory with another
+  input (write_targets)."""
+  runs = runs_of(plan)
+  runs.count += 1
+  if runs.count <= PROGRAM_AFTER_RUNS or len(plan.kernels) < PROGRAM_MIN_KERNELS: return None
   if not EAGER_GRAPH or options.debug >= 2 or not device.graph_renders or any(k.ast is None for k in plan.kernels):
     return None
   if (targets := write_targets(arrays, writes)) is None: return None
   key = (len(arrays), targets)
-  if key not in plan.programs:
+  if key not in runs.programs:
     in_place = bool(JIT_INPLACE) and keeps_in_place_bits()
     renderer = device.renderer.for_options(options)
-    plan.programs[key] = PlanProgram(plan, len(arrays), writes, targets, device, renderer, in_place)
-  return plan.programs[key]
+    runs.programs[key] = PlanProgram(plan, len(arrays), writes, targets, device, renderer, in_place)
+  return runs.programs[key]
 
 
 def kernel_calls(plan, pick: dict) -> list[Call]:

@@ -3,7 +3,7 @@ time, no TinyJit) bit for bit what the kernel-by-kernel run gives (EAGER_GRAPH=0
 the compiler keeps their bits, and counted from the code's own calls and the program, never timed."""
 import numpy as np
 import pytest
-from uopc import kernelize
+from uopc import kernelize, plan_program
 from uopc.helpers import Context
 from uopc.nn import GPT
 from uopc.nn.train import configure_optimizer, preset
@@ -54,12 +54,12 @@ def train(make, data, graph: int, monkeypatch, cache) -> tuple:
   the cache starts as one that has never run (the plans are shared by both runs: planning a GPT twice costs seconds)."""
   runs = []
   plans = cache.plans.values()
-  for plan in plans: plan.runs = 0; plan.programs.clear()
+  for plan in plans: plan_program._runs.pop(id(plan), None)
   with monkeypatch.context() as m, Context(EAGER_GRAPH=graph):
     m.setattr(kernelize, "run_kernels", lambda *a, _f=kernelize.run_kernels, **k: runs.append(1) or _f(*a, **k))
     step, arrays = make()
     losses = [float(step(x, y)).hex() for x, y in data]
-  programs = [p for plan in plans for p in plan.programs.values()]
+  programs = [p for plan in plans for p in plan_program.runs_of(plan).programs.values()]
   return losses, [a.numpy() for a in arrays], len(runs), programs
 
 
