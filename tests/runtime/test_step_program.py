@@ -230,7 +230,9 @@ def test_under_clang_the_write_backs_stay_copies(monkeypatch):
   assert not keeps_in_place_bits()
 
 
-@pytest.mark.xfail(strict=True, reason="NOTES 68: gcc vectorizes the padded convolution's 4 x 4 tile inside the step "
+# not strict: the defect shows where gcc vectorizes the tile in one form and not the other (here at AVX2; at x86-64-v2
+# both stay scalar and it passes), which depends on the level and the compiler
+@pytest.mark.xfail(strict=False, reason="NOTES 68: gcc vectorizes the padded convolution's 4 x 4 tile inside the step "
                    "program, not in the kernel's own build, and sums it in another order (1 ulp); open")
 def test_a_padded_convolution_replayed_is_bit_for_bit_its_own_kernel():
   """LeNet's first layer (batch 8, 5 x 5, padding 2) replayed from a capture and run eagerly: the same bits. Found by
