@@ -230,13 +230,8 @@ def test_under_clang_the_write_backs_stay_copies(monkeypatch):
   assert not keeps_in_place_bits()
 
 
-# not strict: the defect shows where gcc vectorizes the tile in one form and not the other (here at AVX2; at x86-64-v2
-# both stay scalar and it passes), which depends on the level and the compiler
-@pytest.mark.xfail(strict=False, reason="NOTES 68: gcc vectorizes the padded convolution's 4 x 4 tile inside the step "
-                   "program, not in the kernel's own build, and sums it in another order (1 ulp); open")
-def test_a_padded_convolution_replayed_is_bit_for_bit_its_own_kernel():
-  """LeNet's first layer (batch 8, 5 x 5, padding 2) replayed from a capture and run eagerly: the same bits. Found by
-  tests/nn/test_lenet.py's checkpoint round trip once eager plans ran as step programs (uopc.plan_program)."""
+def replayed_and_eager_padded_convolution() -> tuple[np.ndarray, np.ndarray]:
+  """LeNet's first layer (batch 8, 5 x 5, padding 2) replayed from a capture, and run eagerly."""
   from uopc import nn, no_grad
   conv = nn.Conv2d(1, 6, 5, padding=2)
   x = np.random.default_rng(0).standard_normal((8, 1, 28, 28)).astype(np.float32)
@@ -244,4 +239,21 @@ def test_a_padded_convolution_replayed_is_bit_for_bit_its_own_kernel():
     eager = conv(Tensor(x)).numpy()
     step = TinyJit(lambda t: conv(t).realize())
     replayed = [step(Tensor(x)).numpy() for _ in range(3)][-1]   # run, capture, replay
-  np.testing.assert_array_equal(replayed, eager)
+  return replayed, eager
+
+
+def test_a_padded_convolution_replayed_is_its_own_kernel_within_a_rounding():
+  """What holds on every level and compiler while NOTES 68 is open: the two orders of the same 25-term sums agree to
+  float32's rounding of them."""
+  replayed, eager = replayed_and_eager_padded_convolution()
+  np.testing.assert_allclose(replayed, eager, rtol=0, atol=25 * np.finfo(np.float32).eps * np.abs(eager).max())
+
+
+# not strict: the defect shows where gcc vectorizes the tile in one form and not the other (here at AVX2; at x86-64-v2
+# both stay scalar and it passes), which depends on the level and the compiler
+@pytest.mark.xfail(strict=False, reason="NOTES 68: gcc vectorizes the padded convolution's 4 x 4 tile inside the step "
+                   "program, not in the kernel's own build, and sums it in another order (1 ulp); open")
+def test_a_padded_convolution_replayed_is_bit_for_bit_its_own_kernel():
+  """The same bits. Found by tests/nn/test_lenet.py's checkpoint round trip once eager plans ran as step programs
+  (uopc.plan_program)."""
+  np.testing.assert_array_equal(*replayed_and_eager_padded_convolution())
