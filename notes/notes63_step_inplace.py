@@ -12,7 +12,7 @@ from uopc.nn import GPT
 from uopc.nn.train import configure_optimizer, preset
 from uopc.optim import clip_grad_norm_
 from uopc.opt import VectorOpt
-from uopc.render_step import Call
+from uopc.step_calls import Call
 from uopc.tensor import Tensor
 
 Tensor.opt = VectorOpt   # as uopc.bench gpt runs it

@@ -67,7 +67,7 @@ FLOORS = [
   ("ground", "errors helpers ops dtype options trace capture checks plancache"),   # imports nothing of the compiler
   ("ir", "uop symbolic signature linearize races"),      # the UOp graph, index algebra, ordered lines, races
   ("lowering", "rangeify codegen"),                       # tensor-level bodies -> loop programs
-  ("rendering", "renderer render_c render_gpu render_step"),   # loop programs -> source text and its signature
+  ("rendering", "renderer render_c render_gpu step_calls render_step"),   # loop programs -> source text
   ("runtime", "runtime device"),                          # compile, load, call; a device is a row of tables
   ("kernels", "kernels"),                                 # hand-written loop programs that need the machine's ISA
   ("planning", "explain plan_program kernelize"),                      # cut a graph into kernels; realize a plan

@@ -17,7 +17,7 @@ import numpy as np
 from uopc.dtype import DType, np_dtype
 from uopc.renderer import CStyleRenderer
 from uopc.signature import KernelSource
-from uopc.helpers import cache
+from uopc.helpers import STEP_OBJECTS, cache
 
 
 @dataclass(frozen=True)
@@ -30,20 +30,29 @@ class Device:
   copyout: Callable[[Any], np.ndarray]          # a buffer -> a flat host array
   graph: Callable | None = None                 # (calls, buffers, renderer) -> a step program (uopc.jit), or None
   graph_renders: bool = False                   # whether the graph renders each kernel from Call.ast (not its program)
+  graph_links: Callable[[], bool] = lambda: False   # whether its graph runs each kernel's own build's code (NOTES 69)
 
 
 def _cpu() -> Device:
   from uopc.render_c import C
   from uopc.runtime import Program
   return Device("CPU", C, lambda src: Program(src, src.name), lambda dtype, n: np.empty(n, np_dtype(dtype)),
-                lambda a: a, lambda b: b, _cpu_graph, graph_renders=True)
+                lambda a: a, lambda b: b, _cpu_graph, graph_renders=True, graph_links=_cpu_graph_links)
+
+
+def _cpu_graph_links() -> bool:
+  """Whether the CPU's step program links its kernels' own objects (uopc.render_step.LINKED): where the toolchain
+  can, unless STEP_OBJECTS=0."""
+  from uopc.runtime.build import links_objects
+  from uopc.runtime.toolchain import compiler
+  return bool(STEP_OBJECTS.value) and links_objects(compiler())
 
 
 def _cpu_graph(calls: list, nbufs: int, renderer):
   """A captured step's kernels as one C function in one OpenMP region (uopc.render_step, uopc.runtime.graph)."""
   from uopc.render_step import render_step
   from uopc.runtime.graph import StepProgram
-  return StepProgram(render_step(calls, renderer), nbufs)
+  return StepProgram(render_step(calls, renderer, linked=_cpu_graph_links()), nbufs)
 
 
 def _host_alloc(dtype: DType, n: int) -> np.ndarray: return np.empty(n, np_dtype(dtype))

@@ -61,9 +61,12 @@ TC = ContextVar("TC", 0)               # tensor cores for GPU matmuls (uopc.code
 MARCH = ContextVar("UOPC_MARCH", "")   # the x86 level or CPU that CPU kernels are built for (uopc.runtime.machine)
 JIT_GRAPH = ContextVar("JIT_GRAPH", 1)   # a captured step replayed as one program (uopc.jit); 0: kernel by kernel
 JIT_INPLACE = ContextVar("JIT_INPLACE", 1)   # its assigned outputs written in place (uopc.render_step); 0: copied
-# a plan that ran before runs as one program (uopc.plan_program); off (0) until a step program's kernels are its own
-# builds' bits: a padded convolution is 1 ulp off in it (NOTES 68), and an eager run must not change with its count
-EAGER_GRAPH = ContextVar("EAGER_GRAPH", 0)
+# a step program links its kernels' own objects where the toolchain can (uopc.render_step.LINKED, NOTES 69); 0: it
+# compiles their text itself, where a kernel's code was not always its own build's (NOTES 68)
+STEP_OBJECTS = ContextVar("STEP_OBJECTS", 1)
+# a plan that ran before runs as one program (uopc.plan_program): the same bits as kernel by kernel where the step
+# links its kernels' objects (NOTES 69); 0: kernel by kernel
+EAGER_GRAPH = ContextVar("EAGER_GRAPH", 1)
 
 
 @contextlib.contextmanager

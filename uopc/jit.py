@@ -30,7 +30,7 @@ One program: where the device has a graph (Device.graph; the CPU's is uopc.rende
 becomes one program that runs every kernel of every realize in order, and the write-backs, and a replay is one call
 (JIT_GRAPH=0: kernel by kernel, as before). DEBUG=2 prints the step program's outline when it is made, and a line
 per replay. Its assigned outputs are written in place by their kernels where that is proved safe
-(uopc.render_step.write_in_place; JIT_INPLACE=0: each written to a buffer of its own, then copied).
+(uopc.step_calls.write_in_place; JIT_INPLACE=0: each written to a buffer of its own, then copied).
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -44,7 +44,7 @@ from uopc.dtype import np_dtype
 from uopc.helpers import JIT_GRAPH, JIT_INPLACE
 from uopc.kernelize import replay
 from uopc.plan_program import kernel_calls
-from uopc.render_step import Call, Copy, write_in_place
+from uopc.step_calls import Call, Copy, write_in_place
 from uopc.rng import refill_of
 from uopc.runtime.toolchain import keeps_in_place_bits   # noqa: F401 (uopc.jit.keeps_in_place_bits, as the tests name it)
 from uopc.runtime.calls import call_kernel
@@ -94,7 +94,7 @@ class Graph:
   array the capture keeps, a plan's temporary, an output), the kernels and the write-backs in order. An output the
   function returns is a fresh array at every replay; every other output is the graph's own, reused. in_place: where
   the device's graph renders the kernels, an output assigned to an array the capture keeps is written by its kernel
-  into that array where uopc.render_step.write_in_place proves it safe (its Copy gone); the others are copied."""
+  into that array where uopc.step_calls.write_in_place proves it safe (its Copy gone); the others are copied."""
 
   def __init__(self, steps: list[Step], args: list[np.ndarray], returned: set[tuple[int, int]],
                in_place: bool = True):

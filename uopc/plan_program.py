@@ -3,10 +3,11 @@
 A student's loop without TinyJit (forward, backward, opt.step() every step) builds the same graph each step, so
 realize finds the same plan (kernelize.plan_for). Run kernel by kernel (kernelize.run_kernels), each kernel is a call
 of its own and each assigned output (a parameter, an optimizer's moment) is copied into its array with np.copyto.
-With EAGER_GRAPH=1 (off by default: NOTES 68), from the plan's third realize on (PROGRAM_AFTER_RUNS,
+Where the step program links the kernels' own objects (gcc on Linux: the same code, so the same bits, as kernel by
+kernel; NOTES 68-69; EAGER_GRAPH=0 turns it off), from the plan's third realize on (PROGRAM_AFTER_RUNS,
 PROGRAM_MIN_KERNELS), kernelize.realize runs it here instead: the plan's kernels and the realize's write-backs as one
 step program (uopc.render_step, the replayed step's machinery, uopc.jit.Graph),
-made once per plan and shape of write-backs, those that uopc.render_step.write_in_place proves safe written in place
+made once per plan and shape of write-backs, those that uopc.step_calls.write_in_place proves safe written in place
 by their kernels (only under a compiler that keeps their bits: uopc.runtime.toolchain.keeps_in_place_bits).
 
 The step buffers: the plan's inputs (bound at every run), its temporaries (bound once), its fresh outputs (new
@@ -20,7 +21,7 @@ import numpy as np
 from uopc.device import Device
 from uopc.dtype import np_dtype
 from uopc.helpers import EAGER_GRAPH, JIT_INPLACE
-from uopc.render_step import Call, Copy, write_in_place
+from uopc.step_calls import Call, Copy, write_in_place
 from uopc.runtime.toolchain import keeps_in_place_bits
 
 
@@ -52,13 +53,14 @@ def runs_of(plan) -> Runs:
 def program_for(plan, arrays: list[np.ndarray], writes, options, device: Device) -> PlanProgram | None:
   """Count this run of the plan; the plan as one step program for this shape of write-backs, made the first time a plan
   that has run often enough (above) is run with it (None: run it kernel by kernel): on a device whose graph renders
-  kernels, without DEBUG=2's per-kernel lines, where EAGER_GRAPH is on, and where no target shares memory with another
-  input (write_targets)."""
+  kernels and links their own builds' code (Device.graph_links: the same bits as kernel by kernel), without DEBUG=2's
+  per-kernel lines, where EAGER_GRAPH is on, and where no target shares memory with another input (write_targets)."""
   runs = runs_of(plan)
   runs.count += 1
   if runs.count <= PROGRAM_AFTER_RUNS or len(plan.kernels) < PROGRAM_MIN_KERNELS: return None
   if not EAGER_GRAPH or options.debug >= 2 or not device.graph_renders or any(k.ast is None for k in plan.kernels):
     return None
+  if not device.graph_links(): return None   # its kernels compiled in the step's text: not always their bits (NOTES 68)
   if (targets := write_targets(arrays, writes)) is None: return None
   key = (len(arrays), targets)
   if key not in runs.programs:

@@ -206,7 +206,8 @@ def test_only_a_kernel_that_takes_exp2_on_vectors_has_its_helpers():
   """The exp2 helpers (and with x86's forms, <immintrin.h>, whose parse is most of a small kernel's compile: NOTES 65)
   only in a kernel, or a step program, that takes exp2 on vectors; a kernel without it gets the same machine code
   without them (unused static inline functions), and it has the select and max it may use."""
-  from uopc.render_step import Call, render_step
+  from uopc.render_step import render_step
+  from uopc.step_calls import Call
   add, exp = (lanewise_ir(fn, [F32], 64, F32, 8) for fn in (lambda a: a + 1.0, lambda a: a.exp2()))
   has = lambda src: ("uopc_exp2_f32x8(f32x8 x)" in src, "immintrin.h" in src, "uopc_max_f32x8(" in src)
   assert has(render_c(add, "add")) == (False, False, True)

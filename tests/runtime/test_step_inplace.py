@@ -13,7 +13,8 @@ from uopc.nn.train import configure_optimizer, preset
 from uopc.opt import VectorOpt
 from uopc.optim import AdamW, clip_grad_norm_
 from uopc.render_c import C
-from uopc.render_step import Call, Copy, levels, render_step, write_in_place
+from uopc.render_step import render_step
+from uopc.step_calls import Call, Copy, levels, write_in_place
 from uopc.tensor import Tensor
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 

@@ -13,7 +13,8 @@ from uopc.opt import VectorOpt
 from uopc.optim import AdamW, clip_grad_norm_
 from uopc.options import Options
 from uopc.render_c import C
-from uopc.render_step import Call, Copy, levels, render_step, worksharable
+from uopc.render_step import render_step, worksharable
+from uopc.step_calls import Call, Copy, levels
 from uopc.tensor import Tensor
 from uopc.uop import AxisType, Ops, ParamArg, UOp, range_, sink
 
@@ -230,30 +231,32 @@ def test_under_clang_the_write_backs_stay_copies(monkeypatch):
   assert not keeps_in_place_bits()
 
 
-def replayed_and_eager_padded_convolution() -> tuple[np.ndarray, np.ndarray]:
-  """LeNet's first layer (batch 8, 5 x 5, padding 2) replayed from a capture, and run eagerly."""
+def replayed_and_eager_padded_convolution(linked: bool) -> tuple[np.ndarray, np.ndarray]:
+  """LeNet's first layer (batch 8, 5 x 5, padding 2) replayed from a capture, and run eagerly; the step linked from
+  the kernels' objects (tests/runtime/test_step_linked.py) or with their text compiled in its own (STEP_OBJECTS=0)."""
   from uopc import nn, no_grad
   conv = nn.Conv2d(1, 6, 5, padding=2)
   x = np.random.default_rng(0).standard_normal((8, 1, 28, 28)).astype(np.float32)
-  with no_grad(), Context(EAGER_GRAPH=0):
+  with no_grad(), Context(EAGER_GRAPH=0, STEP_OBJECTS=int(linked)):
     eager = conv(Tensor(x)).numpy()
     step = TinyJit(lambda t: conv(t).realize())
     replayed = [step(Tensor(x)).numpy() for _ in range(3)][-1]   # run, capture, replay
   return replayed, eager
 
 
-def test_a_padded_convolution_replayed_is_its_own_kernel_within_a_rounding():
-  """What holds on every level and compiler while NOTES 68 is open: the two orders of the same 25-term sums agree to
-  float32's rounding of them."""
-  replayed, eager = replayed_and_eager_padded_convolution()
+def test_a_padded_convolution_in_a_steps_text_is_its_own_kernel_within_a_rounding():
+  """What holds on every level and compiler for a step that compiles its kernels' text itself (clang, macOS; here
+  STEP_OBJECTS=0): the two orders of the same 25-term sums agree to float32's rounding of them."""
+  replayed, eager = replayed_and_eager_padded_convolution(linked=False)
   np.testing.assert_allclose(replayed, eager, rtol=0, atol=25 * np.finfo(np.float32).eps * np.abs(eager).max())
 
 
 # not strict: the defect shows where gcc vectorizes the tile in one form and not the other (here at AVX2; at x86-64-v2
-# both stay scalar and it passes), which depends on the level and the compiler
-@pytest.mark.xfail(strict=False, reason="NOTES 68: gcc vectorizes the padded convolution's 4 x 4 tile inside the step "
-                   "program, not in the kernel's own build, and sums it in another order (1 ulp); open")
-def test_a_padded_convolution_replayed_is_bit_for_bit_its_own_kernel():
+# both stay scalar and it passes), which depends on the level and the compiler. A linked step has its kernels' own
+# code and their bits (test_step_linked.py); this form stays where a step cannot be linked.
+@pytest.mark.xfail(strict=False, reason="NOTES 68: in the step's text gcc vectorizes the padded convolution's 4 x 4 "
+                   "tile, not in the kernel's own build, and sums it in another order (1 ulp); open for that form")
+def test_a_padded_convolution_in_a_steps_text_is_bit_for_bit_its_own_kernel():
   """The same bits. Found by tests/nn/test_lenet.py's checkpoint round trip once eager plans ran as step programs
   (uopc.plan_program)."""
-  np.testing.assert_array_equal(*replayed_and_eager_padded_convolution())
+  np.testing.assert_array_equal(*replayed_and_eager_padded_convolution(linked=False))

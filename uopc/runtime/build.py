@@ -32,7 +32,7 @@ from uopc.runtime.compiler_bugs import workarounds
 from uopc.runtime.objfile import complete_object
 from uopc.runtime.machine import resolve, target
 from uopc.runtime.process import libomp_prefixes
-from uopc.runtime.toolchain import CompileError, cache_dir, cache_key, numbered
+from uopc.runtime.toolchain import CompileError, cache_dir, cache_key, compiler_version, numbered
 
 _locks_lock = threading.Lock()
 _build_locks: dict[Path, threading.Lock] = {}
@@ -57,14 +57,16 @@ def compiler_crashed(stderr: str) -> bool:
   return "internal compiler error" in stderr or "PLEASE submit a bug report" in stderr
 
 
-def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...]) -> None:
-  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers)."""
+def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...], objects: tuple[Path, ...] = ()) -> None:
+  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers); with
+  `-c` in flags an object file to link later, and objects are linked in (a linked step program)."""
   so_path.parent.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
     c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
     c_file.write_text(src)
     def compile_with(flags: tuple[str, ...]) -> subprocess.CompletedProcess:
-      try: return run_compiler([cc, *flags, "-o", str(out), str(c_file), "-lm"], COMPILE_TIMEOUT_S)
+      libs = () if "-c" in flags else (*map(str, objects), "-lm")
+      try: return run_compiler([cc, *flags, "-o", str(out), str(c_file), *libs], COMPILE_TIMEOUT_S)
       except subprocess.TimeoutExpired:
         raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
                            f"{numbered(src)}") from None
@@ -194,6 +196,13 @@ def openmp_flags(cc: str) -> tuple[str, ...] | None:
 def openmp_works(cc: str) -> bool: return openmp_flags(cc) is not None
 
 
+def links_objects(cc: str) -> bool:
+  """Whether a step program can link its kernels' own objects (uopc.render_step.LINKED): gcc's OpenMP (libgomp,
+  whose GOMP_parallel the link wraps) and a linker that wraps a symbol (GNU ld on Linux). Elsewhere the step
+  compiles its kernels' text itself."""
+  return platform.system() == "Linux" and "clang" not in compiler_version(cc) and openmp_flags(cc) == (OPENMP_FLAG,)
+
+
 cache("runtime.openmp_flags", openmp_flags)
 
 
@@ -217,17 +226,18 @@ def with_openmp(flags: tuple[str, ...], cc: str) -> tuple[str, ...]:
   return tuple(g for f in flags for g in (omp if f == OPENMP_FLAG else (f,)))
 
 
-def locate(src: str, name: str, cc: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], Path, bool]:
+def locate(src: str, name: str, cc: str, flags: tuple[str, ...], suffix: str = ".so") -> tuple[tuple[str, ...], Path,
+                                                                                             bool]:
   """The flags a kernel is built with, its cache entry (the content hash is in the file name: a rebuilt object never
   reuses a path this process already loaded), and whether that entry is intact. A compiler without -fopenmp gets
   what gives it OpenMP (Apple's clang: Homebrew's libomp), or the flags without it; a kernel whose -fopenmp build is
   cached never asks."""
   if "-march=native" in flags: flags = resolve(flags, target(cc=cc))   # -> UOPC_MARCH's level: in the key too
   flags = flags + workarounds(cc, flags, run_compiler)   # known wrong code of this compiler, checked by canaries
-  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
+  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}{suffix}")
   if ok or OPENMP_FLAG not in flags or openmp_flags(cc) == (OPENMP_FLAG,): return flags, path, ok
   flags = with_openmp(flags, cc)
-  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}.so")
+  path, ok = found(cache_dir() / f"{name}-{cache_key(src, cc, flags)}{suffix}")
   return flags, path, ok
 
 

@@ -12,12 +12,17 @@ enqueues every kernel (and every write-back copy) on the in-order queue, then ma
 instead of waiting after each kernel.
 """
 from __future__ import annotations
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 import cffi
 import numpy as np
 from uopc.runtime import build, calls
 from uopc.runtime.flags import FLAGS, PRELUDE
 from uopc.runtime.toolchain import compiler
+
+LINK_FLAGS = ("-Wl,--wrap=GOMP_parallel",)   # a linked step's kernels join its team (uopc.render_step.LINKED)
 
 
 class StepProgram:
@@ -28,10 +33,13 @@ class StepProgram:
     self.threads, self._quick, self.scalar_slots = None, None, ()   # what uopc.runtime.calls asks of a program
     cc, full = compiler(), PRELUDE + step.src
     t0 = time.perf_counter()
-    self.flags, self.path, self.cached = build.locate(full, self.name, cc, FLAGS)
+    self.objects = objects = kernel_objects(step.objects, cc)   # the kernels' object files (a linked step)
+    # the objects' names carry their content hashes: the step's cache key holds them through its text
+    if objects: full += f"\n/* linked with: {' '.join(o.name for o in objects)} */\n"
+    self.flags, self.path, self.cached = build.locate(full, self.name, cc, FLAGS + (LINK_FLAGS if objects else ()))
     if not self.cached:
       with build.build_lock(self.path):
-        if not build.intact(self.path): build.build(full, self.path, cc, self.flags)
+        if not build.intact(self.path): build.build(full, self.path, cc, self.flags, objects)
     self.compile_s = time.perf_counter() - t0
     self.ffi = cffi.FFI()
     self.ffi.cdef(f"void {self.name}(void** b);")
@@ -62,11 +70,27 @@ class StepProgram:
     calls.call_kernel(self, [self.table])
 
 
+def kernel_objects(objects: tuple, cc: str) -> tuple[Path, ...]:
+  """Each KernelObject of a linked step compiled alone (cached like any kernel), several at once: its own build's
+  text and flags, with `-c` for `-shared` and its function renamed the step's name for it."""
+  def one(o) -> Path:
+    src = o.src if o.src.lstrip().startswith("#") else PRELUDE + o.src   # as uopc.runtime.Program compiles it
+    flags = tuple("-c" if f == "-shared" else f for f in FLAGS) + (f"-D{o.own_name}={o.name}",)
+    flags, path, ok = build.locate(src, o.name, cc, flags, suffix=".o")
+    if not ok:
+      with build.build_lock(path):
+        if not build.intact(path): build.build(src, path, cc, flags)
+    return path
+  if len(objects) <= 1: return tuple(map(one, objects))
+  with ThreadPoolExecutor(max_workers=min(len(objects), os.cpu_count() or 1)) as pool:
+    return tuple(pool.map(one, objects))
+
+
 class CLGraph:
   """A captured step on device CL: every kernel enqueued in one go, one wait at the end (module docstring)."""
 
   def __init__(self, calls: list, nbufs: int):
-    from uopc.render_step import Copy
+    from uopc.step_calls import Copy
     self.calls, self.nbufs, self.name = calls, nbufs, "cl_step"
     self.arrays: list[np.ndarray | None] = [None] * nbufs
     self.buffers: list = [None] * nbufs

@@ -127,6 +127,6 @@ for _fn in (machine_id, native_target): cache(f"runtime.{_fn.__name__}", _fn)
 
 def keeps_in_place_bits() -> bool:
   """Whether this C compiler keeps a kernel written in place bit for bit: gcc does, through `#pragma GCC ivdep`
-  (render_step.write_in_place); clang ignores that pragma and vectorized an aliased AdamW kernel otherwise (24 of 512
+  (step_calls.write_in_place); clang ignores that pragma and vectorized an aliased AdamW kernel otherwise (24 of 512
   values 1 ulp off the kernel-by-kernel replay without OpenMP), so under clang the write-backs stay copies."""
   return "clang" not in compiler_version(compiler())
