@@ -36,8 +36,9 @@ class Device:
 def _cpu() -> Device:
   from uopc.render_c import C
   from uopc.runtime import Program
-  return Device("CPU", C, lambda src: Program(src, src.name), lambda dtype, n: np.empty(n, np_dtype(dtype)),
-                lambda a: a, lambda b: b, _cpu_graph, graph_renders=True, graph_links=_cpu_graph_links)
+  compile = lambda src: Program(src, src.name, linkable=True)   # its object kept for a linked step
+  return Device("CPU", C, compile, lambda dtype, n: np.empty(n, np_dtype(dtype)), lambda a: a, lambda b: b,
+                _cpu_graph, graph_renders=True, graph_links=_cpu_graph_links)
 
 
 def _cpu_graph_links() -> bool:

@@ -94,10 +94,10 @@ def test_the_padded_convolution_in_a_step_is_its_own_builds_machine_code():
     step = TinyJit(lambda t: conv(t).realize())
     for _ in range(3): step(Tensor(x))
   call = next(c for c in step.graph.calls if isinstance(c, Call) and c.name.startswith("r_"))
-  obj = next(o for o in step.graph.program.step.objects if o.own_name == call.prg.name)
+  # the step renamed the kernel's function (objcopy), not the part its loop outlined (a local symbol of the object)
   def part(path, fn: str) -> list[str]:
     dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
     body = dis.split(f"<{fn}._omp_fn.0>:\n")[1].split("\n\n")[0]
     return [re.sub(r"[0-9a-f]+ <[^>]*>", "", ln.split(":", 1)[1]).strip() for ln in body.splitlines()]
-  assert part(call.prg.path, call.prg.name) == part(step.graph.program.path, obj.name)
+  assert part(call.prg.path, call.prg.name) == part(step.graph.program.path, call.prg.name)
   np.testing.assert_array_equal(*replayed_and_eager_padded_convolution(linked=True))   # and so the same bits

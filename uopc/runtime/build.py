@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -57,16 +58,21 @@ def compiler_crashed(stderr: str) -> bool:
   return "internal compiler error" in stderr or "PLEASE submit a bug report" in stderr
 
 
-def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...], objects: tuple[Path, ...] = ()) -> None:
-  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers); with
-  `-c` in flags an object file to link later, and objects are linked in (a linked step program)."""
+def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...], objects: tuple[Path, ...] = (),
+          keep_object: bool = False) -> None:
+  """Compile into a temporary file next to the cache entry, then rename it into place (atomic for readers). objects:
+  object files linked in (a linked step program). keep_object: the compile stops at an object file, kept beside the
+  entry (object_path) for a linked step (uopc.runtime.graph.kernel_objects), and the entry is linked from it: the
+  same compile, so the same machine code. An entry named .o is that object alone."""
   so_path.parent.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=so_path.parent, prefix=".build-") as tmp:
-    c_file, out = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+    c_file, out, obj = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so", Path(tmp) / "kernel.o"
     c_file.write_text(src)
+    only_object = so_path.suffix == ".o"
     def compile_with(flags: tuple[str, ...]) -> subprocess.CompletedProcess:
-      libs = () if "-c" in flags else (*map(str, objects), "-lm")
-      try: return run_compiler([cc, *flags, "-o", str(out), str(c_file), *libs], COMPILE_TIMEOUT_S)
+      if only_object or keep_object: cmd = [cc, *object_flags(flags), "-o", str(obj), str(c_file)]
+      else: cmd = [cc, *flags, "-o", str(out), str(c_file), *map(str, objects), "-lm"]
+      try: return run_compiler(cmd, COMPILE_TIMEOUT_S)
       except subprocess.TimeoutExpired:
         raise CompileError(f"{cc} did not finish within {COMPILE_TIMEOUT_S} s ({len(src.splitlines())} lines):\n"
                            f"{numbered(src)}") from None
@@ -80,21 +86,40 @@ def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...], objects: tup
       warnings.warn(f"uopc: {cc} crashed compiling {so_path.stem.split('-')[0]} ({why.group(0) if why else 'a crash'});"
                     f" built it again with {' '.join(CRASH_RETRY_FLAGS)}, so its multiplies and adds are not fused",
                     RuntimeWarning)
+    if r.returncode == 0 and keep_object: r = run_compiler([cc, *flags, "-o", str(out), str(obj), "-lm"],
+                                                           COMPILE_TIMEOUT_S)
     if r.returncode != 0:
       raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
-    # a "compiler" that exits 0 without writing (CC=true, a wrapper script that lost its arguments) is named here,
-    # not left to a FileNotFoundError on the temporary path or a dlopen of garbage
-    data = out.read_bytes() if out.is_file() else None
-    if data is None or not complete_object(data):
-      wrote = "no output file" if data is None else f"{len(data)} bytes that are not a complete shared object"
-      raise CompileError(f"{cc} exited 0 but wrote {wrote} (asked for {out.name} with: {cc} {' '.join(flags)}); "
-                         f"is CC a C compiler?")
-    digest = hashlib.sha256(data).hexdigest()
-    os.replace(out, so_path)
-    sum_tmp = Path(tmp) / "kernel.sum"
-    sum_tmp.write_text(digest)
-    os.replace(sum_tmp, so_path.with_suffix(".sum"))
+    if not only_object: _place(out, so_path, cc, flags)
+    if only_object or keep_object: _place(obj, so_path if only_object else object_path(so_path), cc, flags)
     if misses := os.environ.get("UOPC_SHARED_MISSES"): _leave_source(src, Path(misses) / f"{so_path.stem}.c")
+
+
+def _place(out: Path, path: Path, cc: str, flags: tuple[str, ...]) -> None:
+  """The compiler's output renamed into its cache entry, its checksum beside it."""
+  # a "compiler" that exits 0 without writing (CC=true, a wrapper script that lost its arguments) is named here,
+  # not left to a FileNotFoundError on the temporary path or a dlopen of garbage
+  data = out.read_bytes() if out.is_file() else None
+  if data is None or not complete_object(data):
+    kind = "shared object" if out.suffix == ".so" else "object file"
+    wrote = "no output file" if data is None else f"{len(data)} bytes that are not a complete {kind}"
+    raise CompileError(f"{cc} exited 0 but wrote {wrote} (asked for {out.name} with: {cc} {' '.join(flags)}); "
+                       f"is CC a C compiler?")
+  sum_tmp = out.with_suffix(".sum")
+  sum_tmp.write_text(hashlib.sha256(data).hexdigest())
+  os.replace(out, path)
+  os.replace(sum_tmp, path.with_suffix(".sum"))
+
+
+def object_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
+  """The flags of a compile that stops at an object file: -c for -shared (a link flag: the compile is the same)."""
+  return tuple("-c" if f == "-shared" else f for f in flags)
+
+
+def object_path(so_path: Path) -> Path:
+  """Where the object file a cache entry was linked from is kept (build(keep_object=True)), in this process's cache
+  (the entry may be a shared cache's, which this process does not write)."""
+  return cache_dir() / f"{so_path.stem}-own.o"
 
 
 def _leave_source(src: str, path: Path) -> None:
@@ -200,7 +225,8 @@ def links_objects(cc: str) -> bool:
   """Whether a step program can link its kernels' own objects (uopc.render_step.LINKED): gcc's OpenMP (libgomp,
   whose GOMP_parallel the link wraps) and a linker that wraps a symbol (GNU ld on Linux). Elsewhere the step
   compiles its kernels' text itself."""
-  return platform.system() == "Linux" and "clang" not in compiler_version(cc) and openmp_flags(cc) == (OPENMP_FLAG,)
+  return platform.system() == "Linux" and "clang" not in compiler_version(cc) and openmp_flags(cc) == (OPENMP_FLAG,) \
+    and shutil.which("objcopy") is not None   # binutils', which renames a kernel's function for the step
 
 
 cache("runtime.openmp_flags", openmp_flags)

@@ -13,6 +13,8 @@ instead of waiting after each kernel.
 """
 from __future__ import annotations
 import os
+import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +22,7 @@ import cffi
 import numpy as np
 from uopc.runtime import build, calls
 from uopc.runtime.flags import FLAGS, PRELUDE
-from uopc.runtime.toolchain import compiler
+from uopc.runtime.toolchain import CompileError, compiler
 
 LINK_FLAGS = ("-Wl,--wrap=GOMP_parallel",)   # a linked step's kernels join its team (uopc.render_step.LINKED)
 
@@ -38,8 +40,9 @@ class StepProgram:
     if objects: full += f"\n/* linked with: {' '.join(o.name for o in objects)} */\n"
     self.flags, self.path, self.cached = build.locate(full, self.name, cc, FLAGS + (LINK_FLAGS if objects else ()))
     if not self.cached:
-      with build.build_lock(self.path):
-        if not build.intact(self.path): build.build(full, self.path, cc, self.flags, objects)
+      with build.build_lock(self.path), tempfile.TemporaryDirectory(prefix="uopc-step-") as tmp:
+        if not build.intact(self.path): build.build(full, self.path, cc, self.flags, renamed(step.objects, objects,
+                                                                                            Path(tmp)))
     self.compile_s = time.perf_counter() - t0
     self.ffi = cffi.FFI()
     self.ffi.cdef(f"void {self.name}(void** b);")
@@ -71,19 +74,31 @@ class StepProgram:
 
 
 def kernel_objects(objects: tuple, cc: str) -> tuple[Path, ...]:
-  """Each KernelObject of a linked step compiled alone (cached like any kernel), several at once: its own build's
-  text and flags, with `-c` for `-shared` and its function renamed the step's name for it."""
+  """The object file of each KernelObject of a linked step: the one its own build was linked from (uopc.runtime.
+  Program keeps it where steps link: build(keep_object=True)), compiled now where it is missing, several at once."""
   def one(o) -> Path:
     src = o.src if o.src.lstrip().startswith("#") else PRELUDE + o.src   # as uopc.runtime.Program compiles it
-    flags = tuple("-c" if f == "-shared" else f for f in FLAGS) + (f"-D{o.own_name}={o.name}",)
-    flags, path, ok = build.locate(src, o.name, cc, flags, suffix=".o")
-    if not ok:
+    flags, so_path, _ = build.locate(src, o.own_name, cc, FLAGS)
+    path = build.object_path(so_path)
+    if not build.intact(path):
       with build.build_lock(path):
         if not build.intact(path): build.build(src, path, cc, flags)
     return path
   if len(objects) <= 1: return tuple(map(one, objects))
   with ThreadPoolExecutor(max_workers=min(len(objects), os.cpu_count() or 1)) as pool:
     return tuple(pool.map(one, objects))
+
+
+def renamed(objects: tuple, paths: tuple[Path, ...], into: Path) -> tuple[Path, ...]:
+  """Copies of the objects with each kernel's function named as the step calls it (two kernels of a step may share a
+  name): objcopy renames a symbol and changes no instruction."""
+  out = []
+  for o, path in zip(objects, paths):
+    out.append(into / f"{o.name}.o")
+    r = subprocess.run(["objcopy", f"--redefine-sym={o.own_name}={o.name}", str(path), str(out[-1])],
+                       capture_output=True, text=True)
+    if r.returncode != 0: raise CompileError(f"objcopy could not rename {o.own_name} in {path}: {r.stderr.strip()}")
+  return tuple(out)
 
 
 class CLGraph:

@@ -68,7 +68,7 @@ class Program:
   """A compiled C function, callable with NumPy arrays and Python scalars. src is C text: a rendered kernel
   (render_c's result carries its signature) or hand-written C, whose `void name(...)` line is read."""
 
-  def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None):
+  def __init__(self, src: str, name: str, flags: tuple[str, ...] | None = None, linkable: bool = False):
     self.src, self.name = src, check_name(name)   # the name becomes a file name and a symbol: checked first
     self._quick: tuple | None = None
     self.threads: int | None = None   # OpenMP threads for its parallel loops: None = OpenMP's own choice
@@ -82,7 +82,10 @@ class Program:
     self.flags, self.path, self.cached = build.locate(full, name, cc, tuple(flags) if flags is not None else FLAGS)
     if not self.cached:
       with build.build_lock(self.path):
-        if not build.intact(self.path): build.build(full, self.path, cc, self.flags)
+        # linkable (a plan's kernel), where a step can link kernels: its object file kept for a step to link
+        # (uopc.runtime.graph.kernel_objects), no second compile
+        keep = linkable and build.links_objects(cc)
+        if not build.intact(self.path): build.build(full, self.path, cc, self.flags, keep_object=keep)
     self.compile_s = time.perf_counter() - t0
     # one FFI per kernel: a second cdef of the same function name in one FFI would fail
     self.ffi = cffi.FFI()
