@@ -678,12 +678,15 @@ else:
 # pays that every time. A **graph executor** takes the captured list of kernels and runs it as one unit: tinygrad's
 # TinyJit hands it to a device "graph", CUDA Graphs launch a recorded list of kernels with one call. uopc's CPU form
 # is a **step program** (`uopc.render_step`): one C function that runs every kernel of the step inside *one*
-# parallel region. Each kernel's parallel loop becomes an orphaned `#pragma omp for nowait` (every thread takes its
-# part of the loop), a kernel too small to share runs whole on one thread inside `#pragma omp single nowait`, and a
-# barrier stands only where a kernel reads or overwrites what an earlier one since the last barrier wrote: the
-# kernels are put in *levels* of mutually independent calls. TinyJit builds it when it captures (one compile,
-# cached like any kernel) and a replay is one call. The kernels themselves are rendered again from their loop
-# programs with three words changed, and compute bit for bit what the kernels compute one by one.
+# parallel region. Each kernel's parallel loop is shared by the region's threads (every thread takes its part of the
+# loop, as an orphaned `#pragma omp for nowait` would), a kernel too small to share runs whole on one thread inside
+# `#pragma omp single nowait`, and a barrier stands only where a kernel reads or overwrites what an earlier one since
+# the last barrier wrote: the kernels are put in *levels* of mutually independent calls. TinyJit builds it when it
+# captures (cached like any kernel) and a replay is one call. With gcc on Linux the kernels are not compiled again:
+# the step is *linked* from the object files their own builds were made from, so it runs the same machine code and
+# computes bit for bit what the kernels compute one by one (`UOPC_SHARED(...)` below marks a shared call; NOTES 69
+# tells why compiling their text again inside the step was not always the same code). Elsewhere (clang, macOS) the
+# kernels are rendered again inside the step's text with three words changed.
 #
 # The training step of 14.5 was captured that way. What its program holds, and the first lines of its step function.
 # A **write-back** there is the copy of one of a realize's outputs into the array it was `assign`ed to: a

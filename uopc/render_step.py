@@ -58,7 +58,6 @@ old value); the other Copies stay (uopc.jit: JIT_INPLACE=0 keeps every one). Suc
 target lose `restrict` (_dialect); linked, that text is its object.
 """
 from __future__ import annotations
-import hashlib
 from dataclasses import dataclass
 from uopc.uop import UOp, Ops, AxisType
 from uopc.linearize import linearize, declarations
@@ -171,9 +170,10 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer, linked: bool
       aliased = frozenset(j for j, b in enumerate(c.bufs) if c.bufs.count(b) > 1)
       key = (c.ast, aliased) if linked else (c.ast, share[k], aliased)   # one object serves both ways of calling
       if key not in functions and linked:
-        o = _kernel_object(c, renderer, aliased)
-        functions[key] = o.name
-        if all(o.name != p.name for p in objects): objects.append(o)   # two ASTs may render the same text
+        o = _kernel_object(c, renderer, aliased, f"{c.name}_{len(objects)}")
+        same = [p for p in objects if p.src == o.src]   # two ASTs may render the same text: one object
+        functions[key] = same[0].name if same else o.name
+        if not same: objects.append(o)
       elif key not in functions:
         functions[key] = f"{c.name}_{len(functions)}"
         if key[1:] not in dialects: dialects[key[1:]] = _dialect(renderer, share[k], used, aliased)
@@ -198,14 +198,12 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer, linked: bool
                     max(len(groups) - 1, 0), body, len(calls) - len(kernels), tuple(objects))
 
 
-def _kernel_object(c: Call, renderer: CStyleRenderer, aliased: frozenset) -> KernelObject:
-  """c's kernel as an object of a linked step: the very text its own build compiled (c.prg), or, written in place,
-  that text over the aliased pointers (write_in_place). Its name in the step is its own and its text's hash: the
-  same kernel is the same object (one compile, cached) in every step."""
+def _kernel_object(c: Call, renderer: CStyleRenderer, aliased: frozenset, name: str) -> KernelObject:
+  """c's kernel as an object of a linked step, called `name` there: the very text its own build compiled (c.prg),
+  or, written in place, that text over the aliased pointers (uopc.step_calls.write_in_place)."""
   own = getattr(c.prg, "src", None)
   if aliased or own is None: own = _dialect(renderer, False, set(), aliased, own=True).render(c.ast, c.name).src
-  own_name = c.name if c.prg is None or aliased else c.prg.name
-  return KernelObject(own, own_name, f"{own_name}_{hashlib.sha256(own.encode()).hexdigest()[:12]}", len(c.bufs))
+  return KernelObject(own, c.name if c.prg is None or aliased else c.prg.name, name, len(c.bufs))
 
 
 # The step's kernels as their own builds' machine code (render_step(linked=True); gcc on Linux, uopc.runtime.build.
