@@ -684,11 +684,12 @@ else:
 # the last barrier wrote: the kernels are put in *levels* of mutually independent calls. TinyJit builds it when it
 # captures (cached like any kernel) and a replay is one call. With gcc on Linux the kernels are not compiled again:
 # the step is *linked* from the object files their own builds were made from, so it runs the same machine code and
-# computes bit for bit what the kernels compute one by one (`UOPC_SHARED(...)` below marks a shared call; NOTES 69
-# tells why compiling their text again inside the step was not always the same code). Elsewhere (clang, macOS) the
-# kernels are rendered again inside the step's text with three words changed.
+# computes bit for bit what the kernels compute one by one (NOTES 69 tells why compiling their text again inside the
+# step was not always the same code). Elsewhere (clang, macOS) the kernels are rendered again inside the step's text
+# with three words changed.
 #
-# The training step of 14.5 was captured that way. What its program holds, and the first lines of its step function.
+# The training step of 14.5 was captured that way. What its program holds, the first lines of its step function, and
+# its first shared call (`UOPC_SHARED(kernel(...))` in a linked step, `kernel((void*[]){...})` in the other form).
 # A **write-back** there is the copy of one of a realize's outputs into the array it was `assign`ed to: a
 # parameter's or an AdamW moment's new value computed into an output buffer of the plan, then copied over the old
 # value (in the program, a loop of `memcpy` shared among the threads). Where the program proves it safe, the kernel
@@ -702,6 +703,7 @@ print(f"{train_step.graph.kernels} kernels in one call: {prog.functions} distinc
       f"shared among the threads, {prog.serial} run whole by one thread, {prog.copies} write-backs, "
       f"{prog.barriers} barriers")
 print("\n".join(prog.outline[:8]))
+print("...\n" + next(ln for ln in prog.outline if ln.startswith("UOPC_SHARED(") or "(void*[])" in ln))
 
 # %% [markdown]
 # Where the kernels could be fewer, they are: an optimizer step's new parameters and moments are elementwise
