@@ -693,7 +693,7 @@ else:
 # A **write-back** there is the copy of one of a realize's outputs into the array it was `assign`ed to: a
 # parameter's or an AdamW moment's new value computed into an output buffer of the plan, then copied over the old
 # value (in the program, a loop of `memcpy` shared among the threads). Where the program proves it safe, the kernel
-# writes the new value straight into the array and the copy is gone (`uopc.render_step.write_in_place`: the kernel
+# writes the new value straight into the array and the copy is gone (`uopc.step_calls.write_in_place`: the kernel
 # reads the array only at the element it stores, and no later kernel reads the old value); `JIT_INPLACE=0` keeps
 # every copy.
 

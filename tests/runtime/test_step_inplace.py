@@ -1,4 +1,4 @@
-"""Write-backs in place (uopc.render_step.write_in_place, uopc.jit.Graph): an output assigned to an array that lives
+"""Write-backs in place (uopc.step_calls.write_in_place, uopc.jit.Graph): an output assigned to an array that lives
 on is written by its kernel into that array, and its Copy disappears, where the step's calls prove it safe. Each rule
 on synthetic calls (what is moved, what is kept), then captured steps bit for bit against JIT_INPLACE=0 (every output
 copied), and the count of copies read from the step program (StepSource.copies)."""
