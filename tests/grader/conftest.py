@@ -23,7 +23,7 @@ def env(tmp_path_factory, worker_id):
   """The grader's own home and kernel cache (with something in each), as a grading machine has them: a home and
   cache of the module's own (the attack tests hash them around each grading), and the seeds and compiled kernels the
   grader keeps (grade.seed_cache, scripts/grader/trusted.py) the run's, as a grading machine keeps them from one
-  grading to the next: each week's seed is made once for the run, not once in each module that grades the week (15
+  grading to the next: each week's seed is made once for the run, not once in each module that grades the week (13
   seeds in 4 modules, 7 weeks; a few seconds each, NOTES 51's budget). The grader makes and adopts both for
   concurrent gradings (grade_all's jobs), so xdist's workers share them as its jobs do."""
   base = tmp_path_factory.mktemp("grader")
