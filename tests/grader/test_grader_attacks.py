@@ -225,6 +225,7 @@ def venv_unchanged():
 
 
 def grade(nb: Path, env: dict, *args: str) -> tuple[dict, str]:
+  # (args after the defaults: a later --test-timeout is the one argparse keeps)
   cmd = [sys.executable, str(GRADER), str(nb), "--seed", SEED, "--timeout", "30", "--test-timeout", "20", *args]
   r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -262,9 +263,18 @@ def graded_unharmed(nb: Path, env, *args: str) -> dict:
   return score
 
 
+# TAMPER leaves the kernel deadlocked (idle: given 90 s, the setup after the student's cells never answers): the grader
+# finds it so after the setup's time limit and a check that the interrupted kernel answers (each with 4 s more that
+# nbclient waits for output), so the limit given is what this grading waits: 5 s, not the other attacks' 20 (a
+# quarter of a minute of CI, NOTES 51's budget). The note pins that path: were the kernel one day to answer, the
+# probes and judges would run, and that needs their usual time limit again.
+STUCK_KERNEL_TIMEOUT = ("--test-timeout", "5")
+
+
 def test_tampering_with_the_checks_scores_nothing(tmp_path, env):
-  score = graded_unharmed(attack(WEEK1, tmp_path, "tamper", [TAMPER]), env)
+  score = graded_unharmed(attack(WEEK1, tmp_path, "tamper", [TAMPER]), env, *STUCK_KERNEL_TIMEOUT)
   assert score["total"] == 0, score
+  assert score["note"] == "the kernel stopped answering after the student's cells: no test could run", score
   assert all(t["status"] != "ok" for task in score["tasks"].values() for t in task["tests"]), score
 
 

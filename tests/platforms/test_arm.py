@@ -7,6 +7,8 @@ source the runtime is handed recorded on its way in, then each compiled again by
 under emulation.
 """
 from __future__ import annotations
+import fcntl
+import json
 import shutil
 import subprocess
 import tempfile
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from uopc.helpers import clear_caches
+from uopc.kernelize import isolated_plan_cache
 from uopc.runtime import build
 from uopc.runtime.machine import ISAS, resolve, target_for, tiles_for
 from uopc.tensor import Tensor
@@ -25,20 +28,41 @@ pytestmark = pytest.mark.skipif(shutil.which(CROSS) is None,
                                 reason=f"no {CROSS} (apt-get install gcc-aarch64-linux-gnu)")
 
 
-@pytest.fixture
-def neon_kernels(monkeypatch, tmp_path, fresh_plan_cache):
-  """Run attention, GEMMs and a GPT step with NEON's tiles; the (source, flags) of every kernel the runtime built."""
-  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.fixture(scope="session")
+def neon_kernels(tmp_path_factory, worker_id) -> dict[str, tuple[str, ...]]:
+  """The (source, flags) of every kernel the runtime built running attention, GEMMs and a GPT step with NEON's tiles
+  (render_everything, in a fresh kernel cache and plan cache): rendered once for the run, since this module and
+  tests/platforms/test_platforms_macos.py compile the same sources for their targets (each rendered them again: half
+  a minute of compiling, NOTES 51's budget). pytest-xdist's workers share them through the run's temporary folder and
+  a lock on it (as tests/grader/conftest.py's graded class): the first to ask renders, another waits and reads."""
+  shared = tmp_path_factory.getbasetemp()
+  if worker_id != "master": shared = shared.parent   # the folder above each worker's own: this run's
+  saved = shared / "neon_kernels.json"
+  with open(shared / "neon_kernels.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not saved.is_file():
+      kernels = rendered_with_neon_tiles(shared / "neon_cache")
+      (shared / "neon_kernels.tmp").write_text(json.dumps(list(kernels.items())))
+      (shared / "neon_kernels.tmp").replace(saved)   # whole or not at all
+  return {src: tuple(flags) for src, flags in json.loads(saved.read_text())}
+
+
+def rendered_with_neon_tiles(cache: Path) -> dict[str, tuple[str, ...]]:
+  """render_everything with NEON's tiles, in a kernel cache of its own (every kernel built here) and a plan cache of
+  its own: the (source, flags) of every kernel the runtime was handed, recorded on its way in."""
   seen: dict[str, tuple[str, ...]] = {}
   locate = build.locate
   def recording(src, name, cc, flags):
     seen.setdefault(src, flags)
     return locate(src, name, cc, flags)
-  monkeypatch.setattr(build, "locate", recording)
-  clear_caches()
-  try:
-    with tiles_for(ISAS["neon"]): yield seen
-  finally: clear_caches()
+  with pytest.MonkeyPatch.context() as mp, isolated_plan_cache():
+    mp.setenv("UOPC_CACHE_DIR", str(cache))
+    mp.setattr(build, "locate", recording)
+    clear_caches()
+    try:
+      with tiles_for(ISAS["neon"]): render_everything()
+    finally: clear_caches()
+  return seen
 
 
 def render_everything() -> None:
@@ -79,7 +103,6 @@ def cross_compile(src: str, flags: tuple[str, ...], out: Path) -> str:
 
 
 def test_every_kernel_compiles_for_aarch64(neon_kernels):
-  render_everything()
   arm = target_for(CROSS, ARM_CPU, "aarch64")
   assert arm.isa is ISAS["neon"] and arm.flags == (f"-mcpu={ARM_CPU}",)
   kernels = dict(neon_kernels)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from uopc.runtime.build import libomp_flags
 from uopc.runtime.machine import ISAS, Target, resolve
-from test_arm import neon_kernels, render_everything  # noqa: F401  (neon_kernels: the fixture, used by name)
+from test_arm import neon_kernels  # noqa: F401  (the fixture, used by name: the kernels test_arm renders)
 
 REAL_CC = shutil.which("cc") or shutil.which("gcc")
 APPLE_CLANG = r'''#!/usr/bin/env bash
@@ -180,7 +180,6 @@ def mac_compile(src: str, flags: tuple[str, ...], out: Path, stubs: Path, resour
 
 @pytest.mark.skipif(bool(mac_target_compiles()), reason=str(mac_target_compiles()))
 def test_every_kernel_compiles_for_arm64_macos(neon_kernels):  # noqa: F811  (the fixture from test_arm)
-  render_everything()
   # what uopc gives Apple's clang on an M-series Mac with Homebrew's libomp: -mcpu=native there, an M1 here
   mac = Target("aarch64", "", ("-mcpu=apple-m1",), ISAS["neon"])
   omp = libomp_flags("/opt/homebrew/opt/libomp")
