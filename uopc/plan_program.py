@@ -60,10 +60,10 @@ def program_for(plan, arrays: list[np.ndarray], writes, options, device: Device)
   if runs.count <= PROGRAM_AFTER_RUNS or len(plan.kernels) < PROGRAM_MIN_KERNELS: return None
   if not EAGER_GRAPH or options.debug >= 2 or not device.graph_renders or any(k.ast is None for k in plan.kernels):
     return None
-  if not device.graph_links(): return None   # its kernels compiled in the step's text: not always their bits (NOTES 68)
   if (targets := write_targets(arrays, writes)) is None: return None
   key = (len(arrays), targets)
   if key not in runs.programs:
+    if not device.graph_links(): return None   # its kernels compiled in the step's text: not their bits (NOTES 68)
     in_place = bool(JIT_INPLACE) and keeps_in_place_bits()
     renderer = device.renderer.for_options(options)
     runs.programs[key] = PlanProgram(plan, len(arrays), writes, targets, device, renderer, in_place)

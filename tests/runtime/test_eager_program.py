@@ -130,3 +130,14 @@ def test_a_plan_runs_as_a_program_only_from_its_third_run_and_with_enough_kernel
     assert train(mlp_trainer, data, 1, monkeypatch, cache)[3] == []
     monkeypatch.setattr(uopc.plan_program, "PROGRAM_MIN_KERNELS", 10 ** 6)
     assert train(mlp_trainer, data * 3, 1, monkeypatch, cache)[3] == []
+
+
+def test_where_the_step_cannot_link_its_kernels_objects_the_eager_plan_runs_kernel_by_kernel(monkeypatch):
+  """A step that compiles its kernels' text itself (clang, macOS; STEP_OBJECTS=0 here) is not always their bits (NOTES
+  68): an eager run must not change with the number of times its plan has run, so it makes no program."""
+  rng = np.random.default_rng(3)
+  data = [(rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32))
+          for _ in range(4)]
+  with kernelize.isolated_plan_cache() as cache, Context(STEP_OBJECTS=0):
+    losses, _, runs, programs = train(mlp_trainer, data, 1, monkeypatch, cache)
+  assert programs == [] and runs >= len(data)
