@@ -181,7 +181,9 @@ def matmul_flops(n, m, k):
 
 CACHES = ("__pycache__/", ".hypothesis/", ".ruff_cache/", ".pytest_cache/")
 # what the grader's own judges may add to its kernel cache: uopc's compiled reference kernels, by uopc's naming
-OWN_KERNEL = re.compile(r"^[A-Za-z_]\w*-[0-9a-f]{32}\.(so|sum)$")
+# a kernel the grader's own processes compiled: its entry and checksum, and the object file it was linked from
+# with that object's checksum (uopc.runtime.build.object_path: kept for a linked step, NOTES 69)
+OWN_KERNEL = re.compile(r"^[A-Za-z_]\w*-[0-9a-f]{32}(\.so|\.sum|-own\.o|-own\.sum)$")
 
 
 def fingerprint(home: Path, cache: Path) -> dict:

@@ -92,7 +92,8 @@ def build(src: str, so_path: Path, cc: str, flags: tuple[str, ...], objects: tup
       raise CompileError(f"{cc} failed with exit code {r.returncode}:\n{r.stderr.strip()}\n\nsource:\n{numbered(src)}")
     if not only_object: _place(out, so_path, cc, flags)
     if only_object or keep_object: _place(obj, so_path if only_object else object_path(so_path), cc, flags)
-    if misses := os.environ.get("UOPC_SHARED_MISSES"): _leave_source(src, Path(misses) / f"{so_path.stem}.c")
+    if (misses := os.environ.get("UOPC_SHARED_MISSES")) and not only_object:   # an object is no shared entry
+      _leave_source(src, Path(misses) / f"{so_path.stem}.c")
 
 
 def _place(out: Path, path: Path, cc: str, flags: tuple[str, ...]) -> None:

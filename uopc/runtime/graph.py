@@ -5,6 +5,10 @@
   prg.bind(k, array)                      # buffer k of the step is this array (kept until bound again)
   prg()                                   # one call: every kernel
 
+A linked step (uopc.render_step.LINKED, gcc on Linux) is its calls compiled and linked with the object files its
+kernels' own builds were made from (kernel_objects; each renamed for the step by objcopy, renamed()), so it runs
+their machine code (NOTES 69); elsewhere the step's text holds the kernels and is compiled whole.
+
 On the CPU the kernels read their buffers through one table of pointers, `void* b[nbufs]`: what never changes between
 steps (a plan's temporaries, parameters, optimizer state) is bound once; only a step's new arguments and fresh
 outputs are bound again before each call. On CL each array is wrapped once as a buffer over its own memory; a call
