@@ -4,8 +4,10 @@ kernels have aliased parameters, and the ratio. Set the threads as the run shoul
 
   OMP_NUM_THREADS=1 python notes/notes63_step_inplace.py [reps]
 """
-import os, platform, subprocess, sys, time
+import os, sys, time
 import numpy as np
+from uopc.bench import cpu_model
+from uopc.bench.steps import cpu_family_model
 from uopc.helpers import Context
 from uopc.jit import TinyJit
 from uopc.nn import GPT
@@ -31,15 +33,23 @@ def baby_step() -> TinyJit:
   return TinyJit(step)
 
 
-def main(reps: int) -> None:
+def baby_batches() -> list[tuple[Tensor, Tensor]]:
+  """Three fixed (x, y) batches of the baby preset: run, capture, replay."""
   cfg, tc = preset("baby", vocab_size=76)
   rng = np.random.default_rng(2)
-  data = [tuple(Tensor(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32)) for _ in range(2))
+  return [tuple(Tensor(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32)) for _ in range(2))
           for _ in range(3)]
-  lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-  fam = {k: v.strip() for k, _, v in (ln.partition(":") for ln in lscpu.splitlines())}
-  print(f"# {fam.get('Model name', platform.processor())}, lscpu family {fam.get('CPU family')} model "
-        f"{fam.get('Model')}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+
+
+def machine_line() -> str:
+  """The machine beside the figures: CPU, lscpu family and model, cores, the run's OpenMP threads."""
+  return (f"# {cpu_model()}, lscpu {cpu_family_model()}, {os.cpu_count()} cores, "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+
+
+def main(reps: int) -> None:
+  data = baby_batches()
+  print(machine_line())
   steps = {}
   for in_place in (1, 0):
     with Context(JIT_INPLACE=in_place):

@@ -5,24 +5,15 @@ step program took to build on a cold cache (the kernels' own builds already made
 
   OMP_NUM_THREADS=1 python notes/notes69_linked_step.py [reps]
 """
-import os, platform, subprocess, sys, tempfile, time
-import numpy as np
-from notes63_step_inplace import baby_step
+import os, sys, tempfile, time
+from notes63_step_inplace import baby_batches, baby_step, machine_line
 from uopc.helpers import Context
-from uopc.nn.train import preset
-from uopc.tensor import Tensor
 
 
 def main(reps: int) -> None:
   os.environ["UOPC_CACHE_DIR"] = tempfile.mkdtemp(prefix="notes69-")   # cold: every build below is timed
-  cfg, tc = preset("baby", vocab_size=76)
-  rng = np.random.default_rng(2)
-  data = [tuple(Tensor(rng.integers(0, 76, (tc.batch, cfg.block_size)).astype(np.int32)) for _ in range(2))
-          for _ in range(3)]
-  lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-  fam = {k: v.strip() for k, _, v in (ln.partition(":") for ln in lscpu.splitlines())}
-  print(f"# {fam.get('Model name', platform.processor())}, lscpu family {fam.get('CPU family')} model "
-        f"{fam.get('Model')}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+  data = baby_batches()
+  print(machine_line())
   steps, losses = {}, {}
   for linked in (1, 0):
     with Context(STEP_OBJECTS=linked):

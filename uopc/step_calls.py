@@ -74,7 +74,7 @@ def write_in_place(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Ca
     4. no call after the Copy reads out once the target has been written again (it would read the newer value);
     5. a writer that reads the target has no accumulator (ALLOC) and reads nothing it stored (AFTER): every other
        load is of a buffer it does not write, so no iteration of its loops reads what another wrote, which
-       `#pragma GCC ivdep` below says.
+       `#pragma GCC ivdep` says (uopc.render_step._dialect writes it).
   The C: the writer gets the target's buffer for both the parameter it read the old value through and the one it
   stores through, and the step renders those two without `restrict` (two pointers into one buffer are not restrict
   pointers; every other parameter stays one), and each of its loops with `#pragma GCC ivdep`: over two plain pointers

@@ -12,7 +12,7 @@ lines do.
 from __future__ import annotations
 import re
 import subprocess
-from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.flags import FLAGS, with_prelude
 from uopc.runtime.machine import resolve, target
 from uopc.runtime.toolchain import CompileError, compiler
 
@@ -25,7 +25,7 @@ STACK_SLOT = re.compile(r"(?<![\w)])-?\d*\(%r[sb]p\)")                  # 3904(%
 def assembly(src: str, flags: tuple[str, ...] = FLAGS) -> str:
   """The assembly of a rendered kernel (PRELUDE first, as Program compiles it), with `flags` minus the linking ones,
   -march=native replaced as Program replaces it (the target of UOPC_MARCH or this CPU)."""
-  full = src if src.lstrip().startswith("#") else PRELUDE + src
+  full = with_prelude(src)
   flags = resolve(flags, target())
   cmd = [compiler(), *[f for f in flags if f not in ("-shared", "-fPIC")], "-S", "-o", "-", "-x", "c", "-"]
   r = subprocess.run(cmd, input=full, text=True, capture_output=True, timeout=300)

@@ -61,3 +61,9 @@ static inline float uopc_exp2f(float x) {
 }
 #define exp2f(x) uopc_exp2f(x)
 """
+
+
+def with_prelude(src: str) -> str:
+  """The C a kernel's build compiles: PRELUDE, then the kernel; a source that starts with a preprocessor line brings
+  its own preamble and is compiled as it is."""
+  return src if src.lstrip().startswith("#") else PRELUDE + src

@@ -25,7 +25,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 from uopc.runtime import build, calls
-from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.flags import FLAGS, PRELUDE, with_prelude
 from uopc.runtime.toolchain import CompileError, compiler
 
 LINK_FLAGS = ("-Wl,--wrap=GOMP_parallel",)   # a linked step's kernels join its team (uopc.render_step.LINKED)
@@ -81,7 +81,7 @@ def kernel_objects(objects: tuple, cc: str) -> tuple[Path, ...]:
   """The object file of each KernelObject of a linked step: the one its own build was linked from (uopc.runtime.
   Program keeps it where steps link: build(keep_object=True)), compiled now where it is missing, several at once."""
   def one(o) -> Path:
-    src = o.src if o.src.lstrip().startswith("#") else PRELUDE + o.src   # as uopc.runtime.Program compiles it
+    src = with_prelude(o.src)   # as uopc.runtime.Program compiles it
     flags, so_path, _ = build.locate(src, o.own_name, cc, FLAGS)
     path = build.object_path(so_path)
     if not build.intact(path):

@@ -16,7 +16,7 @@ import cffi
 from uopc.dtype import np_dtype
 from uopc.signature import Signature, check_identifier
 from uopc.runtime import build, calls
-from uopc.runtime.flags import FLAGS, PRELUDE
+from uopc.runtime.flags import FLAGS, with_prelude
 from uopc.runtime.toolchain import CompileError, cache_dir, compiler, numbered
 
 # C parameter types a kernel may take, and what a caller must pass for each
@@ -72,7 +72,7 @@ class Program:
     self.src, self.name = src, check_name(name)   # the name becomes a file name and a symbol: checked first
     self._quick: tuple | None = None
     self.threads: int | None = None   # OpenMP threads for its parallel loops: None = OpenMP's own choice
-    full = src if src.lstrip().startswith("#") else PRELUDE + src
+    full = with_prelude(src)
     signature = getattr(src, "signature", None)
     self.params = args_of(signature) if signature is not None else signature_from_c(src, name)
     self.param_names = tuple(p.name for p in signature.params) if signature is not None else ()   # data{slot}
