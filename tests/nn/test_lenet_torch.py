@@ -32,8 +32,10 @@ def torch_lenet(state: dict[str, np.ndarray]):
   return net
 
 
-def batches(seed: int = 11):
-  """BATCHES random batches in turn (a captured step reads each step's new data)."""
+def batches(seed: int = 5):
+  """BATCHES random batches in turn (a captured step reads each step's new data). The seed is one whose SGD steps keep
+  clear of every kink (test_the_sgd_steps_keep_clear_of_relu_and_max_pool_kinks): seed 11's step 13 had a max-pool
+  window whose top two values lay 0.6 float32 roundings apart, and clang's sum rounded them equal."""
   rng = np.random.default_rng(seed)
   some = [(rng.standard_normal((N, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, N)) for _ in range(BATCHES)]
   return [some[k % BATCHES] for k in range(STEPS)]
@@ -59,6 +61,35 @@ def train(model, opt, data, mode: str) -> np.ndarray:
     return np.array([run(Tensor(x), Tensor(y.astype(np.int32))).item() for x, y in data])
 
 
+# How far a forward is from a kink (a ReLU's 0, a max-pool's tie), in units of float32's rounding of the sum behind
+# each value, u * sum |w x| (u = 2^-24). Measured at a LeNet step: uopc's convolutions err by up to 1.3 of these units
+# (gcc and clang alike), PyTorch's float32 by up to 3.3; a margin of 16 leaves no rounding that crosses a kink.
+KINK_MARGIN = 16
+
+
+def kink_margin(net, x) -> float:
+  """The smallest distance of net's forward on x from a kink where float32 rounding would change the gradient: a
+  max-pool window's top two values (the route of its gradient), or a ReLU's input near 0 (its mask; behind a pool,
+  only a window's top value matters). In units of u * sum |w x|, from float64."""
+  F, u = torch.nn.functional, 2.0 ** -24
+  margins, a = [], x
+  for conv in (net[0], net[3]):
+    z = conv(a)                                                                              # (N, C, H, W)
+    s = F.conv2d(a.abs(), conv.weight.abs(), conv.bias.abs(), padding=conv.padding)          # its rounding's scale
+    zw, sw = (v.unfold(2, 2, 2).unfold(3, 2, 2).flatten(-2) for v in (z, s))                 # (N, C, H/2, W/2, 4)
+    top = zw.topk(2, -1)
+    z1, z2 = top.values[..., 0], top.values[..., 1]
+    scale = sw.gather(-1, top.indices).max(-1).values
+    margins.append((torch.where(z2 > 0, z1 - z2, z1.abs()) / (u * scale)).min().item())   # both > 0: their tie
+    a = F.max_pool2d(torch.relu(z), 2)
+  a = a.flatten(1)
+  for lin in (net[7], net[9]):
+    z = lin(a)
+    margins.append((z.abs() / (u * (a.abs() @ lin.weight.abs().T + lin.bias.abs()))).min().item())
+    a = torch.relu(z)
+  return min(margins)
+
+
 def train_torch(net, opt, data) -> np.ndarray:
   losses = []
   for x, y in data:
@@ -68,6 +99,25 @@ def train_torch(net, opt, data) -> np.ndarray:
     opt.step()
     losses.append(loss.item())
   return np.array(losses)
+
+
+def test_the_sgd_steps_keep_clear_of_relu_and_max_pool_kinks():
+  """The SGD comparison below holds any float32 implementation to 1e-5 after 20 steps: that is a claim about uopc only
+  where no step's forward lies within float32 rounding of a kink. At one, the gradient jumps (a pool's gradient routed
+  to the other of two near-tied values moved conv weights' gradients by 2.7e-4), and which side a float32 sum lands on
+  is the summation order's luck: gcc, clang and PyTorch each differ from float64 by a rounding or two, and where the
+  gap is smaller they disagree for good. Checked on the float64 trajectory, every step."""
+  model = lenet()
+  net = torch_lenet(model.state_dict()).double()
+  opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+  margins = []
+  for x, y in batches():
+    x = torch.tensor(x, dtype=torch.float64)
+    with torch.no_grad(): margins.append(kink_margin(net, x))
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(net(x), torch.tensor(y)).backward()
+    opt.step()
+  assert min(margins) >= KINK_MARGIN, f"step {int(np.argmin(margins))} is {min(margins):.2f} roundings from a kink"
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])
