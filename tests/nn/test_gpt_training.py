@@ -62,7 +62,7 @@ def test_dropout_same_seed_same_run_captured_or_not():
 
 
 def test_gpt_with_dropout_captured_matches_eager():
-  cfg, tc = preset("chapter", **{**SMALL, "dropout": 0.2})
+  cfg, tc = preset("chapter", **{**SMALL, "dropout": 0.1})   # the checkpoint tests' model: they reuse these plans
   runs = []
   for jit in (False, True):
     t = Trainer(GPT(cfg, seed=0), tc, IDS, IDS, jit=jit)

@@ -2,15 +2,18 @@
 caches the winner in tuned.json, keyed by the kernel, the problem and the machine; a damaged or stale cache is never
 trusted.
 
-Every test has a cache directory of its own (UOPC_CACHE_DIR), so compiled kernels and tuned.json start empty. The
-kernels timed are real ones (a tiny vector FlashAttention); no compiler is mocked.
+Every test has a cache directory of its own (UOPC_CACHE_DIR), so tuned.json starts absent; the kernels compiled in
+it are shared by the module's tests (the fixture `cache` copies them in and back: each compiles once). The kernels
+timed are real ones (a tiny vector FlashAttention); no compiler is mocked.
 """
 import dataclasses
 import io
 import json
+import shutil
 import sys
 import time
 import warnings
+from pathlib import Path
 import numpy as np
 import pytest
 from uopc.runtime import tune
@@ -27,11 +30,25 @@ CANDIDATES = [FlashVecOpts(rows=2, kvec=1, dchunk=1), FlashVecOpts(rows=4, kvec=
 HEURISTIC = CANDIDATES[0]
 
 
+def not_the_table(folder, names) -> list[str]:
+  return [n for n in names if n.endswith(".json")]   # tuned.json and its temporary .tuned-<pid>.json
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+  """The kernels this module's tests compiled (the same few candidates, each a few seconds of compiling)."""
+  return tmp_path_factory.mktemp("tune_kernels")
+
+
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-  """An empty cache directory (runtime.cache_dir reads UOPC_CACHE_DIR on every call)."""
+def cache(tmp_path, monkeypatch, compiled):
+  """A cache directory of the test's own (runtime.cache_dir reads UOPC_CACHE_DIR on every call) with no tuned.json:
+  the kernels the module's earlier tests compiled are copied in, and the ones this test compiles copied back."""
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
-  return tmp_path / "cache"
+  shutil.copytree(compiled, tmp_path / "cache", ignore=not_the_table)
+  yield tmp_path / "cache"
+  shutil.copytree(tmp_path / "cache", compiled, ignore=not_the_table, dirs_exist_ok=True,
+                  copy_function=lambda src, dst: Path(dst).exists() or shutil.copy2(src, dst))
 
 
 def flash_timer(opts: FlashVecOpts):
@@ -98,7 +115,7 @@ DAMAGE = ["{not json", "\x00\xff garbage", "", "[1, 2]", "null", '{"%KEY%": "oop
 
 def damage_cache(text: str) -> None:
   path = tune.tuned_path()
-  path.parent.mkdir(parents=True)
+  path.parent.mkdir(parents=True, exist_ok=True)
   path.write_bytes(text.replace("%KEY%", tune.entry_key("flash_vec", PROBLEM)).encode("latin-1"))   # \xff: not UTF-8
 
 
