@@ -695,7 +695,9 @@ else:
 # value (in the program, a loop of `memcpy` shared among the threads). Where the program proves it safe, the kernel
 # writes the new value straight into the array and the copy is gone (`uopc.step_calls.write_in_place`: the kernel
 # reads the array only at the element it stores, and no later kernel reads the old value); `JIT_INPLACE=0` keeps
-# every copy.
+# every copy. A kernel so written is other C (its two pointers into the one array are not `restrict`), so in a linked
+# step it writes in place only where that C compiles to its own build's very machine code: how many write-backs stay
+# depends on how the compiler vectorizes for this machine (NOTES 71), and so does the count printed here.
 
 # %%
 prog = train_step.graph.program.step

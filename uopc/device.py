@@ -31,6 +31,14 @@ class Device:
   graph: Callable | None = None                 # (calls, buffers, renderer) -> a step program (uopc.jit), or None
   graph_renders: bool = False                   # whether the graph renders each kernel from Call.ast (not its program)
   graph_links: Callable[[], bool] = lambda: False   # whether its graph runs each kernel's own build's code (NOTES 69)
+  # (call, renderer) -> whether a linked graph's kernel written in place is its own build's machine code (NOTES 71)
+  same_code_in_place: Callable[[Any, CStyleRenderer], bool] | None = None
+
+  def keeps_code(self, renderer: CStyleRenderer):
+    """uopc.step_calls.write_in_place's rule 6 for this device's graph with this renderer: where the graph links the
+    kernels' own builds, a writer stays in place only if its code does; None (no such rule) elsewhere."""
+    if self.same_code_in_place is None or not self.graph_links(): return None
+    return lambda call: self.same_code_in_place(call, renderer)
 
 
 def _cpu() -> Device:
@@ -38,7 +46,7 @@ def _cpu() -> Device:
   from uopc.runtime import Program
   compile = lambda src: Program(src, src.name, linkable=True)   # its object kept for a linked step
   return Device("CPU", C, compile, lambda dtype, n: np.empty(n, np_dtype(dtype)), lambda a: a, lambda b: b,
-                _cpu_graph, graph_renders=True, graph_links=_cpu_graph_links)
+                _cpu_graph, graph_renders=True, graph_links=_cpu_graph_links, same_code_in_place=_cpu_same_code)
 
 
 def _cpu_graph_links() -> bool:
@@ -47,6 +55,16 @@ def _cpu_graph_links() -> bool:
   from uopc.runtime.build import links_objects
   from uopc.runtime.toolchain import compiler
   return bool(STEP_OBJECTS.value) and links_objects(compiler())
+
+
+def _cpu_same_code(call, renderer) -> bool:
+  """Whether call's kernel, as a linked step renders it written in place (its aliased pointers), compiles to its own
+  build's machine code (uopc.runtime.graph.same_machine_code)."""
+  from uopc.render_step import kernel_object
+  from uopc.runtime.graph import same_machine_code
+  aliased = frozenset(j for j, b in enumerate(call.bufs) if call.bufs.count(b) > 1)
+  o = kernel_object(call, renderer, aliased, call.name)
+  return same_machine_code(o.src, o.own_name, call.prg)
 
 
 def _cpu_graph(calls: list, nbufs: int, renderer):

@@ -138,19 +138,21 @@ class Graph:
         if outs[i] in own and id(target) in self.ids: movable.add(outs[i])
       out_bufs.append(outs)
       self.results.append(arrays)
-    if in_place and device.graph_renders and keeps_in_place_bits(): calls = self._write_in_place(calls, movable)
+    renderer = device.renderer.for_options(options)
+    if in_place and device.graph_renders and keeps_in_place_bits():
+      calls = self._write_in_place(calls, movable, device.keeps_code(renderer))
     self.calls = calls                       # the step program's kernels and write-backs, in order
     self.kernels = sum(isinstance(c, Call) for c in calls)
-    self.program = device.graph(calls, self.n, device.renderer.for_options(options))
+    self.program = device.graph(calls, self.n, renderer)
     for k, a in self.fixed: self.program.bind(k, a)
     self.debug = options.debug
     if self.debug >= 2:
       print(f"step program: {self.program}\n  " + "\n  ".join(getattr(self.program.step, "outline", [])))
 
-  def _write_in_place(self, calls: list, movable: set[int]) -> list:
+  def _write_in_place(self, calls: list, movable: set[int], keeps_code) -> list:
     """The calls with the write-backs that are safe made in place; each moved output's buffer and result is then its
     target's array (its own array is dropped)."""
-    calls, moved = write_in_place(calls, movable)
+    calls, moved = write_in_place(calls, movable, keeps_code)
     array = dict(self.fixed)
     now = {id(array[o]): array[t] for o, t in moved.items()}
     self.fixed = [(k, array[moved.get(k, k)]) for k, _ in self.fixed]

@@ -117,7 +117,7 @@ class PlanProgram:
     # an output may become its target where it is this program's own array, named by one root only
     movable = {outs[i] for i, _ in writes if outs.count(outs[i]) == 1} & {b for b, *_ in self.fresh}
     moved: dict[int, int] = {}
-    if in_place: calls, moved = write_in_place(calls, movable)
+    if in_place: calls, moved = write_in_place(calls, movable, device.keeps_code(renderer))
     self.in_place = {i for i, _ in writes if outs[i] in moved}   # outputs written into their targets by their kernels
     self.fresh = [f for f in self.fresh if f[0] not in moved]
     self.new = [(pos, b) for pos, ((_, kind, _), b) in enumerate(zip(targets, target_bufs)) if kind == "new"]

@@ -170,7 +170,7 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer, linked: bool
       aliased = frozenset(j for j, b in enumerate(c.bufs) if c.bufs.count(b) > 1)
       key = (c.ast, aliased) if linked else (c.ast, share[k], aliased)   # one object serves both ways of calling
       if key not in functions and linked:
-        o = _kernel_object(c, renderer, aliased, f"{c.name}_{len(objects)}")
+        o = kernel_object(c, renderer, aliased, f"{c.name}_{len(objects)}")
         same = [p for p in objects if p.src == o.src]   # two ASTs may render the same text: one object
         functions[key] = same[0].name if same else o.name
         if not same: objects.append(o)
@@ -198,7 +198,7 @@ def render_step(calls: list[Call | Copy], renderer: CStyleRenderer, linked: bool
                     max(len(groups) - 1, 0), body, len(calls) - len(kernels), tuple(objects))
 
 
-def _kernel_object(c: Call, renderer: CStyleRenderer, aliased: frozenset, name: str) -> KernelObject:
+def kernel_object(c: Call, renderer: CStyleRenderer, aliased: frozenset, name: str) -> KernelObject:
   """c's kernel as an object of a linked step, called `name` there: the very text its own build compiled (c.prg),
   or, written in place, that text over the aliased pointers (uopc.step_calls.write_in_place)."""
   own = getattr(c.prg, "src", None)

@@ -57,7 +57,8 @@ def levels(calls: list[Call | Copy]) -> list[list[int]]:
 
 
 # ---- write-backs in place ----
-def write_in_place(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Call | Copy], dict[int, int]]:
+def write_in_place(calls: list[Call | Copy], movable: set[int], keeps_code=None) -> tuple[list[Call | Copy],
+                                                                                         dict[int, int]]:
   """The calls with each write-back Copy(target <- out) that is proved safe gone: the kernel that writes out writes
   the target's buffer instead, and every call that named out names the target. movable: the outputs that may become
   their target (the graph's own buffers; an argument, a kept array, an output the function returns stay as they are).
@@ -74,7 +75,10 @@ def write_in_place(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Ca
     4. no call after the Copy reads out once the target has been written again (it would read the newer value);
     5. a writer that reads the target has no accumulator (ALLOC) and reads nothing it stored (AFTER): every other
        load is of a buffer it does not write, so no iteration of its loops reads what another wrote, which
-       `#pragma GCC ivdep` says (uopc.render_step._dialect writes it).
+       `#pragma GCC ivdep` says (uopc.render_step._dialect writes it);
+    6. keeps_code (a linked step, which runs each kernel's own build: NOTES 69, 71), asked of each writer once the
+       moves are made: its text over the aliased pointers compiles to its own build's machine code. The outputs of a
+       writer it refuses keep their copies (and the moves are made again without them).
   The C: the writer gets the target's buffer for both the parameter it read the old value through and the one it
   stores through, and the step renders those two without `restrict` (two pointers into one buffer are not restrict
   pointers; every other parameter stays one), and each of its loops with `#pragma GCC ivdep`: over two plain pointers
@@ -84,6 +88,20 @@ def write_in_place(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Ca
   test_step_inplace.py). The other way, the old value loaded through the output's pointer and the target's
   parameter dropped, kept every pointer restrict but not gcc's loops: it vectorized a loop it had unrolled, and an
   AdamW update came out 1 ulp off in 17 of 88 elements of a small GPT's embedding (tests/nn/test_ch14_gpt.py)."""
+  movable = set(movable)
+  while True:
+    out, moved = _moves(calls, movable)
+    if keeps_code is None: return out, moved
+    targets = set(moved.values())
+    writers = [c for c in out if isinstance(c, Call) and any(w and b in targets for b, w in zip(c.bufs, c.writes))]
+    refused = {b for c in writers if not keeps_code(c) for b, w in zip(c.bufs, c.writes) if w and b in targets}
+    back = {o for o, t in moved.items() if t in refused}
+    if not back: return out, moved
+    movable -= back
+
+
+def _moves(calls: list[Call | Copy], movable: set[int]) -> tuple[list[Call | Copy], dict[int, int]]:
+  """write_in_place's rules 1-5, each Copy in program order."""
   calls, moved, k = list(calls), {}, 0
   while k < len(calls):
     c = calls[k]

@@ -101,3 +101,20 @@ def test_the_padded_convolution_in_a_step_is_its_own_builds_machine_code():
     return [re.sub(r"[0-9a-f]+ <[^>]*>", "", ln.split(":", 1)[1]).strip() for ln in body.splitlines()]
   assert part(call.prg.path, call.prg.name) == part(step.graph.program.path, call.prg.name)
   np.testing.assert_array_equal(*replayed_and_eager_padded_convolution(linked=True))   # and so the same bits
+
+
+def test_same_machine_code_is_the_kernels_own_build_and_nothing_else():
+  """Rule 6 of write_in_place (NOTES 71) asks this of a kernel written in place: its own text is its own build's code;
+  a text whose constants or loops differ is not, whatever its name."""
+  if shutil.which("objdump") is None: pytest.skip("no objdump here")
+  from uopc.runtime import Program
+  from uopc.runtime.graph import same_machine_code
+  src = ("void scale_k(float* restrict a, const float* restrict b) {\n"
+         "  for (int i = 0; i < 1024; i++) a[i] = b[i] * 0.5f + 1.0f;\n}\n")
+  prg = Program(src, "scale_k", linkable=True)
+  assert same_machine_code(src, "scale_k", prg)
+  assert same_machine_code(src.replace("scale_k", "other_k"), "other_k", prg)   # the name aside
+  assert not same_machine_code(src.replace("0.5f", "0.25f"), "scale_k", prg)    # another constant
+  assert not same_machine_code(src.replace("1024", "1000"), "scale_k", prg)     # another loop
+  aliased = src.replace("float* restrict a", "float* a").replace("const float* restrict b", "const float* b")
+  assert not same_machine_code(aliased, "scale_k", prg)   # without restrict gcc checks the overlap at run time

@@ -17,6 +17,8 @@ instead of waiting after each kernel.
 """
 from __future__ import annotations
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -80,17 +82,44 @@ class StepProgram:
 def kernel_objects(objects: tuple, cc: str) -> tuple[Path, ...]:
   """The object file of each KernelObject of a linked step: the one its own build was linked from (uopc.runtime.
   Program keeps it where steps link: build(keep_object=True)), compiled now where it is missing, several at once."""
-  def one(o) -> Path:
-    src = with_prelude(o.src)   # as uopc.runtime.Program compiles it
-    flags, so_path, _ = build.locate(src, o.own_name, cc, FLAGS)
-    path = build.object_path(so_path)
-    if not build.intact(path):
-      with build.build_lock(path):
-        if not build.intact(path): build.build(src, path, cc, flags)
-    return path
-  if len(objects) <= 1: return tuple(map(one, objects))
+  if len(objects) <= 1: return tuple(object_file(o.src, o.own_name, cc) for o in objects)
   with ThreadPoolExecutor(max_workers=min(len(objects), os.cpu_count() or 1)) as pool:
-    return tuple(pool.map(one, objects))
+    return tuple(pool.map(lambda o: object_file(o.src, o.own_name, cc), objects))
+
+
+def object_file(src: str, name: str, cc: str) -> Path:
+  """The object file of the kernel `name` of this C text, as uopc.runtime.Program builds it (kept beside its cache
+  entry), compiled now where it is missing."""
+  src = with_prelude(src)   # as uopc.runtime.Program compiles it
+  flags, so_path, _ = build.locate(src, name, cc, FLAGS)
+  path = build.object_path(so_path)
+  if not build.intact(path):
+    with build.build_lock(path):
+      if not build.intact(path): build.build(src, path, cc, flags)
+  return path
+
+
+def same_machine_code(src: str, name: str, prg) -> bool:
+  """Whether the kernel `name` of this C text (a kernel written in place: its aliased pointers without restrict,
+  uopc.step_calls.write_in_place) compiles to the machine code of prg's own build: the same instructions with the same
+  relocations, and the same constants, the function's name aside. Where it does, a linked step that runs it in place
+  runs the kernel's own code, so its bits (NOTES 71); where it does not (gcc vectorizes the two texts differently on
+  some machines), the write-back stays a copy. False where objdump is missing or prg has no build of its own."""
+  if getattr(prg, "path", None) is None or getattr(prg, "src", None) is None: return False
+  if not shutil.which("objdump"): return False
+  cc = compiler()
+  return _code(object_file(src, name, cc), name) == _code(object_file(prg.src, prg.name, cc), prg.name)
+
+
+def _code(path: Path, name: str) -> str:
+  """An object's instructions with their relocations, and the contents of its sections, as objdump prints them, the
+  file's path and the kernel's name made neutral."""
+  out = []
+  for what in ("-d", "-s"):
+    r = subprocess.run(["objdump", what, "-r", "--no-show-raw-insn", str(path)], capture_output=True, text=True)
+    if r.returncode != 0: raise CompileError(f"objdump {what} failed on {path}: {r.stderr.strip()}")
+    out.append(r.stdout.replace(str(path), "OBJECT"))
+  return re.sub(rf"\b{re.escape(name)}\b", "KERNEL", "\n".join(out))
 
 
 def renamed(objects: tuple, paths: tuple[Path, ...], into: Path) -> tuple[Path, ...]:
