@@ -146,3 +146,18 @@ def test_the_default_optimizer_keeps_autograds_input_gradient(fresh_plan_cache):
   from uopc.opt import DefaultOpt
   _, named = conv_layer_kernels(6, 14, opt=DefaultOpt)
   assert set(named) == {"y", "dw"}
+
+
+def test_the_kernel_times_are_the_steps_own_plan(fresh_plan_cache):
+  """The kernel table times the plan the step runs, found in the plan cache: step_roots gathers what opt.step's realize
+  computes beside the loss and the updates (the pending .grads), not another graph planned and compiled again (whose
+  plan build the "schedule" row then printed as the step's)."""
+  from uopc.bench.cnn import batches, step_roots, trainer
+  from uopc.bench.steps import kernel_times
+  from uopc.kernelize import _plans
+  model, opt, step = trainer()
+  data = batches(2)
+  step(*data[0])
+  plans = len(_plans)
+  kernel_times(step_roots(model, opt, *data[1]), reps=1)
+  assert len(_plans) == plans

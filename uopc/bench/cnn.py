@@ -9,7 +9,8 @@ import os, time
 import numpy as np
 from uopc import nn
 from uopc.bench.steps import (TORCH_NAMES, add_torch_peers, cpu_family_model, fma_line, isa_line, jit_line,
-                              kernel_times, ratio_lines, start_torch, table, time_in_turns, user_environment)
+                              kernel_times, ratio_lines, realized_roots, start_torch, table, time_in_turns,
+                              user_environment)
 from uopc.helpers import omp_threads
 from uopc.jit import TinyJit
 from uopc.optim import AdamW
@@ -69,10 +70,10 @@ def trainer(seed: int = 0):
 
 
 def step_roots(model: nn.Sequential, opt: AdamW, x: np.ndarray, y: np.ndarray) -> list:
-  """The UOps one training step realizes (the loss, the new parameters and moments); nothing runs."""
+  """The UOps one training step realizes (uopc.bench.steps.realized_roots: the step's own plan); nothing runs."""
   loss = model(Tensor(x)).cross_entropy(Tensor(y))
   opt.zero_grad(); loss.backward()
-  return [loss.uop] + [t.uop for t in opt.schedule_step()]
+  return realized_roots(loss, opt)
 
 
 def torch_losses(state: dict, data: list, threads: int) -> list[float] | str:

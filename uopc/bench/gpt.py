@@ -15,7 +15,8 @@ from uopc.nn import GPT, GPTConfig, LayerNorm
 from uopc.nn.train import TrainConfig, configure_optimizer, freeze_collector, preset
 from uopc.bench import gpt_torch
 from uopc.bench.steps import (SETTLE_S, TORCH_ISA, TORCH_NAMES, add_torch_peers, fma_line, isa_line,  # noqa: F401
-                              jit_line, kernel_times, ratio_lines, start_torch, table, time_in_turns, user_environment)
+                              jit_line, kernel_times, ratio_lines, realized_roots, start_torch, table,
+                              time_in_turns, user_environment)
 from uopc.helpers import omp_threads
 from uopc.runtime.process import user_environ
 from uopc.jit import TinyJit
@@ -131,12 +132,14 @@ def scaling(threads: list[int], argv: list[str], what: str = "gpt") -> list[str]
 
 # ---- the step as one plan: its roots, its kernels' times, and the LayerNorm staging experiment (NOTES 15) ----
 def step_roots(model: GPT, opt: AdamW, x: np.ndarray, y: np.ndarray, clip: float = 0.0) -> list:
-  """The UOps one training step realizes: the loss, then every new parameter and optimizer state. Nothing runs
-  and nothing is committed (the optimizer's step counter does advance)."""
+  """The UOps one training step realizes, as Tensor.realize gathers them for opt.step(loss): the loss, every new
+  parameter and optimizer state, then what its realize computes beside them (the pending .grads and the clipped
+  norm that read a buffer the step overwrites: autograd.preserve), so that their plan is the step's own, found in the
+  plan cache. Nothing runs and nothing is committed (the optimizer's step counter does advance)."""
   _, loss = model(x, y)
   opt.zero_grad(); loss.backward()
   if clip: clip_grad_norm_(opt.params, clip)
-  return [loss.uop] + [t.uop for t in opt.schedule_step()]
+  return realized_roots(loss, opt)
 
 
 @contextlib.contextmanager
