@@ -60,7 +60,7 @@ ip.ast_transformers.append(Swallow())
 '''
 
 READ_ANSWERS = r'''
-import glob, os
+import glob, os, sys
 import uopc
 places = [os.path.dirname(os.path.dirname(uopc.__file__)), os.getcwd(), os.path.expanduser("~"), "/", "/tmp", "/job",
           "/grader", "/course", "/root", "/work", "/home"]
@@ -70,9 +70,15 @@ for p in glob.glob("/proc/[0-9]*"):
     except OSError: pass
   try: places += [a for a in open(f"{p}/cmdline").read().split("\0") if a.startswith("/")]
   except OSError: pass
+# the system's folders and the Python's four levels deep, as "/" is: searched whole they take minutes (the cell ran
+# out of time before it could use what it found)
+system = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/sys", "/dev", "/proc",
+          os.path.realpath(sys.base_prefix))
 found = []
 for place in dict.fromkeys(places):
-  if place in ("/", "/proc"): pats = ["/*/*week1*", "/*/*/*week1*", "/*/*/*/*week1*"]
+  real = os.path.realpath(place)
+  if real == "/" or any(real == s or real.startswith(s + "/") for s in system):
+    pats = [os.path.join(place, *["*"] * n, "*week1*") for n in range(4)]
   else: pats = [os.path.join(place, "**", "*week1*")]
   for pat in pats:
     for f in glob.glob(pat, recursive=True):
@@ -283,6 +289,7 @@ def test_tampering_with_the_checks_scores_nothing(tmp_path, env):
 def test_reading_the_answers_finds_nothing(tmp_path, env):
   score = graded_unharmed(attack(WEEK1, tmp_path, "read", [READ_ANSWERS]), env)
   assert score["total"] == 0, score
+  assert score["student_cells"]["timeouts"] == 0, score   # the search ended: what it found was used
 
 
 def test_forging_the_result_is_not_believed(tmp_path, env):
