@@ -5,6 +5,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 import nbformat
 import numpy as np
@@ -143,6 +144,25 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
   tries.clear()
   with pytest.raises(RuntimeError, match="Kernel died"): k.start()
   assert len(tries) == kernel.START_TRIES and k.session is None
+
+
+def test_a_stuck_kernel_is_found_so_without_waiting_for_its_output(tmp_path):
+  """A cell that ignores the interrupt: once its time limit passed, the interrupted cell's output is waited for a
+  moment (kernel.IOPUB_AFTER_TIMEOUT_S), not nbclient's 4 s, and responsive()'s own check the same: it is found stuck
+  within its limit + 7 s (it took 14 s: 4 s twice for output that never came); one that the interrupt stops answers."""
+  s = kernel.Session(tmp_path)
+  try:
+    t0 = time.perf_counter()
+    out = s.run("import time\nwhile True:\n  try: time.sleep(0.1)\n  except KeyboardInterrupt: pass", 1)
+    stuck = not s.responsive()
+    took = time.perf_counter() - t0
+  finally: s.close()
+  assert out.status == "timeout" and stuck and took < 10, (out, stuck, took)
+  s = kernel.Session(tmp_path)
+  try:
+    out = s.run("import time\nwhile True: time.sleep(0.1)", 1)
+    assert out.status == "timeout" and s.responsive() and s.run("1 / 0", 5).error.startswith("ZeroDivisionError")
+  finally: s.close()
 
 
 SCALE = "void scale(const float* x, float* out, int n) {{ for (int i = 0; i < n; i++) out[i] = {body}; }}"
