@@ -21,6 +21,7 @@ submissions folder is refused, and nothing is written); every file is made insid
 At scale: each graded notebook's row is kept in <out>/.cache/ under a key made of the grader's version (a hash of the
 grader's code, the solutions and the student tree), the notebook's SHA-256, the seed and the limits, as soon as it is
 graded; run the same command again after an interruption and only what is left is graded (--force grades all again).
+Notebooks of the same bytes in one batch (the untouched assignment, handed in by several students) are graded once.
 The seed of a batch is kept there too, so a resumed batch grades with the seed it began with. JOBS is bounded by the
 cores and the memory free (MEMORY_PER_JOB each); a progress line shows the rate and the time left, and the closing
 line the cost per notebook and the whole run's time.
@@ -275,26 +276,46 @@ def grade_all(folder: Path, out: Path, jobs: int | None = None, seed: int | None
       except grade.SubmissionError as err: return None, failed(f"not graded: {err}")
       return cache_key(data, seed, limits), (e.path, data, seed, timeout, test_timeout, budget)
 
+    # notebooks of the same bytes (the untouched assignment, handed in by several) are graded once: the others get
+    # that row, as a later run would from the cache, with their own name in the report
+    graded: dict[str, dict] = {}
+
+    def twin(e: Entry, key: str) -> None:
+      row = graded[key]
+      keep(e, None, dict(row, seconds=0.0, report=row.get("report") and {**row["report"], "notebook": str(e.path)}))
+
+    def done(e: Entry, key: str | None, row: dict) -> None:
+      keep(e, key, row)
+      if key and row.get("cache"): graded[key] = row
+
     try:
       if jobs == 1:   # in this process: no pool to start
         for e, _ in todo:
           key, args = job(e)
-          keep(e, key, grade_one(*args) if key else args)
+          if key in graded: twin(e, key)
+          else: done(e, key, grade_one(*args) if key else args)
       elif todo:
         with ProcessPoolExecutor(max_workers=jobs) as pool:   # a worker process per job: its sandboxes its own UID
           waiting, running = iter(todo), {}
+          twins: dict[str, list[tuple[Entry, tuple]]] = {}   # key -> the entries waiting for its grading
           try:
             while True:
               while len(running) < 2 * jobs and (nxt := next(waiting, None)) is not None:   # a few queued, not all
                 key, args = job(nxt[0])
                 if key is None: keep(nxt[0], None, args)
-                else: running[pool.submit(grade_one, *args)] = (nxt[0], key)
+                elif key in graded: twin(nxt[0], key)
+                elif key in twins: twins[key].append((nxt[0], args))
+                else: running[pool.submit(grade_one, *args)], twins[key] = (nxt[0], key), []
               if not running: break
               finished, _ = wait(running, return_when=FIRST_COMPLETED)
               for f in finished:
                 try: row = f.result()
                 except Exception as err: row = failed(f"not graded: the worker failed ({type(err).__name__})")
-                keep(*running.pop(f), row)
+                e, key = running.pop(f)
+                done(e, key, row)
+                for e, args in twins.pop(key, []):   # graded: its row; not (the grader failed): each graded on its own
+                  if key in graded: twin(e, key)
+                  else: running[pool.submit(grade_one, *args)] = (e, key)
           except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise

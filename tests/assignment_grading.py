@@ -4,9 +4,10 @@
   task of the notebook;
 - a deliberately wrong answer for every task (the solution with one region changed) scores less than the task's
   points, with a message that names the fault, while the notebook as a whole still earns a partial mark.
-A test file supplies the notebook's name and its wrong answers; `make_tests` returns the three test functions. The
-solution and the stubs are read from the class that tests/grader/conftest.py grades once for the run (`make
-grade-all`, each notebook's whole report kept): the same grading `make grade` does, not done again per test file.
+A test file supplies the notebook's name and its wrong answers (WRONG); `make_tests` returns the three test functions.
+The solution, the stubs and the solution with every wrong answer (tests/grader/graded_class.py reads WRONG) are read
+from the class that tests/grader/conftest.py grades once for the run (`make grade-all`, each notebook's whole report
+kept): the same grading `make grade` does, not done again per test file.
 """
 from __future__ import annotations
 import json
@@ -100,13 +101,12 @@ def make_tests(name: str, wrongs: list[Wrong], n_tasks: int):
       assert (e["status"], ename) == ("error", "NotImplementedError") and task in want, e
     for task in want: assert f'not attempted: its stub still raises NotImplementedError("{task}")' in score["table"]
 
-  def test_wrong_answers_score_partially_and_say_why(tmp_path):
+  def test_wrong_answers_score_partially_and_say_why(graded_class):
     want = task_points(solution)
     assert {w.task for w in wrongs} == set(want), "one wrong answer per task"
-    mine = tmp_path / "wrong.ipynb"
-    nbformat.write(with_wrong(solution, wrongs), mine)
-    # a fixed seed: which input a planted fault trips over first, and so its message, must not vary between runs
-    score = grade(mine, tmp_path, "--seed", "1")
+    # the solution with every one of `wrongs` (graded_class.py), graded with the class's fixed seed: which input a
+    # planted fault trips over first, and so its message, must not vary between runs
+    score = graded_class.report(name, "wrong")
     assert 0 < score["total"] < score["max"], score["table"]
     for w in wrongs:
       t = score["tasks"][w.task]

@@ -26,6 +26,10 @@ MAX_TEXT = 600           # characters of an error message kept in the report
 # A kernel can die before it answers at all ("Kernel died before replying to kernel_info", seen once in CI with two
 # xdist workers starting kernels). It is not the student's doing, so it is started again, up to START_TRIES times.
 START_TRIES = 3
+# seconds nbclient waits for a cell's last output (its idle status) once its reply came: for a cell that ran to its
+# end (nbclient's default); for one that timed out and was interrupted, only a moment: a kernel that does not come back
+# is given its time by responsive(), which asks it again, and each wait for a stuck kernel's output cost 4 s for nothing
+IOPUB_S, IOPUB_AFTER_TIMEOUT_S = 4, 1
 
 
 def short(text: str) -> str:
@@ -47,6 +51,10 @@ class QuietClient(NotebookClient):
   def output(self, outs, msg, display_id, cell_index):
     if msg["msg_type"] != "error": return None
     return super().output(outs, msg, display_id, cell_index)
+
+  async def _async_handle_timeout(self, timeout, cell=None):   # (nbclient's: it interrupts and makes the reply)
+    self.iopub_timeout = IOPUB_AFTER_TIMEOUT_S
+    return await super()._async_handle_timeout(timeout, cell)
 
 
 class Session:
@@ -72,6 +80,7 @@ class Session:
     cell.metadata["grade_timeout"] = limit
     self.nb.cells.append(cell)
     self.replies.clear()
+    self.client.iopub_timeout = IOPUB_S
     t0 = time.perf_counter()
     try: self.client.execute_cell(cell, len(self.nb.cells) - 1)
     except DeadKernelError: return Outcome("dead", "DeadKernelError: the kernel died", time.perf_counter() - t0)

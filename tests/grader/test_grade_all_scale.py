@@ -86,6 +86,19 @@ def test_an_interrupted_class_of_200_resumes_with_what_is_left(tmp_path, monkeyp
   assert len(calls) == 200
 
 
+def test_notebooks_of_the_same_bytes_are_graded_once(tmp_path, monkeypatch):
+  """The untouched stub handed in by several students: one grading, whose row each of them gets."""
+  folder = class_of(tmp_path / "class", 4)
+  for name in ("copy_week1_a", "copy_week1_b"): shutil.copy(folder / "s0000_week1.ipynb", folder / f"{name}.ipynb")
+  calls: list[str] = []
+  monkeypatch.setattr(ga, "grade_one", fake_grader(calls, stop_at=None))
+  rows = ga.grade_all(folder, folder / "grades", jobs=1, quiet=True)
+  same = {"copy_week1_a", "copy_week1_b", "s0000_week1"}
+  assert len(calls) == 4 and len({c.removesuffix(".ipynb") for c in calls} & same) == 1, calls
+  rows = {r["student"]: r for r in rows}   # (the stand-in scores by the name it is given: the graded one's is theirs)
+  assert len(rows) == 6 and len({(rows[s]["total"], rows[s]["week"], rows[s]["feedback"]) for s in same}) == 1, rows
+
+
 def test_canvas_and_moodle_files_have_their_documented_columns(tmp_path, monkeypatch):
   folder = class_of(tmp_path / "class", 8)   # s0000..s0003, each with a week 1 and a week 2 notebook
   (folder / "no-id_week1.ipynb").write_text(STUB.read_text())   # id "no-id", as the default pattern reads it

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 import nbformat
 import numpy as np
@@ -143,6 +144,24 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
   tries.clear()
   with pytest.raises(RuntimeError, match="Kernel died"): k.start()
   assert len(tries) == kernel.START_TRIES and k.session is None
+
+
+def test_a_stuck_kernel_is_found_so_without_waiting_for_its_output(tmp_path):
+  """A cell that ignores the interrupt: once its time limit passed, the interrupted cell's output is waited for a
+  moment (kernel.IOPUB_AFTER_TIMEOUT_S), not nbclient's 4 s (responsive()'s own check, which then finds the kernel
+  stuck, goes the same way: limit + 7 s in all, was + 14); one that the interrupt stops answers, as before."""
+  s = kernel.Session(tmp_path)
+  try:
+    t0 = time.perf_counter()
+    out = s.run("import time\nwhile True:\n  try: time.sleep(0.1)\n  except KeyboardInterrupt: pass", 1)
+    took = time.perf_counter() - t0
+  finally: s.close()
+  assert out.status == "timeout" and took < 4, (out, took)   # 1 s + 1 (it was 1 + 4)
+  s = kernel.Session(tmp_path)
+  try:
+    out = s.run("import time\nwhile True: time.sleep(0.1)", 1)
+    assert out.status == "timeout" and s.responsive() and s.run("1 / 0", 5).error.startswith("ZeroDivisionError")
+  finally: s.close()
 
 
 SCALE = "void scale(const float* x, float* out, int n) {{ for (int i = 0; i < n; i++) out[i] = {body}; }}"

@@ -60,7 +60,7 @@ ip.ast_transformers.append(Swallow())
 '''
 
 READ_ANSWERS = r'''
-import glob, os
+import glob, os, sys
 import uopc
 places = [os.path.dirname(os.path.dirname(uopc.__file__)), os.getcwd(), os.path.expanduser("~"), "/", "/tmp", "/job",
           "/grader", "/course", "/root", "/work", "/home"]
@@ -70,9 +70,15 @@ for p in glob.glob("/proc/[0-9]*"):
     except OSError: pass
   try: places += [a for a in open(f"{p}/cmdline").read().split("\0") if a.startswith("/")]
   except OSError: pass
+# the system's folders and the Python's four levels deep, as "/" is: searched whole they take minutes (the cell ran
+# out of time before it could use what it found)
+system = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/sys", "/dev", "/proc",
+          os.path.realpath(sys.base_prefix))
 found = []
 for place in dict.fromkeys(places):
-  if place in ("/", "/proc"): pats = ["/*/*week1*", "/*/*/*week1*", "/*/*/*/*week1*"]
+  real = os.path.realpath(place)
+  if real == "/" or any(real == s or real.startswith(s + "/") for s in system):
+    pats = [os.path.join(place, *["*"] * n, "*week1*") for n in range(4)]
   else: pats = [os.path.join(place, "**", "*week1*")]
   for pat in pats:
     for f in glob.glob(pat, recursive=True):
@@ -266,10 +272,10 @@ def graded_unharmed(nb: Path, env, *args: str) -> dict:
 
 
 # TAMPER leaves the kernel deadlocked (idle: given 90 s, the setup after the student's cells never answers): the grader
-# finds it so after the setup's time limit and a check that the interrupted kernel answers (each with 4 s more that
-# nbclient waits for output), so the limit given is what this grading waits: 5 s, not the other attacks' 20 (a
-# quarter of a minute of CI, NOTES 51's budget). The note pins that path: were the kernel one day to answer, the
-# probes and judges would run, and that needs their usual time limit again.
+# finds it so after the setup's time limit and a check that the interrupted kernel answers (each with a second more
+# that it waits for output: kernel.IOPUB_AFTER_TIMEOUT_S), so the limit given is what this grading waits: 5 s, not the
+# other attacks' 20 (a quarter of a minute of CI, NOTES 51's budget). The note pins that path: were the kernel one day
+# to answer, the probes and judges would run, and that needs their usual time limit again.
 STUCK_KERNEL_TIMEOUT = ("--test-timeout", "5")
 
 
@@ -283,6 +289,7 @@ def test_tampering_with_the_checks_scores_nothing(tmp_path, env):
 def test_reading_the_answers_finds_nothing(tmp_path, env):
   score = graded_unharmed(attack(WEEK1, tmp_path, "read", [READ_ANSWERS]), env)
   assert score["total"] == 0, score
+  assert score["student_cells"]["timeouts"] == 0, score   # the search ended: what it found was used
 
 
 def test_forging_the_result_is_not_believed(tmp_path, env):
@@ -379,8 +386,11 @@ def test_speed_cannot_be_forged(tmp_path, env, graded_class):
   assert values["status"] == "ok" and speed["status"] == "error" and "never written (NaN)" in speed["error"], speed
   into = attack(WEEK1, tmp_path, "into_python", [], base="solution")
   cell_with(into, "a fused kernel", INTO_PYTHON)
-  values, speed = rows_of(graded_unharmed(into, env, *only("a fused kernel")), "a fused kernel")
+  score = graded_unharmed(into, env, *only("a fused kernel"))
+  values, speed = rows_of(score, "a fused kernel")
   assert values["points"] == speed["points"] == 0 and "PyRun_SimpleString" in values["error"], (values, speed)
+  # its values failed in the round its timing was asked in: not timed again (it was, twice, for nothing)
+  assert score["phases"]["speed_runs"] == 1, score["phases"]
   honest_after(WEEK1, graded_class)
 
 
@@ -417,7 +427,8 @@ def test_shortcuts_cannot_be_reached_by_any_route(tmp_path, env, graded_class):
     assert score["tasks"][task]["points"] == 0, score["tasks"][task]
     assert all("ShortcutUnavailable" in t["error"] for t in rows_of(score, task)), rows_of(score, task)
   assert score["total"] == score["max"] - 8, points(score)
-  score = graded_unharmed(attack(WEEK3, tmp_path, "make_plan", [MAKE_PLAN_GEMM], base="solution"), env)
+  score = graded_unharmed(attack(WEEK3, tmp_path, "make_plan", [MAKE_PLAN_GEMM], base="solution"), env,
+                          *only("naive GEMM", "B transposed"))
   assert points(score)["naive GEMM"] == points(score)["B transposed"] == 0, points(score)
   assert "ShortcutUnavailable: uopc.rangeify" in json.dumps(score["tasks"]["naive GEMM"])
   honest_after(WEEK7, graded_class)
