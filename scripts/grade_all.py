@@ -22,9 +22,9 @@ At scale: each graded notebook's row is kept in <out>/.cache/ under a key made o
 grader's code, the solutions and the student tree), the notebook's SHA-256, the seed and the limits, as soon as it is
 graded; run the same command again after an interruption and only what is left is graded (--force grades all again).
 Notebooks of the same bytes in one batch (the untouched assignment, handed in by several students) are graded once.
-The seed of a batch is kept there too, so a resumed batch grades with the seed it began with. JOBS is bounded by the
-cores and the memory free (MEMORY_PER_JOB each); a progress line shows the rate and the time left, and the closing
-line the cost per notebook and the whole run's time.
+The seed of a batch is kept there too, so a resumed batch grades with its first seed. JOBS is bounded by the cores
+and the memory free (MEMORY_PER_JOB each); a progress line shows the rate and the time left, the closing line the
+cost per notebook and the whole run's time.
 
 A feedback file's name is made from the student's with every character but letters, digits, `.`, `_` and `-`
 replaced, flat in feedback/, made unique (a suffix from a hash of the original name) when two students would share
@@ -279,11 +279,9 @@ def grade_all(folder: Path, out: Path, jobs: int | None = None, seed: int | None
     # notebooks of the same bytes (the untouched assignment, handed in by several) are graded once: the others get
     # that row, as a later run would from the cache, with their own name in the report
     graded: dict[str, dict] = {}
-
     def twin(e: Entry, key: str) -> None:
       row = graded[key]
       keep(e, None, dict(row, seconds=0.0, report=row.get("report") and {**row["report"], "notebook": str(e.path)}))
-
     def done(e: Entry, key: str | None, row: dict) -> None:
       keep(e, key, row)
       if key and row.get("cache"): graded[key] = row
@@ -364,13 +362,11 @@ def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("folder", type=Path, help="the folder of submissions (notebooks, at any depth)")
   ap.add_argument("--out", type=Path, help="where to write gradebook.csv and feedback/ (default <folder>/grades)")
-  ap.add_argument("--jobs", type=int, help="notebooks graded at once (default: as many as the cores and the free "
-                  "memory allow; more is cut to that)")
+  ap.add_argument("--jobs", type=int, help="notebooks graded at once (default: what the cores and memory allow)")
   ap.add_argument("--seed", type=int, help="the seed of the hidden tests' inputs (default: the one this output "
                   "folder's batch began with, else a fresh random one)")
   ap.add_argument("--force", action="store_true", help="grade every notebook again, even those graded before")
-  ap.add_argument("--config", type=Path, default=gradebook.CONFIG, help="student ids and LMS columns "
-                  "(default scripts/grading.toml)")
+  ap.add_argument("--config", type=Path, default=gradebook.CONFIG, help="ids, LMS columns (scripts/grading.toml)")
   ap.add_argument("--timeout", type=float, default=120, help="seconds each student cell may run (default 120)")
   ap.add_argument("--test-timeout", type=float, default=60, help="seconds each hidden test may run (default 60)")
   ap.add_argument("--budget", type=float, default=900, help="seconds for all of one student's cells (default 900)")
@@ -390,11 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
-    print(f"\ninterrupted: what was graded is kept in {out / CACHE}; the same command goes on from there",
-          file=sys.stderr)
+    print(f"\ninterrupted: what was graded is kept in {out / CACHE}; the same command goes on", file=sys.stderr)
     return 130
-  failed_rows = sum(1 for r in rows if r["error"])
-  per = stats["seconds"] / max(stats["graded"], 1)
+  failed_rows, per = sum(1 for r in rows if r["error"]), stats["seconds"] / max(stats["graded"], 1)
   print(f"{len(rows)} notebooks ({stats['graded']} graded now, {stats['reused']} graded before; {failed_rows} with "
         f"errors) in {clock(stats['seconds'])} with seed {stats['seed']}, {stats['jobs']} at once: "
         f"{clock(per)} per notebook, {clock(stats['job_seconds'] / max(stats['graded'], 1))} of one job each; "

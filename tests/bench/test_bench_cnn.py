@@ -148,16 +148,17 @@ def test_the_default_optimizer_keeps_autograds_input_gradient(fresh_plan_cache):
   assert set(named) == {"y", "dw"}
 
 
-def test_the_kernel_times_are_the_steps_own_plan(fresh_plan_cache):
+def test_the_kernel_times_are_the_steps_own_plan():
   """The kernel table times the plan the step runs, found in the plan cache: step_roots gathers what opt.step's realize
   computes beside the loss and the updates (the pending .grads), not another graph planned and compiled again (whose
   plan build the "schedule" row then printed as the step's)."""
   from uopc.bench.cnn import batches, step_roots, trainer
   from uopc.bench.steps import kernel_times
-  from uopc.kernelize import _plans
-  model, opt, step = trainer()
-  data = batches(2)
-  step(*data[0])
-  plans = len(_plans)
-  kernel_times(step_roots(model, opt, *data[1]), reps=1)
-  assert len(_plans) == plans
+  from uopc.kernelize import isolated_plan_cache
+  with isolated_plan_cache() as cache:
+    model, opt, step = trainer()
+    data = batches(2)
+    step(*data[0])
+    plans = len(cache)
+    kernel_times(step_roots(model, opt, *data[1]), reps=1)
+    assert len(cache) == plans == 1
