@@ -55,7 +55,8 @@ Write-backs in place (uopc.step_calls.write_in_place): an output assigned to an 
 an optimizer's moment) is written by its kernel straight into that array, and its Copy disappears, where the calls
 prove it safe (an elementwise update that reads the target only at the element it stores, and no later reader of the
 old value); the other Copies stay (uopc.jit: JIT_INPLACE=0 keeps every one). Such a kernel's parameters of the
-target lose `restrict` (_dialect); linked, that text is its object.
+target lose `restrict` (_dialect); linked, that text is its object, used only where it compiles to the kernel's
+own build's machine code (write_in_place's rule 6, NOTES 71).
 """
 from __future__ import annotations
 from dataclasses import dataclass
