@@ -149,6 +149,14 @@ def preserve(homes: set[UOp]) -> list[tuple[object, list[UOp]]]:
   return out
 
 
+def beside(roots: list[UOp], homes: set[UOp]) -> tuple[list[tuple[object, list[UOp]]], list[UOp]]:
+  """What a realize of roots that writes into the buffers `homes` computes beside them: preserve(homes), and its nodes
+  that are not roots already, each once (Tensor.realize; uopc.bench's step roots gather them the same way)."""
+  kept = preserve(homes) if homes and pending else []
+  listed = set(roots)   # a set: `u not in roots` was a scan of the list per node kept (hundreds x hundreds)
+  return kept, list(dict.fromkeys(u for _, us in kept for u in us if u not in listed))
+
+
 def _unexpand(g: TensorLike, shape: tuple[int, ...]) -> TensorLike:
   """The gradient of an EXPAND: sum over the axes that were broadcast."""
   axes = tuple(k for k, (a, b) in enumerate(zip(shape, g.shape)) if a != b)

@@ -133,9 +133,7 @@ class Tensor(TorchMixin, NNMixin, IndexingMixin, ReduceMixin, MovementMixin, Tri
     roots = [t.uop for t in todo]
     homes = {t._home for t in todo if t._home is not None}
     # buffers about to be overwritten: pending .grads are realized in this plan too (what they read, computed now)
-    kept = autograd.preserve(homes) if homes and autograd.pending else []
-    listed = set(roots)   # a set: `u not in roots` was a scan of the list per node kept (hundreds x hundreds)
-    extra = list(dict.fromkeys(u for _, us in kept for u in us if u not in listed))
+    kept, extra = autograd.beside(roots, homes)
     sink = UOp(Ops.SINK, (*roots, *extra))   # held: its toposort (tracks) is cached for realize's normalize
     if replaced: check_reads(sink.toposort())   # a buffer written in place since this graph was built
     bounds = flags_of(sink.toposort()) if flags else []   # computed indices: their range flags, computed alongside

@@ -108,15 +108,13 @@ def ratio_lines(best: dict[str, float], threads: int) -> list[str]:
 
 def realized_roots(loss, opt) -> list:
   """The UOps opt.step(loss) realizes, gathered as Tensor.realize gathers them: the loss, every new parameter and
-  optimizer state, then what that realize computes beside them (the pending .grads and a clipped norm that read a
-  buffer the step overwrites: autograd.preserve), so that kernel_times finds the step's own plan in the cache instead
+  optimizer state, then what that realize computes beside them (autograd.beside: the pending .grads and a clipped
+  norm that read a buffer the step overwrites), so that kernel_times finds the step's own plan in the cache instead
   of planning another graph."""
   from uopc import autograd
   updates = opt._updates()
   roots = [loss.uop] + [new.uop for _, new in updates]
-  kept = autograd.preserve({target.uop for target, _ in updates}) if autograd.pending else []
-  listed = set(roots)
-  return roots + list(dict.fromkeys(u for _, us in kept for u in us if u not in listed))
+  return roots + autograd.beside(roots, {target.uop for target, _ in updates})[1]
 
 
 def kernel_times(roots: list, reps: int = 5) -> dict:
