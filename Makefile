@@ -20,6 +20,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+TEST_WORKERS ?= 3
 # touched after a successful install: pip runs again only when pyproject.toml or the lock file is newer
 STAMP := $(VENV)/.installed-stamp
 # every package `make setup` installs, pinned with its hashes, for every platform and Python >= 3.11 (uv's universal
@@ -61,11 +62,12 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
-	@# libgomp is not fork-safe and two xdist workers share 2 cores: one OpenMP thread per test process
-	@# --durations: the slowest tests, printed every run (CI time is a budget: NOTES 51); the files handed out slowest
-	@# wing first (tests/conftest.py, SLOW_WINGS)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -p no:cacheprovider --durations=20 \
-	  tests/
+	@# libgomp is not fork-safe: one OpenMP thread per test process. TEST_WORKERS xdist workers (default 3 on CI's 2
+	@# cores: a worker waiting on a sandbox's time limit, a kernel's restart or a child process leaves its core to the
+	@# third, NOTES 73). --durations: the slowest tests, printed every run (CI time is a budget: NOTES 51); the files
+	@# handed out slowest wing first (tests/conftest.py, SLOW_WINGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
+	  --durations=20 tests/
 	@if [ -n "$(NOTEBOOKS)" ]; then \
 	  echo "IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)"; \
 	  IPYKERNEL_CELL_NAME='<IPY-INPUT>' $(PY) -m pytest -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS); \

@@ -96,17 +96,22 @@ def test_fifty_steps_keep_memory_flat(fresh_plan_cache):
   for _ in range(5): step()   # the plan made, its temporaries allocated
   gc.collect()
   tracemalloc.start()
+  grown = []
   try:
     step(); gc.collect()
-    start = tracemalloc.get_traced_memory()[0]
-    for _ in range(50): step()
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - start
+    for _ in range(2):   # two windows of 25 steps
+      start = tracemalloc.get_traced_memory()[0]
+      for _ in range(25): step()
+      gc.collect()
+      grown.append(tracemalloc.get_traced_memory()[0] - start)
   finally: tracemalloc.stop()
-  # a step's own arrays (its input copies, its activations of 2048 rows) kept per step would be megabytes; what may grow
-  # is the node table's dict (one resize: ~150 kB) and Python's small-object pools
+  # a step's own arrays (its input copies, its activations of 2048 rows) kept per step would be megabytes in each
+  # window. What happens once may land in either: the node table's dict resized (~150 kB for a small table, megabytes
+  # for the table of a worker that ran other tests first), Python's small-object pools, another test's thread still
+  # ending (tracemalloc counts every thread). So the window that grew less is the one that counts (NOTES 73)
   step_inputs = x.nbytes + y.nbytes
-  assert grown < 10 * step_inputs, f"50 steps kept {grown} bytes (a step's inputs are {step_inputs})"
+  assert min(grown) < 5 * step_inputs, f"25 steps kept {min(grown)} bytes, and 25 more {max(grown)} (a step's " \
+                                       f"inputs are {step_inputs})"
   assert plan_cache_size() == 1
 
 
